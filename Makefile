@@ -1,0 +1,76 @@
+# execd — one entry point for building, running, testing and benchmarking.
+# Works on a fresh Debian 12 with only make, cmake and g++: missing Debian
+# packages are installed (as root) and Python test tools go into .venv.
+
+SHELL := /bin/bash
+JOBS ?= 2
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+STATIC_BUILD ?= build-static
+VENV ?= .venv
+PORT ?= 44772
+DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
+                libspdlog-dev libfmt-dev doctest-dev libssl-dev python3-venv curl procps
+PY_PACKAGES := opensandbox pytest websockets pyyaml
+
+.PHONY: all deps build build-asan run test unit integration test-image bench static clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.ready: Makefile
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check $(PY_PACKAGES)
+	touch $@
+
+venv: deps $(VENV)/.ready
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+build-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DEXECD_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+run: build
+	@token=$$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'); \
+	echo "execd on http://127.0.0.1:$(PORT)  token: $$token"; \
+	echo "try: curl -N -H 'X-EXECD-ACCESS-TOKEN: $$token' -d '{\"command\":\"echo hello\"}' http://127.0.0.1:$(PORT)/command"; \
+	exec ./$(BUILD)/execd --host 127.0.0.1 --port $(PORT) --access-token "$$token"
+
+unit: build build-asan
+	./$(BUILD)/unit_tests
+	ASAN_OPTIONS=detect_leaks=1 ./$(ASAN_BUILD)/unit_tests
+
+integration: build build-asan venv
+	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/pytest -q tests/integration
+	EXECD_BIN=$(CURDIR)/$(ASAN_BUILD)/execd EXECD_SANITIZED=1 $(VENV)/bin/pytest -q tests/integration
+
+test: unit integration
+	$(VENV)/bin/pytest -q -rs tests/image
+
+test-image: build venv
+	EXECD_IMAGE_TEST=1 $(VENV)/bin/pytest -q -rs tests/image
+
+bench: build venv
+	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor
+
+static: deps
+	./image/fetch-simdjson.sh $(STATIC_BUILD)/simdjson
+	cmake -S . -B $(STATIC_BUILD) -DCMAKE_BUILD_TYPE=Release -DEXECD_STATIC=ON \
+	  -DEXECD_SIMDJSON_SOURCE_DIR=$(CURDIR)/$(STATIC_BUILD)/simdjson >/dev/null
+	cmake --build $(STATIC_BUILD) -j$(JOBS) --target execd
+	cp $(STATIC_BUILD)/execd-static $(BUILD)/execd-static 2>/dev/null || { mkdir -p $(BUILD); cp $(STATIC_BUILD)/execd-static $(BUILD)/; }
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(STATIC_BUILD)

@@ -1,0 +1,193 @@
+// execd/main: start-up and shutdown. Parses the command line, prepares the
+// environment commands inherit, wires the server, registry and routes onto
+// one libuv loop, and on SIGTERM/SIGINT drains: running commands get the
+// signal, open streams get up to --graceful-shutdown-timeout to finish.
+#include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "execd/commands.h"
+#include "execd/config.h"
+#include "execd/context.h"
+#include "execd/routes.h"
+#include "execd/server.h"
+#include "pty/spawn.h"
+
+extern char** environ;
+
+namespace {
+
+// Variables that hold execd's own secrets never reach commands.
+bool is_secret(const char* kv) {
+  static const char* kSecrets[] = {"EXECD_ACCESS_TOKEN="};
+  for (const char* s : kSecrets)
+    if (strncmp(kv, s, strlen(s)) == 0) return true;
+  return false;
+}
+
+void setup_logging(const execd::Config& cfg) {
+  auto logger = spdlog::stderr_logger_st("execd");
+  spdlog::set_default_logger(logger);
+  std::string level = cfg.log_level;
+  if (!level.empty() && isdigit(static_cast<unsigned char>(level[0]))) {
+    int n = std::stoi(level);  // the Go daemon's scale
+    level = n <= 2 ? "critical" : n == 3 ? "error" : n == 4 ? "warn" : n <= 6 ? "info" : "debug";
+  }
+  spdlog::set_level(spdlog::level::from_str(level == "warning" ? "warn" : level));
+  if (cfg.log_format == execd::LogFormat::json)
+    spdlog::set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%f%z","level":"%l","msg":"%v"})");
+  else
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+}
+
+bool make_dirs(const std::string& path) {
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      cur = path.substr(0, i);
+      if (mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) return false;
+    }
+  }
+  return true;
+}
+
+struct Shutdown {
+  execd::Context* ctx;
+  execd::Server* server;
+  execd::CommandRegistry* registry;
+  uv_signal_t sigterm, sigint;
+  uv_timer_t tick;
+  uint64_t deadline = 0;
+  bool started = false;
+};
+
+void finish_loop(Shutdown& s) {
+  s.registry->signal_all(SIGKILL);
+  s.registry->close();
+  s.ctx->reaper->stop();
+  uv_timer_stop(&s.tick);
+  uv_close(reinterpret_cast<uv_handle_t*>(&s.tick), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&s.sigterm), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&s.sigint), nullptr);
+  uv_walk(s.ctx->loop, [](uv_handle_t* h, void*) {
+    if (!uv_is_closing(h)) uv_close(h, nullptr);
+  }, nullptr);
+}
+
+void on_shutdown_tick(uv_timer_t* t) {
+  auto& s = *static_cast<Shutdown*>(t->data);
+  s.server->close_idle_connections();
+  bool drained = s.registry->running() == 0 && s.server->connection_count() == 0;
+  if (drained || uv_now(s.ctx->loop) >= s.deadline) {
+    if (!drained)
+      spdlog::warn("shutdown: {} commands and {} connections still open after the grace period",
+                   s.registry->running(), s.server->connection_count());
+    finish_loop(s);
+  }
+}
+
+void on_stop_signal(uv_signal_t* h, int signum) {
+  auto& s = *static_cast<Shutdown*>(h->data);
+  if (s.started) {
+    // A second signal: stop waiting.
+    s.deadline = 0;
+    return;
+  }
+  s.started = true;
+  s.ctx->shutting_down = true;
+  spdlog::info("{} received: forwarding to running commands, draining for {} ms", strsignal(signum),
+               s.ctx->config.graceful_shutdown_ms);
+  s.server->stop_accepting();
+  s.registry->signal_all(signum);
+  s.deadline = uv_now(s.ctx->loop) + static_cast<uint64_t>(s.ctx->config.graceful_shutdown_ms);
+  uv_timer_start(&s.tick, on_shutdown_tick, 0, 20);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  execd::Context ctx;
+  std::string err = execd::parse_config(argc, argv, ctx.config);
+  if (!err.empty()) {
+    fprintf(stderr, "execd: %s\n", err.c_str());
+    return 2;
+  }
+  if (ctx.config.show_help) {
+    fputs(execd::kUsage, stdout);
+    return 0;
+  }
+  if (ctx.config.show_version) {
+    printf("execd %s\n", EXECD_VERSION);
+    return 0;
+  }
+  setup_logging(ctx.config);
+  if (ctx.config.insecure_no_auth) spdlog::warn("running WITHOUT an access token (--insecure-no-auth)");
+
+  unsetenv("EXECD_ACCESS_TOKEN");
+  for (char** e = environ; *e; ++e)
+    if (!is_secret(*e)) ctx.base_env.emplace_back(*e);
+  ctx.shell = execd::pty::find_in_path("bash");
+  if (ctx.shell.empty()) ctx.shell = execd::pty::find_in_path("sh");
+  if (ctx.shell.empty()) ctx.shell = "/bin/sh";
+
+  if (ctx.config.state_dir.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    ctx.config.state_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/execd-" + std::to_string(getpid());
+  }
+  if (!make_dirs(ctx.config.state_dir)) {
+    fprintf(stderr, "execd: cannot create --state-dir %s: %s\n", ctx.config.state_dir.c_str(), strerror(errno));
+    return 1;
+  }
+
+  // Every command holds a few descriptors; use all the kernel allows us.
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  // A client hanging up must never kill execd.
+  signal(SIGPIPE, SIG_IGN);
+
+  uv_loop_t* loop = uv_default_loop();
+  ctx.loop = loop;
+  execd::pty::Reaper reaper(loop);
+  ctx.reaper = &reaper;
+  reaper.start();
+
+  execd::protocol::RequestParser::Limits limits;
+  limits.max_body_bytes = static_cast<size_t>(ctx.config.max_body_bytes);
+  execd::Server server(loop, limits);
+  execd::CommandRegistry registry(ctx);
+  execd::Routes routes(ctx, registry);
+  server.set_handler([&routes](execd::Connection& c, execd::protocol::HttpRequest& r) { routes.dispatch(c, r); });
+
+  int rc = server.listen(ctx.config.host, ctx.config.port);
+  if (rc != 0) {
+    fprintf(stderr, "execd: cannot listen on %s:%d: %s\n", ctx.config.host.c_str(), ctx.config.port, uv_strerror(rc));
+    return 1;
+  }
+  spdlog::info("execd {} listening on {}:{} (state dir {}, framing {}{})", EXECD_VERSION, ctx.config.host,
+               server.bound_port(), ctx.config.state_dir, ctx.config.exact_framing ? "exact" : "compat",
+               ctx.config.init_mode ? ", init mode" : "");
+
+  Shutdown shutdown{&ctx, &server, &registry, {}, {}, {}};
+  for (uv_signal_t* s : {&shutdown.sigterm, &shutdown.sigint}) {
+    uv_signal_init(loop, s);
+    s->data = &shutdown;
+  }
+  uv_signal_start(&shutdown.sigterm, on_stop_signal, SIGTERM);
+  uv_signal_start(&shutdown.sigint, on_stop_signal, SIGINT);
+  uv_timer_init(loop, &shutdown.tick);
+  shutdown.tick.data = &shutdown;
+
+  uv_run(loop, UV_RUN_DEFAULT);
+  rmdir(ctx.config.state_dir.c_str());
+  spdlog::info("execd stopped");
+  return 0;
+}

@@ -1,0 +1,128 @@
+// execd/output_log: see header.
+#include "execd/output_log.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+namespace execd {
+
+namespace {
+struct FsReq {
+  uv_fs_t req;
+  std::shared_ptr<OutputLog> log;
+  std::string buf;
+  OutputLog::ReadFn read_fn;
+};
+}  // namespace
+
+std::shared_ptr<OutputLog> OutputLog::create(uv_loop_t* loop, std::string path, uint64_t limit) {
+  return std::shared_ptr<OutputLog>(new OutputLog(loop, std::move(path), limit));
+}
+
+void OutputLog::append(const uint8_t* data, size_t len) {
+  uint64_t room = total_ < limit_ ? limit_ - total_ : 0;
+  total_ += len;
+  if (room == 0 || failed_ || removed_) return;
+  pending_.append(reinterpret_cast<const char*>(data), len < room ? len : static_cast<size_t>(room));
+  pump();
+}
+
+void OutputLog::pump() {
+  if (ops_ > 0 || opening_ || failed_ || removed_ || pending_.empty()) return;
+  if (fd_ < 0) {
+    opening_ = true;
+    auto* r = new FsReq{{}, shared_from_this(), {}, {}};
+    r->req.data = r;
+    ++ops_;
+    uv_fs_open(loop_, &r->req, path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600, [](uv_fs_t* req) {
+      std::unique_ptr<FsReq> r(static_cast<FsReq*>(req->data));
+      auto& log = *r->log;
+      --log.ops_;
+      log.opening_ = false;
+      if (req->result < 0) {
+        spdlog::warn("cannot create output log {}: {}", log.path_, uv_strerror(static_cast<int>(req->result)));
+        log.failed_ = true;
+        log.pending_.clear();
+      } else {
+        log.fd_ = static_cast<int>(req->result);
+      }
+      uv_fs_req_cleanup(req);
+      if (log.removed_) log.remove();
+      else log.pump();
+      if (log.on_written_) log.on_written_();
+    });
+    return;
+  }
+  inflight_.swap(pending_);
+  pending_.clear();
+  auto* r = new FsReq{{}, shared_from_this(), {}, {}};
+  r->req.data = r;
+  ++ops_;
+  uv_buf_t buf = uv_buf_init(inflight_.data(), static_cast<unsigned>(inflight_.size()));
+  uv_fs_write(loop_, &r->req, fd_, &buf, 1, static_cast<int64_t>(durable_), [](uv_fs_t* req) {
+    std::unique_ptr<FsReq> r(static_cast<FsReq*>(req->data));
+    auto& log = *r->log;
+    --log.ops_;
+    if (req->result < 0) {
+      spdlog::warn("writing output log {} failed: {}", log.path_, uv_strerror(static_cast<int>(req->result)));
+      log.failed_ = true;
+      log.pending_.clear();
+    } else if (static_cast<size_t>(req->result) < log.inflight_.size()) {
+      log.durable_ += static_cast<uint64_t>(req->result);
+      log.inflight_.erase(0, static_cast<size_t>(req->result));
+      log.pending_.insert(0, log.inflight_);
+    } else {
+      log.durable_ += static_cast<uint64_t>(req->result);
+    }
+    log.inflight_.clear();
+    uv_fs_req_cleanup(req);
+    if (log.removed_) log.remove();
+    else log.pump();
+    if (log.on_written_) log.on_written_();
+  });
+}
+
+void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {
+  if (offset >= durable_ || fd_ < 0) {
+    fn(0, {});
+    return;
+  }
+  uint64_t avail = durable_ - offset;
+  size_t n = avail < max ? static_cast<size_t>(avail) : max;
+  auto* r = new FsReq{{}, shared_from_this(), std::string(n, '\0'), std::move(fn)};
+  r->req.data = r;
+  ++ops_;
+  uv_buf_t buf = uv_buf_init(r->buf.data(), static_cast<unsigned>(n));
+  uv_fs_read(loop_, &r->req, fd_, &buf, 1, static_cast<int64_t>(offset), [](uv_fs_t* req) {
+    std::unique_ptr<FsReq> r(static_cast<FsReq*>(req->data));
+    auto& log = *r->log;
+    --log.ops_;
+    int err = req->result < 0 ? static_cast<int>(req->result) : 0;
+    if (!err) r->buf.resize(static_cast<size_t>(req->result));
+    uv_fs_req_cleanup(req);
+    r->read_fn(err, err ? std::string() : std::move(r->buf));
+    if (log.removed_) log.remove();
+  });
+}
+
+void OutputLog::remove() {
+  removed_ = true;
+  on_written_ = nullptr;
+  pending_.clear();
+  if (ops_ > 0) return;  // finished by the last completion
+  if (fd_ >= 0) {
+    auto* close_req = new uv_fs_t;
+    uv_fs_close(loop_, close_req, fd_, [](uv_fs_t* req) {
+      uv_fs_req_cleanup(req);
+      delete req;
+    });
+    fd_ = -1;
+    auto* unlink_req = new uv_fs_t;
+    uv_fs_unlink(loop_, unlink_req, path_.c_str(), [](uv_fs_t* req) {
+      uv_fs_req_cleanup(req);
+      delete req;
+    });
+  }
+}
+
+}  // namespace execd

@@ -1,0 +1,55 @@
+// execd/output_log: a command's retained output (stdout and stderr in the
+// order execd read them) in a file under the state directory, so it can be
+// read by byte offset after the client that started the command is gone.
+// All file I/O goes through libuv's threadpool; one write is in flight at a
+// time and later bytes wait in `pending_`, whose size is part of the
+// command's backpressure. Bytes past the limit are counted, not stored.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace execd {
+
+class OutputLog : public std::enable_shared_from_this<OutputLog> {
+ public:
+  static constexpr size_t kPendingBudget = 1 << 20;
+
+  static std::shared_ptr<OutputLog> create(uv_loop_t* loop, std::string path, uint64_t limit);
+
+  void append(const uint8_t* data, size_t len);
+  uint64_t readable_bytes() const { return durable_; }
+  uint64_t total_bytes() const { return total_; }
+  bool truncated() const { return total_ > limit_; }
+  size_t pending_bytes() const { return pending_.size() + inflight_.size(); }
+  bool over_budget() const { return pending_bytes() > kPendingBudget; }
+  // Called whenever a write completes (so a paused producer can resume).
+  void set_on_written(std::function<void()> fn) { on_written_ = std::move(fn); }
+
+  using ReadFn = std::function<void(int err, std::string data)>;
+  // Reads up to `max` durable bytes starting at `offset`.
+  void read(uint64_t offset, size_t max, ReadFn fn);
+  // Closes and unlinks the file once outstanding I/O completes.
+  void remove();
+
+ private:
+  OutputLog(uv_loop_t* loop, std::string path, uint64_t limit) : loop_(loop), path_(std::move(path)), limit_(limit) {}
+  void pump();
+
+  uv_loop_t* loop_;
+  std::string path_;
+  uint64_t limit_;
+  int fd_ = -1;
+  bool opening_ = false, failed_ = false, removed_ = false;
+  std::string pending_, inflight_;
+  uint64_t total_ = 0;    // bytes offered
+  uint64_t durable_ = 0;  // bytes written to the file
+  int ops_ = 0;           // outstanding fs requests
+  std::function<void()> on_written_;
+};
+
+}  // namespace execd

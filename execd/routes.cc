@@ -1,0 +1,65 @@
+// execd/routes: see header.
+#include "execd/routes.h"
+
+#include <spdlog/spdlog.h>
+
+#include "protocol/errors.h"
+#include "protocol/token.h"
+
+namespace execd {
+
+namespace codes = protocol::codes;
+using protocol::HttpRequest;
+using protocol::QueryParams;
+using protocol::RouteParams;
+
+Routes::Routes(Context& ctx, CommandRegistry& commands) : ctx_(ctx), commands_(commands) {
+  router_.add("GET", "/ping", [](Connection& c, HttpRequest&, const RouteParams&, const QueryParams&) {
+    c.respond_empty(200);
+  });
+  router_.add("POST", "/command", [this](Connection& c, HttpRequest& r, const RouteParams&, const QueryParams&) {
+    handle_command_run(commands_, c, r);
+  });
+  router_.add("DELETE", "/command", [this](Connection& c, HttpRequest&, const RouteParams&, const QueryParams& q) {
+    handle_command_interrupt(commands_, c, q);
+  });
+  router_.add("GET", "/command/status/:id",
+              [this](Connection& c, HttpRequest&, const RouteParams& p, const QueryParams&) {
+                handle_command_status(commands_, c, p.get("id"));
+              });
+  router_.add("GET", "/command/:id/logs",
+              [this](Connection& c, HttpRequest&, const RouteParams& p, const QueryParams& q) {
+                handle_command_logs(commands_, c, p.get("id"), q);
+              });
+}
+
+bool Routes::authorized(const HttpRequest& req) const {
+  if (ctx_.config.access_token.empty()) return true;  // --insecure-no-auth
+  const std::string* given = req.header("x-execd-access-token");
+  return given && protocol::token_equal(ctx_.config.access_token, *given);
+}
+
+void Routes::dispatch(Connection& conn, HttpRequest& req) {
+  spdlog::debug("{} {} {}", conn.peer(), req.method, req.path);
+  // /ping stays open so that health probes need no secret.
+  bool is_ping = req.path == "/ping" && (req.method == "GET" || req.method == "HEAD");
+  if (!is_ping && !authorized(req)) {
+    conn.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
+    return;
+  }
+  auto match = router_.match(req.method, req.path);
+  if (match.outcome == protocol::Router<Handler>::Outcome::not_found) {
+    conn.respond_error(404, codes::kNotFound, "no route for " + req.method + " " + req.path);
+    return;
+  }
+  if (match.outcome == protocol::Router<Handler>::Outcome::method_not_allowed) {
+    conn.respond(405, "application/json; charset=utf-8",
+                 protocol::error_body(codes::kMethodNotAllowed, "method " + req.method + " not allowed for " + req.path),
+                 {"Allow: " + match.allow});
+    return;
+  }
+  QueryParams query = protocol::parse_query(req.query);
+  (*match.target)(conn, req, match.params, query);
+}
+
+}  // namespace execd

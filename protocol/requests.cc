@@ -1,0 +1,82 @@
+// protocol/requests: see header.
+#include "protocol/requests.h"
+
+#include <simdjson.h>
+
+namespace execd::protocol {
+namespace {
+
+simdjson::dom::parser& shared_parser() {
+  // One parser per thread: reuses its buffers across requests.
+  thread_local simdjson::dom::parser parser;
+  return parser;
+}
+
+std::string type_error(std::string_view field, std::string_view want) {
+  return "invalid request, validation error: field '" + std::string(field) + "' must be " + std::string(want);
+}
+
+}  // namespace
+
+std::variant<CommandRequest, DecodeError> decode_command_request(std::string_view body) {
+  if (body.empty()) return DecodeError{"invalid request body: empty body"};
+  simdjson::dom::element root;
+  auto err = shared_parser().parse(body.data(), body.size()).get(root);
+  if (err) return DecodeError{std::string("invalid request body: ") + simdjson::error_message(err)};
+  simdjson::dom::object obj;
+  if (root.get(obj)) return DecodeError{"invalid request body: expected a JSON object"};
+
+  CommandRequest req;
+  for (auto field : obj) {
+    std::string_view key = field.key;
+    simdjson::dom::element v = field.value;
+    bool is_null = v.is_null();
+    if (key == "command" || key == "cwd") {
+      std::string_view s;
+      if (is_null) continue;
+      if (v.get(s)) return DecodeError{type_error(key, "a string")};
+      (key == "command" ? req.command : req.cwd).assign(s);
+    } else if (key == "background" || key == "tty") {
+      bool b;
+      if (is_null) continue;
+      if (v.get(b)) return DecodeError{type_error(key, "a boolean")};
+      (key == "background" ? req.background : req.tty) = b;
+    } else if (key == "timeout") {
+      int64_t t;
+      if (is_null) continue;
+      if (v.get(t) || t < 0) return DecodeError{type_error(key, "a non-negative integer (milliseconds)")};
+      req.timeout_ms = t;
+    } else if (key == "uid" || key == "gid") {
+      int64_t id;
+      if (is_null) continue;
+      if (v.get(id) || id < 0 || id > 0xFFFFFFFFll) return DecodeError{type_error(key, "an unsigned 32-bit integer")};
+      (key == "uid" ? req.uid : req.gid) = static_cast<uint32_t>(id);
+    } else if (key == "rows" || key == "cols") {
+      int64_t n;
+      if (is_null) continue;
+      if (v.get(n) || n < 1 || n > 65535) return DecodeError{type_error(key, "an integer between 1 and 65535")};
+      (key == "rows" ? req.rows : req.cols) = static_cast<uint16_t>(n);
+    } else if (key == "envs") {
+      if (is_null) continue;
+      simdjson::dom::object envs;
+      if (v.get(envs)) return DecodeError{type_error(key, "an object of strings")};
+      for (auto kv : envs) {
+        std::string_view val;
+        if (kv.value.get(val)) return DecodeError{type_error("envs." + std::string(kv.key), "a string")};
+        if (kv.key.empty() || kv.key.find('=') != std::string_view::npos ||
+            kv.key.find('\0') != std::string_view::npos || val.find('\0') != std::string_view::npos)
+          return DecodeError{"invalid request, validation error: bad environment variable name or value"};
+        req.envs[std::string(kv.key)] = std::string(val);
+      }
+    }
+  }
+  if (req.command.empty()) return DecodeError{"invalid request, validation error: command is required"};
+  if (req.command.find('\0') != std::string::npos)
+    return DecodeError{"invalid request, validation error: command contains a NUL byte"};
+  if (req.gid && !req.uid) return DecodeError{"invalid request, validation error: uid is required when gid is provided"};
+  if (req.cwd.find('\0') != std::string::npos)
+    return DecodeError{"invalid request, validation error: cwd contains a NUL byte"};
+  return req;
+}
+
+}  // namespace execd::protocol

@@ -1,0 +1,243 @@
+// pty/command: see header.
+#include "pty/command.h"
+
+#include <openssl/evp.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "pty/pump.h"
+
+namespace execd::pty {
+
+namespace {
+struct SignalName {
+  int sig;
+  const char* name;
+};
+const SignalName kSignals[] = {
+    {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+    {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+    {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+    {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+    {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGTTIN, "SIGTTIN"},
+    {SIGTTOU, "SIGTTOU"}, {SIGURG, "SIGURG"},   {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
+    {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"}, {SIGIO, "SIGIO"},
+    {SIGSYS, "SIGSYS"},
+};
+
+std::string hex(const unsigned char* d, size_t n) {
+  static const char k[] = "0123456789abcdef";
+  std::string s(n * 2, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = k[d[i] >> 4];
+    s[2 * i + 1] = k[d[i] & 15];
+  }
+  return s;
+}
+
+int64_t timeval_ms(const struct timeval& tv) { return int64_t(tv.tv_sec) * 1000 + tv.tv_usec / 1000; }
+}  // namespace
+
+const char* signal_name(int sig) {
+  for (const auto& s : kSignals)
+    if (s.sig == sig) return s.name;
+  return "SIGUNKNOWN";
+}
+
+int signal_from_name(const std::string& name) {
+  std::string n = name.rfind("SIG", 0) == 0 ? name : "SIG" + name;
+  for (const auto& s : kSignals)
+    if (n == s.name) return s.sig;
+  return 0;
+}
+
+Command::Command(uv_loop_t* loop, Reaper& reaper) : loop_(loop), reaper_(reaper) {
+  for (uv_timer_t* t : {&timeout_timer_, &kill_timer_, &drain_timer_}) {
+    uv_timer_init(loop, t);
+    t->data = this;
+    ++open_handles_;
+  }
+  for (auto& ctx : sha_) {
+    ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  }
+}
+
+Command::~Command() {
+  for (auto& ctx : sha_) EVP_MD_CTX_free(ctx);
+}
+
+Command* Command::start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opts, CommandLimits limits,
+                        CommandSink* sink, std::string& error) {
+  Spawned sp;
+  if (spawn_process(opts, sp, error) != 0) {
+    reaper.reap();
+    return nullptr;
+  }
+  auto* c = new Command(loop, reaper);
+  c->sink_ = sink;
+  c->limits_ = limits;
+  c->pid_ = sp.pid;
+  c->is_pty_ = opts.use_pty;
+  c->stdin_fd_ = sp.stdin_fd;
+  c->start_ns_ = uv_hrtime();
+  int fds[2] = {sp.stdout_fd, sp.stderr_fd};
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i] < 0) continue;
+    Stream s = static_cast<Stream>(i);
+    c->pump_done_[i] = false;
+    c->pumps_[i] = OutputPump::open(
+        loop, fds[i], [c, s](const uint8_t* d, size_t n) { c->on_data(s, d, n); }, [c, s] { c->on_pump_eof(s); });
+  }
+  reaper.watch(c->pid_, [c](const ExitInfo& info) { c->on_exit(info); });
+  if (limits.timeout_ms > 0)
+    uv_timer_start(&c->timeout_timer_, [](uv_timer_t* t) { static_cast<Command*>(t->data)->on_timeout(); },
+                   static_cast<uint64_t>(limits.timeout_ms), 0);
+  return c;
+}
+
+void Command::on_data(Stream s, const uint8_t* data, size_t len) {
+  int i = static_cast<int>(s);
+  outcome_.bytes[i] += len;
+  EVP_DigestUpdate(sha_[i], data, len);
+  if (sink_) sink_->on_output(s, data, len);
+}
+
+void Command::on_pump_eof(Stream s) {
+  close_pump(static_cast<int>(s));
+  maybe_finish();
+}
+
+void Command::close_pump(int i) {
+  if (pumps_[i]) {
+    if (pumps_[i] && stdin_fd_ >= 0 && is_pty_) stdin_fd_ = -1;  // the master goes with the pump
+    pumps_[i]->close();
+    pumps_[i] = nullptr;
+  }
+  pump_done_[i] = true;
+}
+
+void Command::on_exit(const ExitInfo& info) {
+  leader_exited_ = true;
+  int st = info.wait_status;
+  if (WIFEXITED(st)) {
+    outcome_.exit_code = WEXITSTATUS(st);
+  } else if (WIFSIGNALED(st)) {
+    outcome_.signal = WTERMSIG(st);
+  }
+  outcome_.user_cpu_ms = timeval_ms(info.usage.ru_utime);
+  outcome_.system_cpu_ms = timeval_ms(info.usage.ru_stime);
+  outcome_.max_rss_kib = info.usage.ru_maxrss;
+  outcome_.duration_ms = static_cast<int64_t>((uv_hrtime() - start_ns_) / 1000000);
+  uv_timer_stop(&timeout_timer_);
+  // A timed-out or interrupted command's stragglers go with it.
+  if (kill_started_) {
+    kill(-pid_, SIGKILL);
+    uv_timer_stop(&kill_timer_);
+  }
+  for (int i = 0; i < 2; ++i)
+    if (pumps_[i]) pumps_[i]->drain_now();
+  maybe_finish();
+  if (!finished_) {
+    bytes_at_last_tick_ = outcome_.bytes[0] + outcome_.bytes[1];
+    uv_timer_start(&drain_timer_, [](uv_timer_t* t) { static_cast<Command*>(t->data)->on_drain_tick(); },
+                   kQuietMs, kQuietMs);
+  }
+}
+
+void Command::on_drain_tick() {
+  if (paused_) return;  // the client is behind; waiting on it loses nothing
+  for (int i = 0; i < 2; ++i)
+    if (pumps_[i]) pumps_[i]->drain_now();
+  uint64_t now = outcome_.bytes[0] + outcome_.bytes[1];
+  bool quiet = now == bytes_at_last_tick_;
+  bytes_at_last_tick_ = now;
+  drain_active_ms_ += kQuietMs;
+  if (paused_) return;
+  if (quiet || drain_active_ms_ >= kDrainCapMs) {
+    for (int i = 0; i < 2; ++i) close_pump(i);
+  }
+  maybe_finish();
+}
+
+void Command::maybe_finish() {
+  if (finished_ || !leader_exited_ || !pump_done_[0] || !pump_done_[1]) return;
+  finished_ = true;
+  uv_timer_stop(&drain_timer_);
+  for (int i = 0; i < 2; ++i) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(sha_[i], md, &n);
+    outcome_.sha256[i] = hex(md, n);
+  }
+  if (sink_) sink_->on_finished(outcome_);
+}
+
+void Command::on_timeout() {
+  if (leader_exited_) return;
+  start_kill(true);
+}
+
+void Command::interrupt() {
+  if (leader_exited_ || kill_started_) return;
+  start_kill(false);
+}
+
+void Command::start_kill(bool timed_out) {
+  kill_started_ = true;
+  (timed_out ? outcome_.timed_out : outcome_.interrupted) = true;
+  kill(-pid_, SIGTERM);
+  // A stopped job ignores TERM until continued.
+  kill(-pid_, SIGCONT);
+  uv_timer_start(
+      &kill_timer_,
+      [](uv_timer_t* t) {
+        auto* c = static_cast<Command*>(t->data);
+        if (!c->leader_exited_) kill(-c->pid_, SIGKILL);
+      },
+      static_cast<uint64_t>(limits_.kill_grace_ms > 0 ? limits_.kill_grace_ms : 1), 0);
+}
+
+void Command::signal_group(int sig) {
+  if (!leader_exited_) kill(-pid_, sig);
+}
+
+void Command::resize(unsigned short rows, unsigned short cols) {
+  if (!is_pty_ || !pumps_[0]) return;
+  struct winsize ws {};
+  ws.ws_row = rows;
+  ws.ws_col = cols;
+  ioctl(stdin_fd_, TIOCSWINSZ, &ws);
+}
+
+void Command::set_paused(bool paused) {
+  if (paused_ == paused) return;
+  paused_ = paused;
+  for (auto* p : pumps_) {
+    if (!p) continue;
+    if (paused) p->pause(); else p->resume();
+  }
+}
+
+void Command::release() {
+  if (released_) return;
+  released_ = true;
+  sink_ = nullptr;
+  if (!leader_exited_) reaper_.unwatch(pid_);
+  if (stdin_fd_ >= 0 && !is_pty_) close(stdin_fd_);
+  stdin_fd_ = -1;
+  for (int i = 0; i < 2; ++i) close_pump(i);
+  for (uv_timer_t* t : {&timeout_timer_, &kill_timer_, &drain_timer_}) {
+    uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) {
+      auto* c = static_cast<Command*>(h->data);
+      if (--c->open_handles_ == 0) delete c;
+    });
+  }
+}
+
+}  // namespace execd::pty

@@ -1,0 +1,116 @@
+// pty/command: one running process and everything execd does to it: output
+// pumps (pipes or a PTY), the timeout, interrupt (TERM, grace, KILL to the
+// whole process group), reaping through the Reaper, and the proof of what it
+// wrote (byte counts and SHA-256 per stream). Output goes to exactly one sink.
+//
+// The stream ends when the leader has exited and its pipes are at EOF. A
+// grandchild that keeps a pipe open cannot hold it forever: once the leader
+// is gone, a pipe that stays quiet for kQuietMs, or keeps talking for
+// kDrainCapMs of un-paused time, is closed.
+#pragma once
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "pty/reaper.h"
+#include "pty/spawn.h"
+
+typedef struct evp_md_ctx_st EVP_MD_CTX;
+
+namespace execd::pty {
+
+class OutputPump;
+
+enum class Stream : uint8_t { out = 0, err = 1 };
+
+struct Outcome {
+  std::optional<int> exit_code;  // empty if killed by a signal
+  int signal = 0;
+  bool timed_out = false;
+  bool interrupted = false;
+  int64_t duration_ms = 0;
+  uint64_t bytes[2] = {0, 0};
+  std::string sha256[2];
+  int64_t user_cpu_ms = 0, system_cpu_ms = 0, max_rss_kib = 0;
+};
+
+class CommandSink {
+ public:
+  virtual ~CommandSink() = default;
+  virtual void on_output(Stream s, const uint8_t* data, size_t len) = 0;
+  virtual void on_finished(const Outcome& outcome) = 0;
+};
+
+struct CommandLimits {
+  int64_t timeout_ms = 0;      // 0 = none
+  int64_t kill_grace_ms = 2000;  // TERM → KILL
+};
+
+class Command {
+ public:
+  static constexpr int64_t kQuietMs = 50;
+  static constexpr int64_t kDrainCapMs = 2000;
+
+  // Spawns; on failure returns nullptr with `error` set.
+  static Command* start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opts, CommandLimits limits,
+                        CommandSink* sink, std::string& error);
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return !leader_exited_; }
+  bool finished() const { return finished_; }
+  bool is_pty() const { return is_pty_; }
+  int stdin_fd() const { return stdin_fd_; }
+
+  // Backpressure from the sink: stop/start reading the process's output.
+  void set_paused(bool paused);
+  bool paused() const { return paused_; }
+  // TERM to the process group now, KILL after the grace period.
+  void interrupt();
+  void signal_group(int sig);
+  void resize(unsigned short rows, unsigned short cols);
+
+  // Detaches the sink and frees the command once its handles are closed. A
+  // still-running process is left alone (and reaped later as an orphan).
+  void release();
+
+ private:
+  Command(uv_loop_t* loop, Reaper& reaper);
+  ~Command();
+  void on_exit(const ExitInfo& info);
+  void on_data(Stream s, const uint8_t* data, size_t len);
+  void on_pump_eof(Stream s);
+  void on_timeout();
+  void on_drain_tick();
+  void maybe_finish();
+  void start_kill(bool timed_out);
+  void close_pump(int i);
+
+  uv_loop_t* loop_;
+  Reaper& reaper_;
+  CommandSink* sink_ = nullptr;
+  pid_t pid_ = -1;
+  int stdin_fd_ = -1;
+  bool is_pty_ = false;
+  OutputPump* pumps_[2] = {nullptr, nullptr};
+  bool pump_done_[2] = {true, true};
+  EVP_MD_CTX* sha_[2] = {nullptr, nullptr};
+  uv_timer_t timeout_timer_, kill_timer_, drain_timer_;
+  int open_handles_ = 0;
+  bool leader_exited_ = false, finished_ = false, paused_ = false, released_ = false;
+  bool kill_started_ = false;
+  uint64_t start_ns_ = 0;
+  uint64_t bytes_at_last_tick_ = 0;
+  int64_t drain_active_ms_ = 0;
+  CommandLimits limits_;
+  Outcome outcome_;
+};
+
+const char* signal_name(int sig);
+int signal_from_name(const std::string& name);
+
+}  // namespace execd::pty

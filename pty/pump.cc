@@ -1,0 +1,100 @@
+// pty/pump: see header.
+#include "pty/pump.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace execd::pty {
+namespace {
+// Large enough that one read drains a full default pipe; shared by all pumps
+// since the loop is single-threaded and data is consumed synchronously.
+constexpr size_t kReadSize = 64 * 1024;
+uint8_t g_read_buffer[kReadSize];
+}  // namespace
+
+OutputPump* OutputPump::open(uv_loop_t* loop, int fd, DataFn on_data, EofFn on_eof) {
+  auto* p = new OutputPump();
+  p->fd_ = fd;
+  p->on_data_ = std::move(on_data);
+  p->on_eof_ = std::move(on_eof);
+  uv_poll_init(loop, &p->poll_, fd);
+  p->poll_.data = p;
+  p->resume();
+  return p;
+}
+
+void OutputPump::pause() {
+  paused_ = true;
+  if (polling_) {
+    uv_poll_stop(&poll_);
+    polling_ = false;
+  }
+}
+
+void OutputPump::resume() {
+  paused_ = false;
+  if (!polling_ && !eof_ && !closing_) {
+    uv_poll_start(&poll_, UV_READABLE | UV_DISCONNECT, on_poll);
+    polling_ = true;
+  }
+}
+
+void OutputPump::on_poll(uv_poll_t* h, int status, int events) {
+  auto* self = static_cast<OutputPump*>(h->data);
+  // Bounded number of reads per wake-up keeps one busy command from starving
+  // the loop's other work.
+  self->read_some(status < 0 ? 1 : 4);
+}
+
+size_t OutputPump::read_some(int max_reads) {
+  size_t delivered = 0;
+  for (int i = 0; i < max_reads && !paused_ && !eof_ && !closing_; ++i) {
+    ssize_t n = ::read(fd_, g_read_buffer, kReadSize);
+    if (n > 0) {
+      bytes_ += static_cast<uint64_t>(n);
+      delivered += static_cast<size_t>(n);
+      on_data_(g_read_buffer, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < kReadSize) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    // 0 = EOF; EIO = PTY slave closed by every holder.
+    finish();
+    break;
+  }
+  return delivered;
+}
+
+size_t OutputPump::drain_now() {
+  size_t total = 0;
+  while (!paused_ && !eof_ && !closing_) {
+    size_t n = read_some(1);
+    if (n == 0) break;
+    total += n;
+  }
+  return total;
+}
+
+void OutputPump::finish() {
+  eof_ = true;
+  if (polling_) {
+    uv_poll_stop(&poll_);
+    polling_ = false;
+  }
+  if (on_eof_) on_eof_();
+}
+
+void OutputPump::close() {
+  if (closing_) return;
+  closing_ = true;  // callbacks may be running: they are destroyed with the pump
+  if (polling_) uv_poll_stop(&poll_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll_), [](uv_handle_t* h) {
+    auto* self = static_cast<OutputPump*>(h->data);
+    ::close(self->fd_);
+    delete self;
+  });
+}
+
+}  // namespace execd::pty

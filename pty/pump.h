@@ -1,0 +1,48 @@
+// pty/pump: reads one output fd (pipe or PTY master) on the event loop and
+// hands each chunk to its owner. Pausing stops polling the fd, so a process
+// writing to a full pipe simply blocks: that is how backpressure reaches it.
+#pragma once
+
+#include <uv.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace execd::pty {
+
+class OutputPump {
+ public:
+  using DataFn = std::function<void(const uint8_t* data, size_t len)>;
+  using EofFn = std::function<void()>;
+
+  // Takes ownership of `fd` (non-blocking). The pump frees itself after
+  // close(); callbacks stop before close() returns.
+  static OutputPump* open(uv_loop_t* loop, int fd, DataFn on_data, EofFn on_eof);
+
+  void pause();
+  void resume();
+  bool paused() const { return paused_; }
+  bool at_eof() const { return eof_; }
+  // Reads what is available right now (until EAGAIN) unless paused.
+  // Returns the number of bytes delivered.
+  size_t drain_now();
+  void close();
+  uint64_t bytes_read() const { return bytes_; }
+
+ private:
+  OutputPump() = default;
+  static void on_poll(uv_poll_t* h, int status, int events);
+  size_t read_some(int max_reads);
+  void finish();
+
+  uv_poll_t poll_;
+  int fd_ = -1;
+  bool paused_ = false, eof_ = false, closing_ = false, polling_ = false;
+  uint64_t bytes_ = 0;
+  DataFn on_data_;
+  EofFn on_eof_;
+};
+
+}  // namespace execd::pty

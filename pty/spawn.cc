@@ -1,0 +1,186 @@
+// pty/spawn: see header.
+#include "pty/spawn.h"
+
+// The locals read by the vfork child are set before vfork and never changed
+// after it, which is what -Wclobbered cannot see.
+#pragma GCC diagnostic ignored "-Wclobbered"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace execd::pty {
+namespace {
+
+// Filled by the vfork child (which shares our memory) when a step fails.
+struct ChildFailure {
+  volatile int err = 0;
+  volatile const char* step = nullptr;
+};
+
+[[noreturn]] void child_fail(ChildFailure* f, const char* step) {
+  f->err = errno;
+  f->step = step;
+  _exit(127);
+}
+
+void close_pair(int fds[2]) {
+  for (int i = 0; i < 2; ++i)
+    if (fds[i] >= 0) close(fds[i]);
+}
+
+}  // namespace
+
+std::string find_in_path(const std::string& name) {
+  const char* path = getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t colon = p.find(':', start);
+    std::string dir = p.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (!dir.empty()) {
+      std::string candidate = dir + "/" + name;
+      if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return {};
+}
+
+int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error) {
+  // Everything the child needs is prepared here: it must not allocate.
+  std::vector<char*> argv, envp;
+  for (const auto& a : opts.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : opts.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, in_pipe[2] = {-1, -1};
+  int master = -1, slave = -1, devnull = -1;
+  auto cleanup = [&] {
+    close_pair(out_pipe);
+    close_pair(err_pipe);
+    close_pair(in_pipe);
+    if (master >= 0) close(master);
+    if (slave >= 0) close(slave);
+    if (devnull >= 0) close(devnull);
+  };
+  auto fail = [&](const char* what) {
+    int e = errno;
+    error = std::string(what) + ": " + strerror(e);
+    cleanup();
+    return e;
+  };
+
+  if (opts.use_pty) {
+    master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) return fail("posix_openpt");
+    char name[128];
+    if (grantpt(master) != 0 || unlockpt(master) != 0 || ptsname_r(master, name, sizeof name) != 0)
+      return fail("pty setup");
+    slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (slave < 0) return fail("open pty slave");
+    struct winsize ws {};
+    ws.ws_row = opts.rows;
+    ws.ws_col = opts.cols;
+    ioctl(master, TIOCSWINSZ, &ws);
+  } else {
+    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return fail("pipe");
+    if (opts.pipe_stdin) {
+      if (pipe2(in_pipe, O_CLOEXEC) != 0) return fail("pipe");
+    } else {
+      devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (devnull < 0) return fail("open /dev/null");
+    }
+  }
+
+  const int child_in = opts.use_pty ? slave : (opts.pipe_stdin ? in_pipe[0] : devnull);
+  const int child_out = opts.use_pty ? slave : out_pipe[1];
+  const int child_err = opts.use_pty ? slave : err_pipe[1];
+  const char* cwd = opts.cwd.empty() ? nullptr : opts.cwd.c_str();
+  const bool set_creds = opts.uid.has_value();
+  const uid_t uid = set_creds ? *opts.uid : 0;
+  const gid_t gid = opts.gid ? *opts.gid : 0;
+  const bool use_pty = opts.use_pty;
+  ChildFailure failure;
+
+  // Block every signal so no handler of ours runs in the child before it has
+  // reset the dispositions to their defaults.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+
+  pid_t pid = vfork();
+  if (pid == 0) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
+    if (use_pty) {
+      if (setsid() < 0) child_fail(&failure, "setsid");
+      if (ioctl(child_in, TIOCSCTTY, 0) < 0) child_fail(&failure, "TIOCSCTTY");
+    } else if (setpgid(0, 0) < 0) {
+      child_fail(&failure, "setpgid");
+    }
+    if (dup2(child_in, 0) < 0 || dup2(child_out, 1) < 0 || dup2(child_err, 2) < 0) child_fail(&failure, "dup2");
+    if (set_creds) {
+      if (setgroups(opts.groups.size(), opts.groups.data()) < 0) child_fail(&failure, "setgroups");
+      if (setgid(gid) < 0) child_fail(&failure, "setgid");
+      if (setuid(uid) < 0) child_fail(&failure, "setuid");
+    }
+    if (cwd && chdir(cwd) < 0) child_fail(&failure, "chdir");
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(opts.program.c_str(), argv.data(), envp.data());
+    child_fail(&failure, "exec");
+  }
+  int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    errno = fork_errno;
+    return fail("vfork");
+  }
+  if (failure.step) {
+    // The child has already _exit()ed; the reaper collects it.
+    error = std::string(const_cast<const char*>(failure.step)) + ": " + strerror(failure.err);
+    int e = failure.err;
+    cleanup();
+    return e ? e : EINVAL;
+  }
+
+  // Parent keeps: pipe read ends / the PTY master, and the stdin write end.
+  out.pid = pid;
+  if (use_pty) {
+    close(slave);
+    slave = -1;
+    out.stdin_fd = out.stdout_fd = master;
+    master = -1;
+  } else {
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    out.stdout_fd = out_pipe[0];
+    out.stderr_fd = err_pipe[0];
+    out_pipe[0] = out_pipe[1] = err_pipe[0] = err_pipe[1] = -1;
+    if (opts.pipe_stdin) {
+      close(in_pipe[0]);
+      out.stdin_fd = in_pipe[1];
+      in_pipe[0] = in_pipe[1] = -1;
+    }
+    if (devnull >= 0) close(devnull);
+    devnull = -1;
+  }
+  for (int fd : {out.stdin_fd, out.stdout_fd, out.stderr_fd})
+    if (fd >= 0) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return 0;
+}
+
+}  // namespace execd::pty
