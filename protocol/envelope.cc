@@ -1,6 +1,7 @@
 // protocol/envelope: see header.
 #include "protocol/envelope.h"
 
+#include "protocol/base64.h"
 #include "protocol/json_text.h"
 
 namespace execd::protocol {
@@ -63,6 +64,17 @@ void EventEncoder::ping(std::string& out, int64_t ts) const {
 }
 
 void EventEncoder::compat_line(std::string& out, OutputStream s, std::string_view line, int64_t ts) const {
+  while (line.size() > kMaxCompatLine) {
+    size_t cut = kMaxCompatLine;
+    size_t tail = utf8_incomplete_tail(reinterpret_cast<const uint8_t*>(line.data()), cut);
+    if (tail < cut) cut -= tail;
+    compat_event(out, s, line.substr(0, cut), ts);
+    line.remove_prefix(cut);
+  }
+  compat_event(out, s, line, ts);
+}
+
+void EventEncoder::compat_event(std::string& out, OutputStream s, std::string_view line, int64_t ts) const {
   out += "{\"type\":\"";
   out += stream_name(s);
   out += "\",\"text\":";
@@ -105,13 +117,14 @@ void EventEncoder::output(std::string& out, OutputStream s, const uint8_t* data,
   }
   if (run < len) {
     st.pending.append(reinterpret_cast<const char*>(data) + run, len - run);
-    while (st.pending.size() > kMaxCompatLine) {
-      const auto* p = reinterpret_cast<const uint8_t*>(st.pending.data());
-      size_t cut = kMaxCompatLine;
-      size_t tail = utf8_incomplete_tail(p, cut);
-      if (tail < cut) cut -= tail;
-      compat_line(out, s, std::string_view(st.pending.data(), cut), ts);
-      st.pending.erase(0, cut);
+    if (st.pending.size() > kMaxCompatLine) {
+      // Emit the full pieces now; keep only the unfinished remainder.
+      size_t keep = st.pending.size() % kMaxCompatLine;
+      std::string_view full(st.pending.data(), st.pending.size() - keep);
+      size_t tail = utf8_incomplete_tail(reinterpret_cast<const uint8_t*>(full.data()), full.size());
+      full.remove_suffix(tail);
+      compat_line(out, s, full, ts);
+      st.pending.erase(0, full.size());
     }
   }
 }

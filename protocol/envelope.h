@@ -69,6 +69,7 @@ class EventEncoder {
   };
 
   void compat_line(std::string& out, OutputStream s, std::string_view line, int64_t ts_ms) const;
+  void compat_event(std::string& out, OutputStream s, std::string_view line, int64_t ts_ms) const;
   void exact_chunk(std::string& out, OutputStream s, const uint8_t* data, size_t len, int64_t ts_ms);
   void exact_event(std::string& out, OutputStream s, const uint8_t* data, size_t len, bool text, int64_t ts_ms);
   void end_event(std::string& out) const;

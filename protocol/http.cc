@@ -26,6 +26,7 @@ RequestParser::RequestParser(RequestVisitor& visitor, Limits limits) : visitor_(
 }
 
 int RequestParser::fail(int status, std::string message) {
+  user_error_ = true;
   error_.status = status;
   error_.message = std::move(message);
   return HPE_USER;
@@ -113,7 +114,8 @@ int RequestParser::on_message_complete(llhttp_t* p) {
   auto* self = static_cast<RequestParser*>(p->data);
   self->in_message_ = false;
   self->visitor_.on_request(self->req_);
-  return HPE_PAUSED;
+  // An upgrade stops llhttp by itself (HPE_PAUSED_UPGRADE).
+  return self->req_.upgrade ? 0 : HPE_PAUSED;
 }
 
 RequestParser::Result RequestParser::feed(const char* data, size_t len, size_t& consumed) {
@@ -132,7 +134,7 @@ RequestParser::Result RequestParser::feed(const char* data, size_t len, size_t& 
     consumed = pos ? static_cast<size_t>(pos - data) : len;
     return Result::upgrade;
   }
-  if (err != HPE_USER) {
+  if (!user_error_) {
     error_.status = 400;
     error_.message = std::string("malformed HTTP request: ") + llhttp_get_error_reason(&parser_);
   }
@@ -145,7 +147,7 @@ RequestParser::Result RequestParser::finish() {
   llhttp_errno_t err = llhttp_finish(&parser_);
   if (err == HPE_OK) return Result::need_more;
   if (err == HPE_PAUSED) return Result::paused;
-  if (err != HPE_USER) {
+  if (!user_error_) {
     error_.status = 400;
     error_.message = "truncated HTTP request";
   }

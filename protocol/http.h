@@ -94,6 +94,7 @@ class RequestParser {
   size_t head_bytes_ = 0;
   BodyMode body_mode_ = BodyMode::buffer;
   bool in_message_ = false;
+  bool user_error_ = false;  // error_ was set by a limit, not by llhttp
   ParseError error_;
 };
 

@@ -154,27 +154,4 @@ bool utf8_valid(std::string_view s) {
   return utf8_valid_prefix(reinterpret_cast<const uint8_t*>(s.data()), s.size()) == s.size();
 }
 
-void append_base64(std::string& out, const uint8_t* data, size_t len) {
-  static const char kTable[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  size_t start = out.size();
-  out.resize(start + (len + 2) / 3 * 4);
-  char* o = out.data() + start;
-  size_t i = 0;
-  for (; i + 3 <= len; i += 3) {
-    uint32_t v = (uint32_t(data[i]) << 16) | (uint32_t(data[i + 1]) << 8) | data[i + 2];
-    *o++ = kTable[v >> 18];
-    *o++ = kTable[(v >> 12) & 63];
-    *o++ = kTable[(v >> 6) & 63];
-    *o++ = kTable[v & 63];
-  }
-  if (i < len) {
-    uint32_t v = uint32_t(data[i]) << 16;
-    if (i + 1 < len) v |= uint32_t(data[i + 1]) << 8;
-    *o++ = kTable[v >> 18];
-    *o++ = kTable[(v >> 12) & 63];
-    *o++ = i + 1 < len ? kTable[(v >> 6) & 63] : '=';
-    *o++ = '=';
-  }
-}
-
 }  // namespace execd::protocol

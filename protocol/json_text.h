@@ -29,6 +29,4 @@ size_t utf8_incomplete_tail(const uint8_t* data, size_t len);
 
 bool utf8_valid(std::string_view s);
 
-void append_base64(std::string& out, const uint8_t* data, size_t len);
-
 }  // namespace execd::protocol

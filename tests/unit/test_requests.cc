@@ -1,0 +1,92 @@
+// Unit tests for request decoding (protocol/requests), the access-token
+// comparison (protocol/token) and the router.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <variant>
+
+#include "protocol/requests.h"
+#include "protocol/router.h"
+#include "protocol/token.h"
+
+using namespace execd::protocol;
+
+namespace {
+std::string decode_error(const std::string& body) {
+  auto r = decode_command_request(body);
+  if (auto* e = std::get_if<DecodeError>(&r)) return e->message;
+  return "";
+}
+}  // namespace
+
+TEST_CASE("command requests decode every field") {
+  auto r = decode_command_request(
+      R"({"command":"ls","cwd":"/tmp","background":true,"timeout":1500,"uid":1000,"gid":100,)"
+      R"("envs":{"A":"1","B":"x y"},"tty":true,"rows":40,"cols":120,"unknown":[1,2]})");
+  REQUIRE(std::holds_alternative<CommandRequest>(r));
+  auto& c = std::get<CommandRequest>(r);
+  CHECK(c.command == "ls");
+  CHECK(c.cwd == "/tmp");
+  CHECK(c.background);
+  CHECK(c.timeout_ms == 1500);
+  CHECK(*c.uid == 1000);
+  CHECK(*c.gid == 100);
+  CHECK(c.envs.at("B") == "x y");
+  CHECK(c.tty);
+  CHECK(c.rows == 40);
+  CHECK(c.cols == 120);
+}
+
+TEST_CASE("null string fields are empty, as in Go") {
+  auto r = decode_command_request(R"({"command":"true","cwd":null,"envs":null})");
+  REQUIRE(std::holds_alternative<CommandRequest>(r));
+  CHECK(std::get<CommandRequest>(r).cwd.empty());
+}
+
+TEST_CASE("bad command requests are rejected with a reason") {
+  CHECK(decode_error("").find("empty") != std::string::npos);
+  CHECK(decode_error("{").find("invalid request body") != std::string::npos);
+  CHECK(decode_error("[1]").find("object") != std::string::npos);
+  CHECK(decode_error(R"({"cwd":"/"})").find("command is required") != std::string::npos);
+  CHECK(decode_error(R"({"command":""})").find("command is required") != std::string::npos);
+  CHECK(decode_error(R"({"command":1})").find("'command'") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","timeout":"5"})").find("'timeout'") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","timeout":-1})").find("'timeout'") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","uid":-1})").find("'uid'") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","uid":4294967296})").find("'uid'") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","gid":5})").find("uid is required when gid is provided") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","envs":{"A":1}})").find("envs.A") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","envs":{"A=B":"1"}})").find("environment") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","background":"yes"})").find("'background'") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","rows":0})").find("'rows'") != std::string::npos);
+  CHECK(decode_error(R"({"command":"   "})").empty());  // whitespace-only is accepted (contract 4.1)
+}
+
+TEST_CASE("token comparison") {
+  CHECK(token_equal("secret", "secret"));
+  CHECK_FALSE(token_equal("secret", "secreT"));
+  CHECK_FALSE(token_equal("secret", "secret2"));
+  CHECK_FALSE(token_equal("secret", ""));
+  CHECK_FALSE(token_equal("", ""));  // no configured token never authorizes by comparison
+}
+
+TEST_CASE("router matches literals and captures, tells 404 from 405") {
+  Router<int> r;
+  r.add("GET", "/command/status/:id", 1);
+  r.add("GET", "/command/:id/logs", 2);
+  r.add("POST", "/command", 3);
+  r.add("DELETE", "/command", 4);
+  auto m = r.match("GET", "/command/status/abc");
+  REQUIRE(m.outcome == Router<int>::Outcome::found);
+  CHECK(*m.target == 1);
+  CHECK(m.params.get("id") == "abc");
+  m = r.match("GET", "/command/xyz/logs");
+  CHECK(*m.target == 2);
+  CHECK(m.params.get("id") == "xyz");
+  CHECK(r.match("GET", "/command/status/").outcome == Router<int>::Outcome::not_found);
+  CHECK(r.match("GET", "/command/").outcome == Router<int>::Outcome::not_found);
+  CHECK(r.match("GET", "/nope").outcome == Router<int>::Outcome::not_found);
+  m = r.match("PUT", "/command");
+  CHECK(m.outcome == Router<int>::Outcome::method_not_allowed);
+  CHECK(m.allow == "POST, DELETE");
+}
