@@ -137,7 +137,10 @@ protocol::ExecutionResult CommandRecord::result() const {
   if (!outcome) return r;
   const pty::Outcome& o = *outcome;
   r.exit_code = o.exit_code;
-  if (o.signal) r.signal = pty::signal_name(o.signal);
+  if (o.signal) {
+    r.signal = pty::signal_name(o.signal);
+    r.signal_text = pty::signal_description(o.signal);
+  }
   r.timed_out = o.timed_out;
   r.interrupted = o.interrupted;
   r.execution_time_ms = o.duration_ms;
@@ -167,7 +170,7 @@ std::string CommandRecord::status_json() const {
       if (*r.exit_code != 0) j["error"] = "exit status " + std::to_string(*r.exit_code);
     } else {
       j["exit_code"] = -1;
-      j["error"] = "signal: " + r.signal;
+      j["error"] = "signal: " + r.signal_text;
     }
   }
   j["started_at"] = rfc3339_nano(started_ns);

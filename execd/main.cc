@@ -166,6 +166,8 @@ int main(int argc, char** argv) {
   execd::CommandRegistry registry(ctx);
   execd::Routes routes(ctx, registry);
   server.set_handler([&routes](execd::Connection& c, execd::protocol::HttpRequest& r) { routes.dispatch(c, r); });
+  server.set_head_handler(
+      [&routes](execd::Connection& c, execd::protocol::HttpRequest& r) { return routes.head(c, r); });
 
   int rc = server.listen(ctx.config.host, ctx.config.port);
   if (rc != 0) {

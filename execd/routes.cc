@@ -14,23 +14,33 @@ using protocol::QueryParams;
 using protocol::RouteParams;
 
 Routes::Routes(Context& ctx, CommandRegistry& commands) : ctx_(ctx), commands_(commands) {
-  router_.add("GET", "/ping", [](Connection& c, HttpRequest&, const RouteParams&, const QueryParams&) {
+  add("GET", "/ping", [](Connection& c, HttpRequest&, const RouteParams&, const QueryParams&) {
     c.respond_empty(200);
   });
-  router_.add("POST", "/command", [this](Connection& c, HttpRequest& r, const RouteParams&, const QueryParams&) {
+  add("POST", "/command", [this](Connection& c, HttpRequest& r, const RouteParams&, const QueryParams&) {
     handle_command_run(commands_, c, r);
   });
-  router_.add("DELETE", "/command", [this](Connection& c, HttpRequest&, const RouteParams&, const QueryParams& q) {
+  add("DELETE", "/command", [this](Connection& c, HttpRequest&, const RouteParams&, const QueryParams& q) {
     handle_command_interrupt(commands_, c, q);
   });
-  router_.add("GET", "/command/status/:id",
-              [this](Connection& c, HttpRequest&, const RouteParams& p, const QueryParams&) {
-                handle_command_status(commands_, c, p.get("id"));
-              });
-  router_.add("GET", "/command/:id/logs",
-              [this](Connection& c, HttpRequest&, const RouteParams& p, const QueryParams& q) {
-                handle_command_logs(commands_, c, p.get("id"), q);
-              });
+  add("GET", "/command/status/:id", [this](Connection& c, HttpRequest&, const RouteParams& p, const QueryParams&) {
+    handle_command_status(commands_, c, p.get("id"));
+  });
+  add("GET", "/command/:id/logs", [this](Connection& c, HttpRequest&, const RouteParams& p, const QueryParams& q) {
+    handle_command_logs(commands_, c, p.get("id"), q);
+  });
+}
+
+protocol::BodyMode Routes::head(Connection& conn, HttpRequest& req) {
+  // Only an authorized request to a streaming route gets its body streamed;
+  // everything else is buffered (within the body limit) and answered by
+  // dispatch() once complete.
+  auto match = router_.match(req.method, req.path);
+  if (match.outcome != protocol::Router<Route>::Outcome::found || !match.target->head || !authorized(req))
+    return protocol::BodyMode::buffer;
+  QueryParams query = protocol::parse_query(req.query);
+  match.target->head(conn, req, match.params, query);
+  return protocol::BodyMode::stream;
 }
 
 bool Routes::authorized(const HttpRequest& req) const {
@@ -48,18 +58,18 @@ void Routes::dispatch(Connection& conn, HttpRequest& req) {
     return;
   }
   auto match = router_.match(req.method, req.path);
-  if (match.outcome == protocol::Router<Handler>::Outcome::not_found) {
+  if (match.outcome == protocol::Router<Route>::Outcome::not_found) {
     conn.respond_error(404, codes::kNotFound, "no route for " + req.method + " " + req.path);
     return;
   }
-  if (match.outcome == protocol::Router<Handler>::Outcome::method_not_allowed) {
+  if (match.outcome == protocol::Router<Route>::Outcome::method_not_allowed) {
     conn.respond(405, "application/json; charset=utf-8",
                  protocol::error_body(codes::kMethodNotAllowed, "method " + req.method + " not allowed for " + req.path),
                  {"Allow: " + match.allow});
     return;
   }
   QueryParams query = protocol::parse_query(req.query);
-  (*match.target)(conn, req, match.params, query);
+  match.target->handler(conn, req, match.params, query);
 }
 
 }  // namespace execd

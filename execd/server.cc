@@ -200,11 +200,20 @@ void Connection::fail_request(int status, const std::string& message) {
 
 protocol::BodyMode Connection::on_request_head(protocol::HttpRequest& req) {
   in_request_ = true;
+  body_sink_ = nullptr;
   if (server_.head_handler_) return server_.head_handler_(*this, req);
   return protocol::BodyMode::buffer;
 }
 
-void Connection::on_body(const char*, size_t) {}
+void Connection::on_body(const char* data, size_t len) {
+  if (body_sink_) body_sink_(data, len);
+}
+
+int Connection::socket_fd() const {
+  uv_os_fd_t fd = -1;
+  uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd);
+  return fd;
+}
 
 void Connection::on_request(protocol::HttpRequest& req) {
   in_request_ = true;

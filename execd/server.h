@@ -87,6 +87,13 @@ class Connection : public protocol::RequestVisitor {
   using RawReader = std::function<void(const char* data, size_t len)>;
   void take_over(RawReader on_data, StreamObserver* observer);
 
+  // Set from a head handler: the request body is delivered here as it
+  // arrives instead of being buffered (uploads). Pause reading to apply
+  // backpressure.
+  using BodySink = std::function<void(const char* data, size_t len)>;
+  void set_body_sink(BodySink sink) { body_sink_ = std::move(sink); }
+  int socket_fd() const;
+
   void set_observer(StreamObserver* o) { observer_ = o; }
   size_t queued_bytes() const { return queued_bytes_; }
   bool over_budget() const { return queued_bytes_ > kStreamBudget; }
@@ -128,7 +135,8 @@ class Connection : public protocol::RequestVisitor {
   bool closing_ = false, shutting_down_ = false, reading_ = false, read_paused_ = false;
   bool upgraded_ = false;
   bool parsing_ = false;
-  RawReader raw_reader_;  // set once the connection left HTTP  // inside parser_.feed(): responses must not re-enter it
+  RawReader raw_reader_;  // set once the connection left HTTP
+  BodySink body_sink_;    // streamed request body, if the route asked for it  // inside parser_.feed(): responses must not re-enter it
   size_t queued_bytes_ = 0;
   StreamObserver* observer_ = nullptr;
   std::string peer_;

@@ -216,7 +216,7 @@ void EventEncoder::terminal(std::string& out, const ExecutionResult& r, int64_t 
       traceback = "exit status " + evalue;
     } else {
       evalue = "-1";
-      traceback = "signal: " + (r.signal.empty() ? std::string("killed") : r.signal);
+      traceback = "signal: " + (r.signal_text.empty() ? std::string("killed") : r.signal_text);
     }
     out += "{\"type\":\"error\",\"error\":{\"ename\":\"CommandExecError\",\"evalue\":";
     append_json_string_lossy(out, evalue);

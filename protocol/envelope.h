@@ -26,6 +26,7 @@ enum class OutputStream : uint8_t { out = 0, err = 1 };
 struct ExecutionResult {
   std::optional<int> exit_code;  // empty when a signal killed it or it never started
   std::string signal;            // "SIGKILL" etc., empty if none
+  std::string signal_text;       // "killed": Go's wording, for the compat traceback
   std::string start_error;       // non-empty if the process could not be started
   bool timed_out = false;
   bool interrupted = false;

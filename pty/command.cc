@@ -49,6 +49,12 @@ const char* signal_name(int sig) {
   return "SIGUNKNOWN";
 }
 
+std::string signal_description(int sig) {
+  std::string s = strsignal(sig);
+  if (!s.empty()) s[0] = static_cast<char>(tolower(static_cast<unsigned char>(s[0])));
+  return s;
+}
+
 int signal_from_name(const std::string& name) {
   std::string n = name.rfind("SIG", 0) == 0 ? name : "SIG" + name;
   for (const auto& s : kSignals)

@@ -111,6 +111,8 @@ class Command {
 };
 
 const char* signal_name(int sig);
+// "killed", "terminated", ...: how Go's os/exec words a signal death.
+std::string signal_description(int sig);
 int signal_from_name(const std::string& name);
 
 }  // namespace execd::pty

@@ -90,3 +90,27 @@ TEST_CASE("router matches literals and captures, tells 404 from 405") {
   CHECK(m.outcome == Router<int>::Outcome::method_not_allowed);
   CHECK(m.allow == "POST, DELETE");
 }
+
+#include "fs/expand.h"
+
+TEST_CASE("path expansion follows Go's os.Expand") {
+  auto lookup = [](std::string_view n) -> const char* {
+    if (n == "HOME") return "/root";
+    if (n == "A") return "x";
+    return nullptr;
+  };
+  auto expand = [&](std::string_view in, bool allow = false) {
+    std::string out, err;
+    bool ok = execd::fs::expand_vars(in, lookup, out, err, allow);
+    return ok ? out : "ERR:" + err;
+  };
+  CHECK(expand("$HOME/a") == "/root/a");
+  CHECK(expand("${A}b$A") == "xbx");
+  CHECK(expand("a$/b") == "a$/b");
+  CHECK(expand("x${abc") == "xabc");
+  CHECK(expand("p$1q$$r${*}s") == "pqrs");
+  CHECK(expand("end$") == "end$");
+  CHECK(expand("${}z") == "z");
+  CHECK(expand("$NOPE/$ALSO") == "ERR:path references undefined environment variables: ALSO,NOPE");
+  CHECK(expand("$NOPE/a", true) == "/a");
+}

@@ -1,0 +1,65 @@
+// fs/error.cc — errno classification and the kind -> HTTP mapping.
+#include "fs/error.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace execd::fs {
+
+int http_status(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::not_found: return 404;
+    case ErrorKind::bad_request: return 400;
+    case ErrorKind::forbidden: return 403;
+    case ErrorKind::no_space: return 507;
+    case ErrorKind::conflict:
+    case ErrorKind::internal: return 500;
+  }
+  return 500;
+}
+
+std::string_view envelope_code(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::not_found: return error_code::file_not_found;
+    case ErrorKind::bad_request: return error_code::invalid_request_body;
+    case ErrorKind::forbidden: return error_code::permission_denied;
+    case ErrorKind::no_space: return error_code::insufficient_storage;
+    case ErrorKind::conflict:
+    case ErrorKind::internal: return error_code::runtime_error;
+  }
+  return error_code::runtime_error;
+}
+
+ErrorKind kind_for_errno(int errno_value) {
+  switch (errno_value) {
+    case ENOENT: return ErrorKind::not_found;
+    case EACCES:
+    case EPERM:
+    case EROFS: return ErrorKind::forbidden;
+    case ENOSPC:
+    case EDQUOT: return ErrorKind::no_space;
+    case EEXIST:
+    case ENOTEMPTY:
+    case EISDIR:
+    case ENOTDIR:
+    case EXDEV:
+    case EBUSY: return ErrorKind::conflict;
+    default: return ErrorKind::internal;
+  }
+}
+
+std::string errno_text(int errno_value) {
+  char buffer[256];
+  // GNU strerror_r: returns a pointer that may or may not be `buffer`.
+  const char* text = strerror_r(errno_value, buffer, sizeof buffer);
+  return text;
+}
+
+Error errno_error(int errno_value, std::string_view what) {
+  std::string message(what);
+  message += ": ";
+  message += errno_text(errno_value);
+  return Error{kind_for_errno(errno_value), std::move(message)};
+}
+
+}  // namespace execd::fs

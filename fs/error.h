@@ -1,0 +1,86 @@
+// fs/error.h — the error and result types shared by every fs/ operation, and
+// the single place where error kinds map to HTTP statuses and envelope codes.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace execd::fs {
+
+// What went wrong, at the granularity a handler needs to pick a response.
+enum class ErrorKind {
+  not_found,    // 404 FILE_NOT_FOUND
+  bad_request,  // 400 INVALID_REQUEST_BODY
+  forbidden,    // 403 PERMISSION_DENIED (EACCES / EPERM)
+  no_space,     // 507 INSUFFICIENT_STORAGE (ENOSPC / EDQUOT)
+  conflict,     // 500 RUNTIME_ERROR (exists already, is a directory, ...)
+  internal,     // 500 RUNTIME_ERROR (anything else)
+};
+
+// Envelope code strings (contract §1.4) used by the filesystem handlers.
+// The 403 and 507 codes are new: the Go daemon reports those cases as 500.
+namespace error_code {
+inline constexpr std::string_view file_not_found = "FILE_NOT_FOUND";
+inline constexpr std::string_view invalid_request_body = "INVALID_REQUEST_BODY";
+inline constexpr std::string_view permission_denied = "PERMISSION_DENIED";
+inline constexpr std::string_view insufficient_storage = "INSUFFICIENT_STORAGE";
+inline constexpr std::string_view runtime_error = "RUNTIME_ERROR";
+}  // namespace error_code
+
+struct Error {
+  ErrorKind kind = ErrorKind::internal;
+  std::string message;
+};
+
+int http_status(ErrorKind kind);
+std::string_view envelope_code(ErrorKind kind);
+
+// Maps an errno to a kind; `what` is prefixed to the errno text, e.g.
+// errno_error(ENOENT, "lstat /x") -> {not_found, "lstat /x: No such file or directory"}.
+Error errno_error(int errno_value, std::string_view what);
+ErrorKind kind_for_errno(int errno_value);
+// Thread-safe strerror.
+std::string errno_text(int errno_value);
+
+// Either a value or an Error. (std::expected is C++23.)
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : state_(std::in_place_index<0>, std::move(value)) {}
+  Result(Error error) : state_(std::in_place_index<1>, std::move(error)) {}
+
+  bool ok() const { return state_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+
+  T& value() & { return std::get<0>(state_); }
+  const T& value() const& { return std::get<0>(state_); }
+  T&& value() && { return std::get<0>(std::move(state_)); }
+  const Error& error() const { return std::get<1>(state_); }
+
+ private:
+  std::variant<T, Error> state_;
+};
+
+// Success or an Error, for operations without a value.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)) {}
+  static Status success() { return Status(); }
+
+  bool ok() const { return !error_.has_value(); }
+  explicit operator bool() const { return ok(); }
+  // On success returns an empty internal error rather than invoking UB.
+  const Error& error() const {
+    static const Error kNoError{};
+    return error_ ? *error_ : kNoError;
+  }
+
+ private:
+  std::optional<Error> error_;
+};
+
+}  // namespace execd::fs

@@ -1,0 +1,63 @@
+// fs/file_info.h — the FileInfo object (contract §8.1): lstat data, owner and
+// group names, RFC 3339 times, JSON serialisation. Also the thread-safe
+// uid/gid <-> name lookups used by permission changes.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "fs/error.h"
+
+namespace execd::fs {
+
+enum class FileType { file, directory, symlink, other };
+std::string_view file_type_name(FileType type);  // "file", "directory", "symlink", "other"
+
+struct FileInfo {
+  std::string path;  // absolute
+  FileType type = FileType::other;
+  int64_t size = 0;  // symlink: length of the target string; directory: st_size
+  timespec modified_at{};
+  timespec created_at{};  // ctime (inode change), as the Go daemon reports
+  std::string owner;      // user name, or the numeric uid as a string
+  std::string group;      // group name, or the numeric gid as a string
+  mode_t mode = 0;        // st_mode & 07777
+};
+
+// lstat(path) -> FileInfo. ENOENT -> not_found ("file not found: <path>").
+Result<FileInfo> stat_file_info(const std::string& path);
+// Builds a FileInfo from stat data already at hand (used by walks with fstatat).
+FileInfo file_info_from_stat(std::string path, const struct stat& st);
+
+// JSON shape: {"path","type","size","modified_at","created_at","owner","group","mode"}
+// where mode is the permission bits written as octal digits read as decimal
+// (0755 -> 755, 04755 -> 4755).
+nlohmann::json to_json(const FileInfo& info);
+void to_json(nlohmann::json& out, const FileInfo& info);  // for nlohmann's ADL
+
+// 0755 -> 755, 04750 -> 4750.
+unsigned mode_to_octal_digits(mode_t mode);
+// 755 -> 0755; rejects negatives, digits 8/9 and values above 7777 (bad_request).
+Result<mode_t> mode_from_octal_digits(int64_t digits);
+
+// Go RFC3339Nano in the local zone: "2025-12-22T09:08:05.123456789Z",
+// trailing fractional zeros dropped, "+08:00"-style offsets elsewhere.
+std::string format_rfc3339_nano(const timespec& ts);
+
+// Name lookups through NSS (getpwuid_r & co); numeric fallback.
+std::string user_name_for(uid_t uid);
+std::string group_name_for(gid_t gid);
+// Name -> id; a purely numeric string is accepted as an id when no such name
+// exists. nullopt = unknown.
+std::optional<uid_t> uid_for_name(std::string_view name);
+std::optional<gid_t> gid_for_name(std::string_view name);
+
+}  // namespace execd::fs
