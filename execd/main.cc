@@ -3,6 +3,7 @@
 // one libuv loop, and on SIGTERM/SIGINT drains: running commands get the
 // signal, open streams get up to --graceful-shutdown-timeout to finish.
 #include <signal.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -17,6 +18,7 @@
 #include "execd/context.h"
 #include "execd/routes.h"
 #include "execd/server.h"
+#include "protocol/json_text.h"
 #include "pty/spawn.h"
 
 extern char** environ;
@@ -31,6 +33,18 @@ bool is_secret(const char* kv) {
   return false;
 }
 
+// %j: the log message as a JSON string, so --log-format json stays one valid
+// object per line whatever a message contains.
+class JsonMessageFlag : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    std::string s;
+    execd::protocol::append_json_string_lossy(s, std::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(s.data(), s.data() + s.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessageFlag>(); }
+};
+
 void setup_logging(const execd::Config& cfg) {
   auto logger = spdlog::stderr_logger_st("execd");
   spdlog::set_default_logger(logger);
@@ -40,9 +54,11 @@ void setup_logging(const execd::Config& cfg) {
     level = n <= 2 ? "critical" : n == 3 ? "error" : n == 4 ? "warn" : n <= 6 ? "info" : "debug";
   }
   spdlog::set_level(spdlog::level::from_str(level == "warning" ? "warn" : level));
-  if (cfg.log_format == execd::LogFormat::json)
-    spdlog::set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%f%z","level":"%l","msg":"%v"})");
-  else
+  if (cfg.log_format == execd::LogFormat::json) {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<JsonMessageFlag>('j').set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%f%z","level":"%l","msg":%j})");
+    spdlog::set_formatter(std::move(formatter));
+  } else
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
 }
 
