@@ -199,7 +199,8 @@ void Connection::fail_request(int status, const std::string& message) {
 }
 
 protocol::BodyMode Connection::on_request_head(protocol::HttpRequest& req) {
-  in_request_ = true;
+  // in_request_ is set only once the whole request is in: the body may
+  // still be on its way in later reads.
   body_sink_ = nullptr;
   if (server_.head_handler_) return server_.head_handler_(*this, req);
   return protocol::BodyMode::buffer;
