@@ -25,6 +25,7 @@ const char* const kUsage =
     "  --retention D                   keep finished commands and their output (default 15m)\n"
     "  --log-limit BYTES               retained output per command (default 67108864)\n"
     "  --max-body BYTES                largest JSON request body (default 8388608)\n"
+    "  --pty-replay-bytes BYTES        replay buffer per PTY session (default 1048576)\n"
     "  --kill-grace D                  TERM to KILL delay on timeout/interrupt (default 2s)\n"
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
     "  --help, --version\n";
@@ -136,6 +137,10 @@ std::string parse_config(int argc, char** argv, Config& cfg) {
       int64_t n;
       if (!need_value() || !parse_int(value, 0, int64_t(1) << 50, n)) return "--" + name + " needs a byte count";
       (name == "log-limit" ? cfg.log_limit_bytes : cfg.max_body_bytes) = n;
+    } else if (name == "pty-replay-bytes") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 1, int64_t(1) << 40, n)) return "--pty-replay-bytes needs a byte count >= 1";
+      cfg.pty_replay_bytes = n;
     } else {
       return "unknown flag: " + std::string(argv[i]);
     }

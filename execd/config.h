@@ -25,6 +25,7 @@ struct Config {
   int64_t max_body_bytes = 8ll << 20;     // buffered JSON bodies
   int64_t kill_grace_ms = 2000;           // TERM → KILL on timeout/interrupt
   size_t max_records = 4096;              // finished records kept at most
+  int64_t pty_replay_bytes = 1ll << 20;   // replay ring per PTY session
   bool init_mode = false;                 // PID-1 duties
   bool show_help = false, show_version = false;
 };

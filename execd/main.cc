@@ -18,6 +18,7 @@
 #include "execd/context.h"
 #include "execd/routes.h"
 #include "execd/server.h"
+#include "execd/terminals.h"
 #include "protocol/json_text.h"
 #include "pty/spawn.h"
 
@@ -181,6 +182,7 @@ int main(int argc, char** argv) {
   execd::Server server(loop, limits);
   execd::CommandRegistry registry(ctx);
   execd::Routes routes(ctx, registry);
+  execd::register_terminals(routes, ctx);
   server.set_handler([&routes](execd::Connection& c, execd::protocol::HttpRequest& r) { routes.dispatch(c, r); });
   server.set_head_handler(
       [&routes](execd::Connection& c, execd::protocol::HttpRequest& r) { return routes.head(c, r); });

@@ -102,6 +102,8 @@ class Connection : public protocol::RequestVisitor {
   void resume_reading();
   // Closes now; queued writes are dropped.
   void close();
+  // Closes once everything queued has been written (upgraded connections).
+  void close_after_writes() { shutdown_after_writes(); }
   std::weak_ptr<Connection> weak() { return self_; }
   uv_loop_t* loop() const { return server_.loop_; }
   const std::string& peer() const { return peer_; }
@@ -116,7 +118,7 @@ class Connection : public protocol::RequestVisitor {
   explicit Connection(Server& server);
   ~Connection() override;
   void start();
-  void process_input();
+  void process_input(const char* data = nullptr, size_t len = 0);
   void response_done();
   void queue_write(std::string data);
   void fail_request(int status, const std::string& message);

@@ -221,6 +221,11 @@ void Command::resize(unsigned short rows, unsigned short cols) {
   ioctl(stdin_fd_, TIOCSWINSZ, &ws);
 }
 
+void Command::drain_output() {
+  for (int i = 0; i < 2; ++i)
+    if (pumps_[i] && !paused_) pumps_[i]->drain_now();
+}
+
 void Command::set_paused(bool paused) {
   if (paused_ == paused) return;
   paused_ = paused;

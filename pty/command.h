@@ -73,6 +73,9 @@ class Command {
   void interrupt();
   void signal_group(int sig);
   void resize(unsigned short rows, unsigned short cols);
+  // Reads whatever the output fds hold right now (unless paused), delivering
+  // it to the sink before returning.
+  void drain_output();
 
   // Detaches the sink and frees the command once its handles are closed. A
   // still-running process is left alone (and reaped later as an orphan).

@@ -111,6 +111,8 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error) {
   const uid_t uid = set_creds ? *opts.uid : 0;
   const gid_t gid = opts.gid ? *opts.gid : 0;
   const bool use_pty = opts.use_pty;
+  const bool new_session = opts.new_session;
+  const int extra_fd3 = opts.extra_fd3;
   ChildFailure failure;
 
   // Block every signal so no handler of ours runs in the child before it has
@@ -127,10 +129,15 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error) {
     if (use_pty) {
       if (setsid() < 0) child_fail(&failure, "setsid");
       if (ioctl(child_in, TIOCSCTTY, 0) < 0) child_fail(&failure, "TIOCSCTTY");
+    } else if (new_session) {
+      if (setsid() < 0) child_fail(&failure, "setsid");
     } else if (setpgid(0, 0) < 0) {
       child_fail(&failure, "setpgid");
     }
     if (dup2(child_in, 0) < 0 || dup2(child_out, 1) < 0 || dup2(child_err, 2) < 0) child_fail(&failure, "dup2");
+    if (extra_fd3 >= 0) {
+      if (extra_fd3 == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(extra_fd3, 3) < 0) child_fail(&failure, "dup2 fd 3");
+    }
     if (set_creds) {
       if (setgroups(opts.groups.size(), opts.groups.data()) < 0) child_fail(&failure, "setgroups");
       if (setgid(gid) < 0) child_fail(&failure, "setgid");

@@ -24,6 +24,8 @@ struct SpawnOptions {
   bool use_pty = false;
   bool pipe_stdin = false;         // pipes: stdin is a pipe instead of /dev/null
   unsigned short rows = 24, cols = 80;
+  bool new_session = false;        // pipes: setsid() instead of setpgid() (bash sessions)
+  int extra_fd3 = -1;              // if >= 0: becomes the child's fd 3 (bash session status channel)
 };
 
 struct Spawned {

@@ -1,0 +1,122 @@
+// pty/bash_session: one long-lived, non-interactive bash per /session, so
+// everything a shell remembers persists between runs (unexported variables,
+// functions, aliases, cwd, `set -o` options, `unset`, traps, jobs).
+//
+// How a run works, with no marker that user output could collide with:
+//  * the shell's stdin is a private command channel; its stdout/stderr are two
+//    pipes pumped by a Command; fd 3 is a status pipe that only the trailer
+//    writes to;
+//  * a run writes the user command to a 0600 temp file and sends the shell
+//        { \builtin cd -- 'CWD' && \builtin source 'FILE'; } </dev/null 3>&-
+//        \builtin printf '%d\n' "$?" >&3
+//    so the user's code (and everything it starts) reads /dev/null, cannot see
+//    fd 3, and runs in the shell itself;
+//  * the status line on fd 3 ends the run: every byte written before it is
+//    already in the pipes, so they are drained without blocking (honouring
+//    backpressure) and the run finishes with that status.
+// A shell that dies during a run (`exit 3`) ends the run with its exit status
+// and the session is dead from then on.
+//
+// Timeout: the shell traps SIGUSR1 with `return` plus a DEBUG trap (with
+// `set -T`) that keeps returning, which unwinds every function and the
+// sourced file without running another user command; on expiry execd sends SIGUSR1 and SIGKILLs every process of the
+// shell's session that did not exist when the run started (so background jobs
+// of earlier runs survive), repeating every 50 ms (each `return` pops one
+// function level). If the run has not reported after the grace period the
+// shell itself is killed and the session dies.
+#pragma once
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pty/command.h"
+#include "pty/pump.h"
+#include "pty/reaper.h"
+
+namespace execd::pty {
+
+struct RunOutcome {
+  std::optional<int> exit_code;  // empty when a signal ended it
+  int signal = 0;
+  bool timed_out = false;
+  bool shell_exited = false;  // the run ended the shell (or it was killed)
+  int64_t duration_ms = 0;
+};
+
+class BashListener {
+ public:
+  virtual ~BashListener() = default;
+  virtual void on_run_output(Stream s, const uint8_t* data, size_t len) = 0;
+  // Last call for the run; the listener is forgotten afterwards.
+  virtual void on_run_finished(const RunOutcome& outcome) = 0;
+};
+
+class BashSession : public CommandSink {
+ public:
+  static constexpr int64_t kTimeoutGraceMs = 2000;
+
+  // `scratch_dir` holds the per-run temp files.
+  BashSession(uv_loop_t* loop, Reaper& reaper, std::string scratch_dir, std::string name);
+
+  bool start(const std::string& shell, const std::vector<std::string>& env, const std::string& cwd,
+             std::string& error);
+  bool alive() const { return cmd_ && !shell_exited_; }
+  bool busy() const { return run_active_; }
+
+  enum class RunStatus { started, busy, dead, failed };
+  RunStatus run(const std::string& command, const std::string& cwd, int64_t timeout_ms, BashListener* listener,
+                std::string& error);
+  // The client left: the run continues, its output is dropped.
+  void detach_listener();
+  void set_paused(bool paused);
+  // SIGKILL to every process of the shell's session, the shell included.
+  void kill_all();
+  // Called once when the shell is gone and no run is pending.
+  void set_on_gone(std::function<void()> fn) { on_gone_ = std::move(fn); }
+  // Releases everything; the object frees itself once its handles are closed.
+  void destroy();
+
+  // CommandSink
+  void on_output(Stream s, const uint8_t* data, size_t len) override;
+  void on_finished(const Outcome& outcome) override;
+
+ private:
+  ~BashSession() override = default;
+  void on_status_data(const uint8_t* data, size_t len);
+  void on_status_eof();
+  void try_complete();
+  void complete(RunOutcome outcome);
+  void on_timer();
+  void stop_timer();
+  void cleanup_run_file();
+
+  uv_loop_t* loop_;
+  Reaper& reaper_;
+  std::string scratch_dir_, name_;
+  Command* cmd_ = nullptr;
+  OutputPump* status_ = nullptr;
+  uv_timer_t timer_;
+  bool timer_running_ = false, destroyed_ = false;
+  pid_t pid_ = -1;
+  bool shell_exited_ = false, gone_reported_ = false;
+  std::optional<Outcome> shell_outcome_;
+  std::function<void()> on_gone_;
+  uint64_t run_counter_ = 0;
+
+  // The current run.
+  bool run_active_ = false, status_seen_ = false, timed_out_ = false;
+  int status_code_ = 0;
+  std::string status_buf_, run_file_;
+  BashListener* listener_ = nullptr;
+  uint64_t run_start_ns_ = 0, kill_start_ns_ = 0;
+  std::set<pid_t> preexisting_;
+};
+
+}  // namespace execd::pty
