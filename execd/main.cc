@@ -16,6 +16,7 @@
 #include "execd/commands.h"
 #include "execd/config.h"
 #include "execd/context.h"
+#include "execd/files.h"
 #include "execd/routes.h"
 #include "execd/server.h"
 #include "execd/terminals.h"
@@ -182,6 +183,7 @@ int main(int argc, char** argv) {
   execd::Server server(loop, limits);
   execd::CommandRegistry registry(ctx);
   execd::Routes routes(ctx, registry);
+  execd::register_file_routes(routes, ctx);
   execd::register_terminals(routes, ctx);
   server.set_handler([&routes](execd::Connection& c, execd::protocol::HttpRequest& r) { routes.dispatch(c, r); });
   server.set_head_handler(

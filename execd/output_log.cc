@@ -43,6 +43,7 @@ void OutputLog::pump() {
         spdlog::warn("cannot create output log {}: {}", log.path_, uv_strerror(static_cast<int>(req->result)));
         log.failed_ = true;
         log.pending_.clear();
+        log.run_waiting_reads();
       } else {
         log.fd_ = static_cast<int>(req->result);
       }
@@ -78,11 +79,29 @@ void OutputLog::pump() {
     uv_fs_req_cleanup(req);
     if (log.removed_) log.remove();
     else log.pump();
+    log.run_waiting_reads();
     if (log.on_written_) log.on_written_();
   });
 }
 
 void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {
+  uint64_t stored = total_ < limit_ ? total_ : limit_;
+  if (durable_ < stored && !failed_ && !removed_) {
+    waiting_reads_.push_back({stored, offset, max, std::move(fn)});
+    return;
+  }
+  read_durable(offset, max, std::move(fn));
+}
+
+void OutputLog::run_waiting_reads() {
+  if (waiting_reads_.empty()) return;
+  std::vector<WaitingRead> ready, still;
+  for (auto& w : waiting_reads_) (durable_ >= w.needed || failed_ || removed_ ? ready : still).push_back(std::move(w));
+  waiting_reads_ = std::move(still);
+  for (auto& w : ready) read_durable(w.offset, w.max, std::move(w.fn));
+}
+
+void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
   if (offset >= durable_ || fd_ < 0) {
     fn(0, {});
     return;
@@ -109,6 +128,7 @@ void OutputLog::remove() {
   removed_ = true;
   on_written_ = nullptr;
   pending_.clear();
+  run_waiting_reads();
   if (ops_ > 0) return;  // finished by the last completion
   if (fd_ >= 0) {
     auto* close_req = new uv_fs_t;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace execd {
 
@@ -31,7 +32,8 @@ class OutputLog : public std::enable_shared_from_this<OutputLog> {
   void set_on_written(std::function<void()> fn) { on_written_ = std::move(fn); }
 
   using ReadFn = std::function<void(int err, std::string data)>;
-  // Reads up to `max` durable bytes starting at `offset`.
+  // Reads up to `max` bytes starting at `offset`, once every byte offered
+  // before the call is on disk: a reader sees all output execd had read.
   void read(uint64_t offset, size_t max, ReadFn fn);
   // Closes and unlinks the file once outstanding I/O completes.
   void remove();
@@ -39,6 +41,16 @@ class OutputLog : public std::enable_shared_from_this<OutputLog> {
  private:
   OutputLog(uv_loop_t* loop, std::string path, uint64_t limit) : loop_(loop), path_(std::move(path)), limit_(limit) {}
   void pump();
+  void read_durable(uint64_t offset, size_t max, ReadFn fn);
+  void run_waiting_reads();
+
+  struct WaitingRead {
+    uint64_t needed;  // durable_ must reach this first
+    uint64_t offset;
+    size_t max;
+    ReadFn fn;
+  };
+  std::vector<WaitingRead> waiting_reads_;
 
   uv_loop_t* loop_;
   std::string path_;

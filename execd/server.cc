@@ -134,8 +134,12 @@ void Connection::on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf
     self->raw_reader_(buf->base, static_cast<size_t>(nread));
     return;
   }
-  self->pending_input_.append(buf->base, static_cast<size_t>(nread));
-  self->process_input();
+  if (self->pending_input_.empty()) {
+    self->process_input(buf->base, static_cast<size_t>(nread));
+  } else {
+    self->pending_input_.append(buf->base, static_cast<size_t>(nread));
+    self->process_input();
+  }
 }
 
 void Connection::pause_reading() {
@@ -154,14 +158,26 @@ void Connection::resume_reading() {
   }
 }
 
-void Connection::process_input() {
-  while (!in_request_ && !closing_ && !shutting_down_ && !pending_input_.empty()) {
+void Connection::process_input(const char* data, size_t len) {
+  // `data` (the shared read buffer) is parsed in place when nothing is
+  // pending, saving a copy of every upload byte; what is not consumed is kept.
+  const bool external = data != nullptr;
+  auto input = [&] { return external ? std::string_view(data, len) : std::string_view(pending_input_); };
+  auto consume = [&](size_t n) {
+    if (external) {
+      data += n;
+      len -= n;
+    } else {
+      pending_input_.erase(0, n);
+    }
+  };
+  while (!in_request_ && !closing_ && !shutting_down_ && !input().empty()) {
     size_t consumed = 0;
     parsing_ = true;
-    auto result = parser_.feed(pending_input_.data(), pending_input_.size(), consumed);
+    auto result = parser_.feed(input().data(), input().size(), consumed);
     parsing_ = false;
     if (closing_) return;
-    pending_input_.erase(0, consumed);
+    consume(consumed);
     switch (result) {
       case protocol::RequestParser::Result::need_more:
         break;
@@ -171,9 +187,9 @@ void Connection::process_input() {
       case protocol::RequestParser::Result::upgrade:
         // Either the handler took the connection over (WebSocket) and now
         // reads the rest, or it refused the upgrade and the connection closes.
-        if (raw_reader_ && !pending_input_.empty()) {
-          std::string rest;
-          rest.swap(pending_input_);
+        if (raw_reader_ && !input().empty()) {
+          std::string rest(input());
+          consume(rest.size());
           raw_reader_(rest.data(), rest.size());
         }
         return;
@@ -182,6 +198,7 @@ void Connection::process_input() {
         return;
     }
   }
+  if (external && len > 0) pending_input_.append(data, len);
   // Bound what a pipelining client can make us hold.
   if (in_request_ && pending_input_.size() > kMaxPendingInput && !read_paused_) {
     uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));

@@ -150,6 +150,7 @@ AtomicFile& AtomicFile::operator=(AtomicFile&& other) noexcept {
     flushed_ = other.flushed_;
     published_ = other.published_;
     aborted_ = other.aborted_;
+    direct_ = other.direct_;
     other.fd_ = -1;
     other.temp_path_.clear();
     other.aborted_ = true;
@@ -159,12 +160,33 @@ AtomicFile& AtomicFile::operator=(AtomicFile&& other) noexcept {
 
 AtomicFile::~AtomicFile() { abort(); }
 
+bool AtomicFile::enable_direct_io() {
+  if (fd_ < 0 || bytes_written_ % kDirectIoAlign != 0) return false;
+  int flags = fcntl(fd_, F_GETFL);
+  if (flags < 0 || fcntl(fd_, F_SETFL, flags | O_DIRECT) != 0) return false;
+  direct_ = true;
+  return true;
+}
+
+void AtomicFile::disable_direct_io() {
+  direct_ = false;
+  int flags = fcntl(fd_, F_GETFL);
+  if (flags >= 0) fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
+}
+
 Status AtomicFile::write(const char* data, size_t size) {
   if (fd_ < 0) return Error{ErrorKind::internal, "write to a closed temp file for " + target_path_};
   while (size > 0) {
+    if (direct_ && (reinterpret_cast<uintptr_t>(data) % kDirectIoAlign != 0 || size % kDirectIoAlign != 0)) {
+      disable_direct_io();
+    }
     ssize_t n = ::write(fd_, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EINVAL && direct_) {  // the device wants a larger alignment
+        disable_direct_io();
+        continue;
+      }
       return errno_error(errno, "write " + target_path_);
     }
     data += n;

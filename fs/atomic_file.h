@@ -40,6 +40,16 @@ class AtomicFile {
   Status write(const char* data, size_t size);
   Status write(std::string_view data) { return write(data.data(), data.size()); }
 
+  // Page-cache bypass for large sequential writes (uploads): switches the temp
+  // file to O_DIRECT when its filesystem supports it (tmpfs does not). While
+  // on, writes whose buffer address and size are multiples of kDirectIoAlign
+  // go straight to the device; the first write that is not aligned turns
+  // O_DIRECT off for good, so the unaligned tail lands through the page cache.
+  // Returns whether O_DIRECT is on.
+  static constexpr size_t kDirectIoAlign = 4096;
+  bool enable_direct_io();
+  bool direct_io() const { return direct_; }
+
   // commit() = flush() + publish(). The split lets a multi-file request flush
   // every file first (where ENOSPC and permission errors appear) and only then
   // publish them all, so a failure leaves every target untouched.
@@ -69,6 +79,8 @@ class AtomicFile {
   bool flushed_ = false;
   bool published_ = false;
   bool aborted_ = false;
+  bool direct_ = false;
+  void disable_direct_io();
 };
 
 // mkdir -p with `mode` (subject to umask) for each created level.

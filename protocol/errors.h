@@ -22,6 +22,14 @@ inline constexpr std::string_view kContextNotFound = "CONTEXT_NOT_FOUND";
 inline constexpr std::string_view kAlreadyConnected = "ALREADY_CONNECTED";
 inline constexpr std::string_view kConflict = "CONFLICT";
 inline constexpr std::string_view kUnknown = "UNKNOWN";
+// Filesystem API (contract 8.8 upload codes, plus statuses the Go daemon
+// reported as 500 or not at all).
+inline constexpr std::string_view kInvalidFile = "INVALID_FILE";
+inline constexpr std::string_view kInvalidFileContent = "INVALID_FILE_CONTENT";
+inline constexpr std::string_view kInvalidFileMetadata = "INVALID_FILE_METADATA";
+inline constexpr std::string_view kPermissionDenied = "PERMISSION_DENIED";
+inline constexpr std::string_view kInsufficientStorage = "INSUFFICIENT_STORAGE";
+inline constexpr std::string_view kRangeNotSatisfiable = "RANGE_NOT_SATISFIABLE";
 }  // namespace codes
 
 struct ApiError {

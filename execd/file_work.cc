@@ -1,0 +1,86 @@
+// execd/file_work: see header.
+#include "execd/file_work.h"
+
+#include <memory>
+#include <sstream>
+
+#include "protocol/errors.h"
+
+namespace execd {
+
+FileReply FileReply::json(const nlohmann::json& value) {
+  FileReply r;
+  r.content_type = "application/json; charset=utf-8";
+  r.body = dump_json(value);
+  return r;
+}
+
+FileReply FileReply::error(int status, std::string_view code, std::string_view message) {
+  FileReply r;
+  r.status = status;
+  r.content_type = "application/json; charset=utf-8";
+  r.body = protocol::error_body(code, message);
+  return r;
+}
+
+FileReply FileReply::from(const fs::Error& error) {
+  return FileReply::error(fs::http_status(error.kind), fs::envelope_code(error.kind), error.message);
+}
+
+void send_reply(Connection& conn, const FileReply& reply) {
+  conn.respond(reply.status, reply.content_type, reply.body, reply.headers);
+}
+
+namespace {
+struct FileJob {
+  uv_work_t work;
+  std::weak_ptr<Connection> conn;
+  std::function<FileReply()> job;
+  FileReply reply;
+};
+}  // namespace
+
+void run_file_job(uv_loop_t* loop, Connection& conn, std::function<FileReply()> job) {
+  auto* w = new FileJob{{}, conn.weak(), std::move(job), {}};
+  w->work.data = w;
+  int rc = uv_queue_work(
+      loop, &w->work,
+      [](uv_work_t* work) {
+        auto* w = static_cast<FileJob*>(work->data);
+        try {
+          w->reply = w->job();
+        } catch (const std::exception& e) {  // bad_alloc, json type errors: never cross the pool
+          w->reply = FileReply::error(500, protocol::codes::kRuntimeError, e.what());
+        }
+      },
+      [](uv_work_t* work, int) {
+        std::unique_ptr<FileJob> w(static_cast<FileJob*>(work->data));
+        auto conn = w->conn.lock();
+        if (!conn || conn->closed()) return;
+        send_reply(*conn, w->reply);
+      });
+  if (rc != 0) {
+    delete w;
+    conn.respond_error(500, protocol::codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
+  }
+}
+
+std::string dump_json(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::optional<nlohmann::json> parse_json_body(std::string_view body, std::string& error) {
+  // operator>> parses one value and leaves the rest of the stream unread.
+  std::istringstream in{std::string(body)};
+  nlohmann::json value;
+  try {
+    in >> value;
+  } catch (const nlohmann::json::exception& e) {
+    error = body.find_first_not_of(" \t\r\n") == std::string_view::npos ? "request body is empty"
+                                                                            : std::string("invalid JSON: ") + e.what();
+    return std::nullopt;
+  }
+  return value;
+}
+
+}  // namespace execd

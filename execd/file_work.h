@@ -1,0 +1,50 @@
+// execd/file_work: running one blocking filesystem job on the libuv
+// threadpool and answering the request with its result. Shared by the
+// /files and /directories handlers (files.cc, upload.cc, download.cc); owns
+// the fs::Error -> HTTP response mapping and the JSON body decoding they use.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "execd/server.h"
+#include "fs/error.h"
+
+namespace execd {
+
+// A complete plain response, built on a pool thread, sent on the loop.
+struct FileReply {
+  int status = 200;
+  std::string content_type;  // "" = none (empty success)
+  std::string body;
+  std::vector<std::string> headers;
+
+  static FileReply empty() { return {}; }
+  static FileReply json(const nlohmann::json& value);
+  static FileReply error(int status, std::string_view code, std::string_view message);
+  static FileReply from(const fs::Error& error);
+};
+
+// Runs `job` on the threadpool; its reply is sent if the client is still
+// there. `job` must only touch what it captured (no Connection, no loop).
+void run_file_job(uv_loop_t* loop, Connection& conn, std::function<FileReply()> job);
+
+// Sends a reply on the loop thread.
+void send_reply(Connection& conn, const FileReply& reply);
+
+// Compact JSON; invalid UTF-8 in names becomes U+FFFD instead of throwing.
+std::string dump_json(const nlohmann::json& value);
+
+// Decodes a request body the way the Go daemon's streaming decoder does: the
+// first JSON value counts, trailing bytes are ignored; empty or invalid ->
+// error text for a 400 INVALID_REQUEST_BODY.
+std::optional<nlohmann::json> parse_json_body(std::string_view body, std::string& error);
+
+}  // namespace execd

@@ -1,0 +1,426 @@
+// execd/upload: see header.
+#include "execd/upload.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+#include "execd/file_work.h"
+#include "fs/atomic_file.h"
+#include "fs/paths.h"
+#include "fs/permissions.h"
+#include "protocol/errors.h"
+#include "protocol/multipart.h"
+
+namespace execd {
+
+namespace codes = protocol::codes;
+using protocol::HttpRequest;
+using protocol::QueryParams;
+using protocol::RouteParams;
+
+namespace {
+
+constexpr size_t kWriteChunk = 1u << 20;     // file data handed to the writer at once
+constexpr size_t kPauseAbove = 3u << 20;     // waiting for the writer: stop reading the socket
+constexpr size_t kResumeBelow = 1u << 20;    // ... and read again
+constexpr size_t kSpareChunks = 4;           // recycled write buffers kept per upload
+constexpr size_t kMaxMetadataBytes = 64 * 1024;
+
+// Directories that do not exist yet on the way to `file_path`, deepest first.
+std::vector<std::string> missing_ancestors(const std::string& file_path) {
+  std::vector<std::string> out;
+  std::string dir = fs::parent_path(fs::clean_path(file_path));
+  struct stat st {};
+  while (!dir.empty() && dir != "/" && dir != "." && lstat(dir.c_str(), &st) != 0 && errno == ENOENT) {
+    out.push_back(dir);
+    dir = fs::parent_path(dir);
+  }
+  return out;
+}
+
+// File data on its way to the writer: kWriteChunk bytes of memory aligned
+// for O_DIRECT (full chunks go to the device without a page-cache copy).
+class Chunk {
+ public:
+  static Chunk allocate() {
+    Chunk c;
+    void* p = nullptr;
+    if (posix_memalign(&p, fs::AtomicFile::kDirectIoAlign, kWriteChunk) != 0) throw std::bad_alloc();
+    c.data_.reset(static_cast<char*>(p));
+    return c;
+  }
+  bool allocated() const { return data_ != nullptr; }
+  size_t size() const { return size_; }
+  size_t room() const { return kWriteChunk - size_; }
+  bool empty() const { return size_ == 0; }
+  void append(const char* p, size_t n) {
+    memcpy(data_.get() + size_, p, n);
+    size_ += n;
+  }
+  std::string_view view() const { return {data_.get(), size_}; }
+  void clear() { size_ = 0; }
+  void release() {
+    data_.reset();
+    size_ = 0;
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { free(p); }
+  };
+  std::unique_ptr<char, Free> data_;
+  size_t size_ = 0;
+};
+
+// One step for the writer; executed in order on the threadpool.
+struct WriteOp {
+  enum Kind { open, write, flush, commit, abort } kind = abort;
+  size_t index = 0;          // entry (metadata/file pair) it concerns
+  std::string path;          // open: target as given
+  fs::PermissionSpec spec;   // open
+  Chunk data;                // write
+
+  static WriteOp make(Kind kind, size_t index = 0) {
+    WriteOp op;
+    op.kind = kind;
+    op.index = index;
+    return op;
+  }
+};
+
+// What the writer owns. Only the pool job in flight touches it.
+struct DiskState {
+  struct Entry {
+    std::optional<fs::AtomicFile> file;
+    std::vector<std::string> created_dirs;  // deepest first
+  };
+  std::vector<Entry> entries;
+  std::optional<FileReply> error;
+
+  void run(WriteOp& op) {
+    if (error && op.kind != WriteOp::abort) return;
+    switch (op.kind) {
+      case WriteOp::open: {
+        auto path = fs::expand_path(op.path, fs::process_env_lookup());
+        if (!path) return metadata_error(path.error());
+        Entry entry;
+        entry.created_dirs = missing_ancestors(path.value());
+        auto file = fs::AtomicFile::open(path.value(), op.spec);
+        if (!file) {
+          entries.push_back(std::move(entry));  // so abort removes what open created
+          return metadata_error(file.error());
+        }
+        entry.file.emplace(std::move(file.value()));
+        entry.file->enable_direct_io();  // best effort; tmpfs & co stay buffered
+        entries.push_back(std::move(entry));
+        return;
+      }
+      case WriteOp::write:
+        if (auto s = entries.at(op.index).file->write(op.data.view()); !s) error = FileReply::from(s.error());
+        return;
+      case WriteOp::flush:
+        if (auto s = entries.at(op.index).file->flush(); !s) error = FileReply::from(s.error());
+        return;
+      case WriteOp::commit:
+        for (auto& e : entries)
+          if (auto s = e.file->publish(); !s) return void(error = FileReply::from(s.error()));
+        return;
+      case WriteOp::abort:
+        for (auto& e : entries) {
+          if (e.file) e.file->abort();
+          for (const auto& dir : e.created_dirs)
+            if (rmdir(dir.c_str()) != 0) break;  // not empty (someone else's) or gone
+        }
+        return;
+    }
+  }
+
+  // Bad path or owner/group in a metadata part: the client's fault.
+  void metadata_error(const fs::Error& e) {
+    if (e.kind == fs::ErrorKind::bad_request)
+      error = FileReply::error(400, codes::kInvalidFileMetadata, e.message);
+    else
+      error = FileReply::from(e);
+  }
+};
+
+class Upload;
+// Uploads whose body is still arriving, by connection (loop thread only).
+std::unordered_map<Connection*, std::shared_ptr<Upload>> g_uploads;
+
+class Upload : public StreamObserver, public std::enable_shared_from_this<Upload> {
+ public:
+  Upload(Connection& conn) : conn_(&conn), loop_(conn.loop()) {}
+
+  void begin(const HttpRequest& req) {
+    conn_->set_observer(this);
+    const std::string* type = req.header("content-type");
+    auto boundary = protocol::boundary_from_content_type(type ? *type : "");
+    if (!boundary.boundary) {
+      fail(FileReply::error(400, codes::kInvalidFile, "multipart form is empty: " + boundary.error));
+    } else {
+      protocol::MultipartCallbacks cb;
+      cb.on_part_begin = [this](const protocol::PartHeaders& h) { part_begin(h); };
+      cb.on_part_data = [this](std::string_view chunk) { part_data(chunk); };
+      cb.on_part_end = [this] { part_end(); };
+      parser_ = std::make_unique<protocol::MultipartParser>(*boundary.boundary, std::move(cb));
+    }
+    const std::string* expect = req.header("expect");
+    if (expect && *expect == "100-continue") conn_->write_raw("HTTP/1.1 100 Continue\r\n\r\n");
+  }
+
+  void body(const char* data, size_t len) {
+    if (failure_ || !parser_) return;  // rejected: read and discard the rest
+    if (!parser_->feed(data, len) && !failure_) parser_failed();
+  }
+
+  // The whole body has arrived.
+  void body_complete() {
+    body_done_ = true;
+    if (!failure_ && parser_ && !parser_->finish()) parser_failed();
+    if (!failure_) {
+      if (metadata_parts_ == 0)
+        fail(FileReply::error(400, codes::kInvalidFileMetadata, "metadata file is missing"));
+      else if (file_parts_ == 0)
+        fail(FileReply::error(400, codes::kInvalidFileContent, "file is missing"));
+      else if (metadata_parts_ != file_parts_)
+        fail(FileReply::error(400, codes::kInvalidFile,
+                              "metadata and file count mismatch: " + std::to_string(metadata_parts_) + " vs " +
+                                  std::to_string(file_parts_)));
+    }
+    if (!failure_) enqueue(WriteOp::make(WriteOp::commit));
+    maybe_respond();
+  }
+
+  void on_writable() override {}
+  void on_closed() override {
+    auto keep = shared_from_this();
+    conn_ = nullptr;
+    g_uploads.erase(keep_key_);
+    if (!responded_ && !failure_) fail(FileReply::error(400, codes::kInvalidFile, "client disconnected"));
+  }
+
+  Connection* keep_key_ = nullptr;  // g_uploads key
+
+ private:
+  enum class Part { none, metadata, file, ignored };
+
+  void part_begin(const protocol::PartHeaders& h) {
+    if (h.name == "metadata") {
+      part_ = Part::metadata;
+      metadata_text_.clear();
+    } else if (h.name == "file") {
+      if (file_parts_ >= metadata_parts_)
+        return fail(FileReply::error(400, codes::kInvalidFileMetadata,
+                                     "file part " + std::to_string(file_parts_ + 1) + " has no metadata part before it"));
+      part_ = Part::file;
+      current_ = file_parts_++;
+    } else {
+      part_ = Part::ignored;
+    }
+  }
+
+  void part_data(std::string_view chunk) {
+    if (failure_) return;
+    if (part_ == Part::metadata) {
+      if (metadata_text_.size() + chunk.size() > kMaxMetadataBytes)
+        return fail(FileReply::error(400, codes::kInvalidFileMetadata, "metadata part is too large"));
+      metadata_text_.append(chunk);
+    } else if (part_ == Part::file) {
+      while (!chunk.empty()) {
+        if (!write_buf_.allocated()) write_buf_ = take_chunk();
+        size_t take = std::min(chunk.size(), write_buf_.room());
+        write_buf_.append(chunk.data(), take);
+        chunk.remove_prefix(take);
+        if (write_buf_.room() == 0) flush_write_buf();
+      }
+    }
+  }
+
+  void part_end() {
+    if (failure_) return;
+    if (part_ == Part::metadata) {
+      metadata_done();
+    } else if (part_ == Part::file) {
+      flush_write_buf();
+      enqueue(WriteOp::make(WriteOp::flush, current_));
+    }
+    part_ = Part::none;
+  }
+
+  void metadata_done() {
+    std::string error;
+    auto json = parse_json_body(metadata_text_, error);
+    if (!json || !json->is_object())
+      return fail(FileReply::error(400, codes::kInvalidFileMetadata,
+                                   "invalid metadata format. " + (json ? "metadata must be a JSON object" : error)));
+    auto path = json->find("path");
+    if (path == json->end() || !path->is_string() || path->get_ref<const std::string&>().empty())
+      return fail(FileReply::error(400, codes::kInvalidFileMetadata, "metadata path is empty"));
+    auto spec = fs::parse_permission_spec(*json);
+    if (!spec) return fail(FileReply::error(400, codes::kInvalidFileMetadata, spec.error().message));
+    WriteOp op = WriteOp::make(WriteOp::open, metadata_parts_++);
+    op.path = path->get<std::string>();
+    op.spec = std::move(spec.value());
+    enqueue(std::move(op));
+  }
+
+  // Recycled buffers: fresh 1 MiB allocations would cost a page fault per
+  // 4 KiB on every chunk.
+  Chunk take_chunk() {
+    if (spare_.empty()) return Chunk::allocate();
+    Chunk c = std::move(spare_.back());
+    spare_.pop_back();
+    c.clear();
+    return c;
+  }
+
+  void flush_write_buf() {
+    if (!write_buf_.allocated() || write_buf_.empty()) return;
+    WriteOp op = WriteOp::make(WriteOp::write, current_);
+    op.data = std::move(write_buf_);
+    write_buf_ = Chunk();
+    enqueue(std::move(op));
+  }
+
+  void parser_failed() {
+    fail(FileReply::error(400, codes::kInvalidFile, "invalid multipart body: " + parser_->error_message()));
+  }
+
+  // First failure wins; everything written so far is thrown away.
+  void fail(FileReply reply) {
+    if (failure_) return;
+    failure_ = std::move(reply);
+    write_buf_ = Chunk();
+    for (auto& op : queue_) waiting_bytes_ -= op.data.size();
+    queue_.clear();
+    enqueue(WriteOp::make(WriteOp::abort));
+    if (paused_ && conn_) {
+      paused_ = false;
+      conn_->resume_reading();
+    }
+  }
+
+  void enqueue(WriteOp op) {
+    waiting_bytes_ += op.data.size();
+    queue_.push_back(std::move(op));
+    if (!paused_ && conn_ && waiting_bytes_ > kPauseAbove && !failure_) {
+      paused_ = true;
+      conn_->pause_reading();
+    }
+    kick();
+  }
+
+  // Hands everything queued to one pool job, unless one is running.
+  void kick() {
+    if (in_flight_ || queue_.empty()) return;
+    auto* job = new Job{{}, shared_from_this(), {}, 0};
+    job->work.data = job;
+    for (auto& op : queue_) {
+      job->bytes += op.data.size();
+      job->ops.push_back(std::move(op));
+    }
+    queue_.clear();
+    in_flight_ = true;
+    uv_queue_work(
+        loop_, &job->work,
+        [](uv_work_t* w) {
+          auto* job = static_cast<Job*>(w->data);
+          for (auto& op : job->ops) {
+            job->self->disk_.run(op);
+            // op.data goes back to the loop for reuse (job_done)
+          }
+        },
+        [](uv_work_t* w, int) {
+          std::unique_ptr<Job> job(static_cast<Job*>(w->data));
+          job->self->job_done(*job);
+        });
+  }
+
+  struct Job {
+    uv_work_t work;
+    std::shared_ptr<Upload> self;
+    std::vector<WriteOp> ops;
+    size_t bytes;
+  };
+
+  void job_done(Job& job) {
+    in_flight_ = false;
+    for (auto& op : job.ops)
+      if (op.data.allocated() && spare_.size() < kSpareChunks) spare_.push_back(std::move(op.data));
+    waiting_bytes_ -= job.bytes;
+    if (disk_.error && !failure_) fail(*disk_.error);
+    if (paused_ && waiting_bytes_ < kResumeBelow && conn_) {
+      paused_ = false;
+      conn_->resume_reading();
+    }
+    kick();
+    maybe_respond();
+  }
+
+  void maybe_respond() {
+    if (!body_done_ || in_flight_ || !queue_.empty() || responded_) return;
+    responded_ = true;
+    if (!conn_) return;
+    Connection* c = conn_;
+    conn_ = nullptr;
+    auto keep = shared_from_this();
+    g_uploads.erase(keep_key_);
+    c->set_observer(nullptr);
+    c->resume_reading();
+    send_reply(*c, failure_ ? *failure_ : FileReply::empty());
+  }
+
+  Connection* conn_;  // nullptr once answered or disconnected
+  uv_loop_t* loop_;
+  std::unique_ptr<protocol::MultipartParser> parser_;
+  std::optional<FileReply> failure_;
+  Part part_ = Part::none;
+  std::string metadata_text_;
+  size_t metadata_parts_ = 0, file_parts_ = 0, current_ = 0;
+  Chunk write_buf_;
+  std::vector<Chunk> spare_;
+  std::deque<WriteOp> queue_;
+  size_t waiting_bytes_ = 0;  // file data queued or being written
+  bool in_flight_ = false, paused_ = false, body_done_ = false, responded_ = false;
+  DiskState disk_;
+};
+
+void upload_head(Connection& conn, HttpRequest& req) {
+  auto upload = std::make_shared<Upload>(conn);
+  upload->keep_key_ = &conn;
+  g_uploads[&conn] = upload;
+  std::weak_ptr<Upload> weak = upload;
+  conn.set_body_sink([weak](const char* data, size_t len) {
+    if (auto u = weak.lock()) u->body(data, len);
+  });
+  upload->begin(req);
+}
+
+void upload_complete(Connection& conn) {
+  auto it = g_uploads.find(&conn);
+  if (it == g_uploads.end()) {
+    conn.respond_error(500, codes::kRuntimeError, "upload state lost");
+    return;
+  }
+  auto upload = it->second;
+  upload->body_complete();
+}
+
+}  // namespace
+
+void register_upload_route(Routes& routes, Context&) {
+  routes.add_streaming(
+      "POST", "/files/upload",
+      [](Connection& c, HttpRequest& r, const RouteParams&, const QueryParams&) { upload_head(c, r); },
+      [](Connection& c, HttpRequest&, const RouteParams&, const QueryParams&) { upload_complete(c); });
+}
+
+}  // namespace execd
