@@ -9,7 +9,6 @@
 // has exited -> 410 SESSION_EXITED (DELETE still works); a client that
 // disconnects mid-run does not cancel the run (as with /command): it runs to
 // completion or timeout and its output is dropped.
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -17,10 +16,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "execd/event_stream.h"
 #include "execd/terminals.h"
 #include "protocol/envelope.h"
 #include "protocol/errors.h"
 #include "pty/bash_session.h"
+#include "pty/digest.h"
 
 namespace execd {
 
@@ -37,49 +38,25 @@ struct SessionEntry {
   bool dead = false;
 };
 
-class RunStream : public StreamObserver, public pty::BashListener {
+// Connects one run of a shell to its HTTP response.
+class RunStream : public EventStream::Owner, public pty::BashListener {
  public:
   RunStream(pty::BashSession* shell, Connection& conn, protocol::Framing framing)
-      : shell_(shell), conn_(&conn), enc_(framing) {
-    uv_timer_init(conn.loop(), &ping_);
-    ping_.data = this;
-    for (auto& ctx : sha_) {
-      ctx = EVP_MD_CTX_new();
-      EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-    }
-  }
-  ~RunStream() override {
-    for (auto& ctx : sha_) EVP_MD_CTX_free(ctx);
-  }
+      : shell_(shell), stream_(new EventStream(conn, framing, this)) {}
 
-  void start(const std::string& session_id) {
-    conn_->begin_stream(200,
-                        {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
-                         "X-Accel-Buffering: no"},
-                        this);
-    std::string buf;
-    int64_t now = unix_ms();
-    enc_.init(buf, session_id, now);
-    enc_.ping(buf, now);
-    conn_->stream_write(buf);
-    uv_timer_start(&ping_, [](uv_timer_t* t) { static_cast<RunStream*>(t->data)->ping(); }, 3000, 3000);
-  }
+  void start(const std::string& session_id) { stream_->start(session_id); }
 
   // BashListener
   void on_run_output(pty::Stream s, const uint8_t* data, size_t len) override {
-    int i = static_cast<int>(s);
-    bytes_[i] += len;
-    EVP_DigestUpdate(sha_[i], data, len);
-    if (!conn_) return;
-    buf_.clear();
-    enc_.output(buf_, static_cast<protocol::OutputStream>(s), data, len, unix_ms());
-    conn_->stream_write(buf_);
-    if (conn_->over_budget() && shell_) shell_->set_paused(true);
+    digest_[static_cast<int>(s)].update(data, len);
+    if (!stream_) return;
+    stream_->output(static_cast<protocol::OutputStream>(s), data, len);
+    if (stream_->over_budget() && shell_) shell_->set_paused(true);
   }
 
   void on_run_finished(const pty::RunOutcome& o) override {
     shell_ = nullptr;
-    if (conn_) {
+    if (stream_) {
       protocol::ExecutionResult r;
       r.exit_code = o.exit_code;
       if (o.signal) {
@@ -88,74 +65,37 @@ class RunStream : public StreamObserver, public pty::BashListener {
       }
       r.timed_out = o.timed_out;
       r.execution_time_ms = o.duration_ms;
-      r.stdout_bytes = bytes_[0];
-      r.stderr_bytes = bytes_[1];
-      for (int i = 0; i < 2; ++i) {
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned int n = 0;
-        EVP_DigestFinal_ex(sha_[i], md, &n);
-        static const char k[] = "0123456789abcdef";
-        std::string hex;
-        for (unsigned j = 0; j < n; ++j) {
-          hex += k[md[j] >> 4];
-          hex += k[md[j] & 15];
-        }
-        (i == 0 ? r.stdout_sha256 : r.stderr_sha256) = hex;
-      }
-      std::string buf;
-      int64_t now = unix_ms();
-      enc_.flush(buf, protocol::OutputStream::out, now);
-      enc_.flush(buf, protocol::OutputStream::err, now);
-      enc_.terminal(buf, r, now);
-      conn_->stream_write(buf);
-      conn_->end_stream();
+      r.stdout_bytes = digest_[0].bytes();
+      r.stderr_bytes = digest_[1].bytes();
+      r.stdout_sha256 = digest_[0].finish_hex();
+      r.stderr_sha256 = digest_[1].finish_hex();
+      stream_->finish(r);
     }
-    detach();
+    delete this;
   }
 
-  // Frees a stream that never started.
+  // Frees a run that never started.
   void discard() {
-    shell_ = nullptr;
-    conn_ = nullptr;
-    detach();
+    stream_->discard();
+    delete this;
   }
 
-  // StreamObserver
-  void on_writable() override {
-    if (shell_ && conn_ && !conn_->over_budget()) shell_->set_paused(false);
+  // EventStream::Owner
+  void on_stream_writable() override {
+    if (shell_ && stream_ && !stream_->over_budget()) shell_->set_paused(false);
   }
-  void on_closed() override {
-    conn_ = nullptr;
+  void on_stream_closed() override {
+    stream_ = nullptr;
     pty::BashSession* s = shell_;
     shell_ = nullptr;
     if (s) s->detach_listener();  // the run goes on; its output is dropped
-    detach();
+    delete this;
   }
 
  private:
-  void ping() {
-    if (!conn_) return;
-    std::string buf;
-    enc_.ping(buf, unix_ms());
-    conn_->stream_write(buf);
-  }
-  void detach() {
-    if (detached_) return;
-    detached_ = true;
-    if (conn_) conn_->set_observer(nullptr);
-    conn_ = nullptr;
-    uv_timer_stop(&ping_);
-    uv_close(reinterpret_cast<uv_handle_t*>(&ping_), [](uv_handle_t* h) { delete static_cast<RunStream*>(h->data); });
-  }
-
   pty::BashSession* shell_;
-  Connection* conn_;
-  protocol::EventEncoder enc_;
-  uv_timer_t ping_;
-  std::string buf_;
-  bool detached_ = false;
-  EVP_MD_CTX* sha_[2] = {nullptr, nullptr};
-  uint64_t bytes_[2] = {0, 0};
+  EventStream* stream_;  // frees itself; nullptr once the client is gone
+  pty::OutputDigest digest_[2];
 };
 
 class SessionRegistry {
@@ -286,9 +226,7 @@ void handle_run(SessionRegistry& reg, Connection& c, HttpRequest& r, const std::
     c.respond_error(409, "SESSION_BUSY", "session " + id + " is already running a command");
     return;
   }
-  const std::string* accept = r.header("accept");
-  bool exact = reg.ctx().config.exact_framing || (accept && accept->find("application/x-ndjson") != std::string::npos);
-  auto* stream = new RunStream(e->shell, c, exact ? protocol::Framing::exact : protocol::Framing::compat);
+  auto* stream = new RunStream(e->shell, c, framing_for(reg.ctx(), r));
   std::string err;
   auto status = e->shell->run(command, cwd, timeout_ms, stream, err);
   if (status != pty::BashSession::RunStatus::started) {

@@ -20,101 +20,11 @@ using protocol::ApiError;
 namespace codes = protocol::codes;
 
 // ---------------------------------------------------------------------------
-// The live stream: one record's events on one HTTP response.
-
-class CommandStream : public StreamObserver {
- public:
-  CommandStream(CommandRecord& rec, Connection& conn, protocol::Framing framing)
-      : rec_(&rec), conn_(&conn), alive_(conn.weak()), enc_(framing) {
-    uv_timer_init(conn.loop(), &ping_);
-    ping_.data = this;
-  }
-
-  void start() {
-    conn_->begin_stream(200,
-                        {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
-                         "X-Accel-Buffering: no"},
-                        this);
-    std::string buf;
-    int64_t now = unix_ms();
-    enc_.init(buf, rec_->id, now);
-    enc_.ping(buf, now);
-    conn_->stream_write(buf);
-    uv_timer_start(&ping_, [](uv_timer_t* t) { static_cast<CommandStream*>(t->data)->ping(); }, 3000, 3000);
-  }
-
-  void output(pty::Stream s, const uint8_t* data, size_t len) {
-    buf_.clear();
-    enc_.output(buf_, static_cast<protocol::OutputStream>(s), data, len, unix_ms());
-    conn_->stream_write(buf_);
-  }
-
-  bool over_budget() const { return conn_ && conn_->over_budget(); }
-
-  // Writes the terminal event and ends the response.
-  void finish(const protocol::ExecutionResult& result) {
-    std::string buf;
-    int64_t now = unix_ms();
-    enc_.flush(buf, protocol::OutputStream::out, now);
-    enc_.flush(buf, protocol::OutputStream::err, now);
-    enc_.terminal(buf, result, now);
-    conn_->stream_write(buf);
-    conn_->end_stream();
-    detach();
-  }
-
-  // Background commands: the stream only says that the command started.
-  void finish_background() {
-    std::string buf;
-    buf += "{\"type\":\"execution_complete\",\"timestamp\":" + std::to_string(unix_ms()) + "}";
-    buf += enc_.framing() == protocol::Framing::exact ? "\n" : "\n\n";
-    conn_->stream_write(buf);
-    conn_->end_stream();
-    detach();
-  }
-
-  void on_writable() override {
-    if (rec_) rec_->update_pause();
-  }
-  void on_closed() override {
-    conn_ = nullptr;
-    CommandRecord* rec = rec_;
-    detach();
-    if (rec) rec->update_pause();
-  }
-
- private:
-  void ping() {
-    if (!conn_) return;
-    std::string buf;
-    enc_.ping(buf, unix_ms());
-    conn_->stream_write(buf);
-  }
-
-  void detach() {
-    if (rec_) rec_->stream = nullptr;
-    rec_ = nullptr;
-    if (conn_) conn_->set_observer(nullptr);
-    conn_ = nullptr;
-    uv_timer_stop(&ping_);
-    uv_close(reinterpret_cast<uv_handle_t*>(&ping_),
-             [](uv_handle_t* h) { delete static_cast<CommandStream*>(h->data); });
-  }
-
-  CommandRecord* rec_;
-  Connection* conn_;
-  std::weak_ptr<Connection> alive_;
-  protocol::EventEncoder enc_;
-  uv_timer_t ping_;
-  std::string buf_;
-};
-
-// ---------------------------------------------------------------------------
 // Records
 
 void CommandRecord::on_output(pty::Stream s, const uint8_t* data, size_t len) {
   if (log) log->append(data, len);
-  if (stream) stream->output(s, data, len);
+  if (stream) stream->output(static_cast<protocol::OutputStream>(s), data, len);
   if ((stream && stream->over_budget()) || (log && log->over_budget())) update_pause();
 }
 
@@ -128,7 +38,15 @@ void CommandRecord::on_finished(const pty::Outcome& o) {
   outcome = o;
   finished_ns = unix_ns();
   if (stream) stream->finish(result());
+  stream = nullptr;
   registry.finished(this);
+}
+
+void CommandRecord::on_stream_writable() { update_pause(); }
+
+void CommandRecord::on_stream_closed() {
+  stream = nullptr;
+  update_pause();
 }
 
 protocol::ExecutionResult CommandRecord::result() const {
@@ -401,9 +319,8 @@ void after_prepare(uv_work_t* work, int status) {
   limits.kill_grace_ms = ctx.config.kill_grace_ms;
   std::string error;
   rec->cmd = pty::Command::start(ctx.loop, *ctx.reaper, w->opts, limits, rec, error);
-  auto* stream = new CommandStream(*rec, *conn, w->framing);
-  rec->stream = stream;
-  stream->start();
+  auto* stream = new EventStream(*conn, w->framing, rec);
+  stream->start(rec->id);
   if (!rec->cmd) {
     // Contract 3.4: a start failure is still a 200 stream with init, then an error.
     spdlog::warn("command {} failed to start: {}", rec->id, error);
@@ -415,6 +332,7 @@ void after_prepare(uv_work_t* work, int status) {
   }
   spdlog::info("command {} started: pid {}{}", rec->id, rec->cmd->pid(), w->req.background ? " (background)" : "");
   if (w->req.background) stream->finish_background();
+  else rec->stream = stream;
 }
 
 }  // namespace
@@ -430,10 +348,7 @@ void handle_command_run(CommandRegistry& reg, Connection& conn, protocol::HttpRe
   w->reg = &reg;
   w->conn = conn.weak();
   w->req = std::move(std::get<protocol::CommandRequest>(decoded));
-  const std::string* accept = req.header("accept");
-  bool exact = reg.ctx().config.exact_framing ||
-               (accept && accept->find("application/x-ndjson") != std::string::npos);
-  w->framing = exact ? protocol::Framing::exact : protocol::Framing::compat;
+  w->framing = framing_for(reg.ctx(), req);
   uv_queue_work(reg.ctx().loop, &w->work, prepare, after_prepare);
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "execd/context.h"
+#include "execd/event_stream.h"
 #include "execd/output_log.h"
 #include "execd/server.h"
 #include "protocol/envelope.h"
@@ -24,12 +25,13 @@
 namespace execd {
 
 class CommandRegistry;
-class CommandStream;
 
-struct CommandRecord : pty::CommandSink {
+struct CommandRecord : pty::CommandSink, EventStream::Owner {
   CommandRecord(CommandRegistry& r) : registry(r) {}
   void on_output(pty::Stream s, const uint8_t* data, size_t len) override;
   void on_finished(const pty::Outcome& outcome) override;
+  void on_stream_writable() override;
+  void on_stream_closed() override;
   void update_pause();
   protocol::ExecutionResult result() const;
   std::string status_json() const;
@@ -42,7 +44,7 @@ struct CommandRecord : pty::CommandSink {
   std::optional<pty::Outcome> outcome;
   std::string start_error;
   std::shared_ptr<OutputLog> log;
-  CommandStream* stream = nullptr;
+  EventStream* stream = nullptr;  // the live client, if still connected
 };
 
 class CommandRegistry {

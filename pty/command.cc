@@ -1,7 +1,6 @@
 // pty/command: see header.
 #include "pty/command.h"
 
-#include <openssl/evp.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
@@ -29,16 +28,6 @@ const SignalName kSignals[] = {
     {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGWINCH, "SIGWINCH"}, {SIGIO, "SIGIO"},
     {SIGSYS, "SIGSYS"},
 };
-
-std::string hex(const unsigned char* d, size_t n) {
-  static const char k[] = "0123456789abcdef";
-  std::string s(n * 2, '0');
-  for (size_t i = 0; i < n; ++i) {
-    s[2 * i] = k[d[i] >> 4];
-    s[2 * i + 1] = k[d[i] & 15];
-  }
-  return s;
-}
 
 int64_t timeval_ms(const struct timeval& tv) { return int64_t(tv.tv_sec) * 1000 + tv.tv_usec / 1000; }
 }  // namespace
@@ -68,14 +57,6 @@ Command::Command(uv_loop_t* loop, Reaper& reaper) : loop_(loop), reaper_(reaper)
     t->data = this;
     ++open_handles_;
   }
-  for (auto& ctx : sha_) {
-    ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  }
-}
-
-Command::~Command() {
-  for (auto& ctx : sha_) EVP_MD_CTX_free(ctx);
 }
 
 Command* Command::start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opts, CommandLimits limits,
@@ -110,7 +91,7 @@ Command* Command::start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opt
 void Command::on_data(Stream s, const uint8_t* data, size_t len) {
   int i = static_cast<int>(s);
   outcome_.bytes[i] += len;
-  EVP_DigestUpdate(sha_[i], data, len);
+  digest_[i].update(data, len);
   if (sink_) sink_->on_output(s, data, len);
 }
 
@@ -175,12 +156,7 @@ void Command::maybe_finish() {
   if (finished_ || !leader_exited_ || !pump_done_[0] || !pump_done_[1]) return;
   finished_ = true;
   uv_timer_stop(&drain_timer_);
-  for (int i = 0; i < 2; ++i) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(sha_[i], md, &n);
-    outcome_.sha256[i] = hex(md, n);
-  }
+  for (int i = 0; i < 2; ++i) outcome_.sha256[i] = digest_[i].finish_hex();
   if (sink_) sink_->on_finished(outcome_);
 }
 

@@ -17,10 +17,9 @@
 #include <optional>
 #include <string>
 
+#include "pty/digest.h"
 #include "pty/reaper.h"
 #include "pty/spawn.h"
-
-typedef struct evp_md_ctx_st EVP_MD_CTX;
 
 namespace execd::pty {
 
@@ -83,7 +82,7 @@ class Command {
 
  private:
   Command(uv_loop_t* loop, Reaper& reaper);
-  ~Command();
+  ~Command() = default;
   void on_exit(const ExitInfo& info);
   void on_data(Stream s, const uint8_t* data, size_t len);
   void on_pump_eof(Stream s);
@@ -101,7 +100,7 @@ class Command {
   bool is_pty_ = false;
   OutputPump* pumps_[2] = {nullptr, nullptr};
   bool pump_done_[2] = {true, true};
-  EVP_MD_CTX* sha_[2] = {nullptr, nullptr};
+  OutputDigest digest_[2];
   uv_timer_t timeout_timer_, kill_timer_, drain_timer_;
   int open_handles_ = 0;
   bool leader_exited_ = false, finished_ = false, paused_ = false, released_ = false;
