@@ -1,0 +1,64 @@
+"""Fixtures that run a real execd binary (EXECD_BIN, default build/execd).
+
+* `execd`        — a fresh daemon per test on a free port (--port 0; the port
+                   is read from the "listening on" stderr line), a random
+                   token and a temporary --state-dir. Teardown sends SIGTERM
+                   and requires a clean exit (status 0) — every test thereby
+                   also exercises graceful shutdown.
+* `execd_factory` — start daemons with custom flags/env/token; each one is
+                   stopped (and its exit status checked) at teardown unless the
+                   test already stopped it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from execd_client import Execd, execd_bin, start_execd  # noqa: E402
+
+
+def pytest_configure(config):
+    b = execd_bin()
+    if not os.access(b, os.X_OK):
+        raise pytest.UsageError(f"execd binary not found: {b} (set EXECD_BIN or run `make build`)")
+
+
+class _Factory:
+    def __init__(self, tmp_path_factory):
+        self.started: list[Execd] = []
+        self.tmp = tmp_path_factory
+
+    def __call__(self, *args, check_exit=True, **kw) -> Execd:
+        kw.setdefault("state_dir", self.tmp.mktemp("state"))
+        ex = start_execd(*args, **kw)
+        ex.check_exit = check_exit
+        self.started.append(ex)
+        return ex
+
+    def close(self):
+        problems = []
+        for ex in self.started:
+            already = ex.proc.poll() is not None
+            rc = ex.stop()
+            if ex.check_exit and not already and rc != 0:
+                problems.append(f"execd {ex.args} exited {rc} after SIGTERM; stderr tail:\n"
+                                + ex.stderr_text()[-3000:])
+        assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def execd_factory(tmp_path_factory):
+    f = _Factory(tmp_path_factory)
+    yield f
+    f.close()
+
+
+@pytest.fixture
+def execd(execd_factory) -> Execd:
+    return execd_factory()
