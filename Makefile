@@ -11,9 +11,8 @@ VENV ?= .venv
 PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
                 libspdlog-dev libfmt-dev doctest-dev libssl-dev python3-venv curl procps
-PY_PACKAGES := opensandbox pytest websockets pyyaml
 
-.PHONY: all deps build build-asan run test unit integration test-image bench static clean
+.PHONY: all deps venv build build-asan run test unit integration test-image bench static clean
 
 all: build
 
@@ -27,9 +26,9 @@ deps:
 	  apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(VENV)/.ready: Makefile
+$(VENV)/.ready: tests/requirements.txt
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check $(PY_PACKAGES)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
 venv: deps $(VENV)/.ready
@@ -62,8 +61,10 @@ test: unit integration
 test-image: build venv
 	EXECD_IMAGE_TEST=1 $(VENV)/bin/pytest -q -rs tests/image
 
-bench: build venv
-	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor
+bench: build static venv
+	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor --static $(BUILD)/execd-static
+	$(VENV)/bin/python tests/bench/bench_files.py --execd $(BUILD)/execd
+	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/python tests/bench/bench_pty.py
 
 static: deps
 	./image/fetch-simdjson.sh $(STATIC_BUILD)/simdjson

@@ -1,6 +1,7 @@
 // pty/pump: see header.
 #include "pty/pump.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +17,8 @@ uint8_t g_read_buffer[kReadSize];
 OutputPump* OutputPump::open(uv_loop_t* loop, int fd, DataFn on_data, EofFn on_eof) {
   auto* p = new OutputPump();
   p->fd_ = fd;
+  struct stat st;
+  p->short_read_drains_ = fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
   p->on_data_ = std::move(on_data);
   p->on_eof_ = std::move(on_eof);
   uv_poll_init(loop, &p->poll_, fd);
@@ -44,7 +47,7 @@ void OutputPump::on_poll(uv_poll_t* h, int status, int events) {
   auto* self = static_cast<OutputPump*>(h->data);
   // Bounded number of reads per wake-up keeps one busy command from starving
   // the loop's other work.
-  self->read_some(status < 0 ? 1 : 4);
+  self->read_some(status < 0 ? 1 : 16);
 }
 
 size_t OutputPump::read_some(int max_reads) {
@@ -55,7 +58,7 @@ size_t OutputPump::read_some(int max_reads) {
       bytes_ += static_cast<uint64_t>(n);
       delivered += static_cast<size_t>(n);
       on_data_(g_read_buffer, static_cast<size_t>(n));
-      if (static_cast<size_t>(n) < kReadSize) break;
+      if (short_read_drains_ && static_cast<size_t>(n) < kReadSize) break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -40,6 +40,8 @@ class OutputPump {
   uv_poll_t poll_;
   int fd_ = -1;
   bool paused_ = false, eof_ = false, closing_ = false, polling_ = false;
+  // A short read empties a pipe, but a PTY hands out a few KiB per read.
+  bool short_read_drains_ = false;
   uint64_t bytes_ = 0;
   DataFn on_data_;
   EofFn on_eof_;
