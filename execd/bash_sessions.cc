@@ -64,6 +64,7 @@ class RunStream : public EventStream::Owner, public pty::BashListener {
         r.signal_text = pty::signal_description(o.signal);
       }
       r.timed_out = o.timed_out;
+      r.interrupted = o.interrupted;
       r.execution_time_ms = o.duration_ms;
       r.stdout_bytes = digest_[0].bytes();
       r.stderr_bytes = digest_[1].bytes();
@@ -239,6 +240,13 @@ void handle_run(SessionRegistry& reg, Connection& c, HttpRequest& r, const std::
 }
 
 }  // namespace
+
+InterruptResult interrupt_bash_session_run(const std::string& id) {
+  SessionEntry* e = g_session_registry ? g_session_registry->find(id) : nullptr;
+  if (!e) return InterruptResult::not_found;
+  if (!e->shell || !e->shell->interrupt()) return InterruptResult::not_running;
+  return InterruptResult::interrupted;
+}
 
 void kill_all_bash_sessions() {
   if (g_session_registry) g_session_registry->kill_all();

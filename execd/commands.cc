@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fs/expand.h"
+#include "execd/terminals.h"
 #include "protocol/errors.h"
 #include "protocol/requests.h"
 
@@ -366,8 +367,19 @@ void handle_command_interrupt(CommandRegistry& reg, Connection& conn, const prot
   }
   CommandRecord* rec = reg.find(*id);
   if (!rec) {
-    respond_unknown(conn, *id);
-    return;
+    // Contract 4.5: the id may name a bash session; its run is stopped.
+    switch (interrupt_bash_session_run(*id)) {
+      case InterruptResult::interrupted:
+        conn.respond_empty(200);
+        return;
+      case InterruptResult::not_running:
+        conn.respond_error(500, codes::kRuntimeError,
+                           "error interrupting command. session " + *id + " is not running a command");
+        return;
+      case InterruptResult::not_found:
+        respond_unknown(conn, *id);
+        return;
+    }
   }
   if (!rec->cmd || !rec->cmd->running()) {
     conn.respond_error(500, codes::kRuntimeError,

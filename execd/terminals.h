@@ -26,6 +26,11 @@ inline void kill_all_terminal_sessions() {
   kill_all_bash_sessions();
 }
 
+// DELETE /command?id=<session id>: stops the session's current run (the Go
+// daemon deleted the whole session).
+enum class InterruptResult { not_found, not_running, interrupted };
+InterruptResult interrupt_bash_session_run(const std::string& session_id);
+
 // Expands `$VAR` in a session cwd with execd's environment and creates it
 // (mkdir -p, 0777 & ~umask). Empty stays empty. False with `error` set.
 bool prepare_session_cwd(const Context& ctx, const std::string& in, std::string& out, std::string& error);

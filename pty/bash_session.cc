@@ -124,6 +124,7 @@ BashSession::RunStatus BashSession::run(const std::string& command, const std::s
   run_active_ = true;
   status_seen_ = false;
   timed_out_ = false;
+  interrupted_ = false;
   status_buf_.clear();
   listener_ = listener;
   run_start_ns_ = uv_hrtime();
@@ -160,6 +161,15 @@ void BashSession::on_timer() {
     if (p != pid_ && !preexisting_.count(p)) kill(p, SIGKILL);
   uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<BashSession*>(t->data)->on_timer(); }, 50, 0);
   timer_running_ = true;
+}
+
+bool BashSession::interrupt() {
+  if (!run_active_ || shell_exited_) return false;
+  if (timed_out_) return true;  // already being stopped
+  interrupted_ = true;
+  stop_timer();
+  on_timer();
+  return true;
 }
 
 void BashSession::stop_timer() {
@@ -203,6 +213,10 @@ void BashSession::try_complete() {
 }
 
 void BashSession::complete(RunOutcome o) {
+  if (interrupted_) {
+    o.interrupted = true;
+    o.timed_out = false;
+  }
   stop_timer();
   run_active_ = false;
   o.duration_ms = static_cast<int64_t>((uv_hrtime() - run_start_ns_) / 1000000);

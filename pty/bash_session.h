@@ -46,6 +46,7 @@ struct RunOutcome {
   std::optional<int> exit_code;  // empty when a signal ended it
   int signal = 0;
   bool timed_out = false;
+  bool interrupted = false;   // stopped by interrupt(), not by its timeout
   bool shell_exited = false;  // the run ended the shell (or it was killed)
   int64_t duration_ms = 0;
 };
@@ -75,6 +76,9 @@ class BashSession : public CommandSink {
                 std::string& error);
   // The client left: the run continues, its output is dropped.
   void detach_listener();
+  // Stops the current run the way its timeout would; the shell survives.
+  // False if no run is active.
+  bool interrupt();
   void set_paused(bool paused);
   // SIGKILL to every process of the shell's session, the shell included.
   void kill_all();
@@ -111,7 +115,8 @@ class BashSession : public CommandSink {
   uint64_t run_counter_ = 0;
 
   // The current run.
-  bool run_active_ = false, status_seen_ = false, timed_out_ = false;
+  // timed_out_: the run is being stopped (by its timeout or interrupt()).
+  bool run_active_ = false, status_seen_ = false, timed_out_ = false, interrupted_ = false;
   int status_code_ = 0;
   std::string status_buf_, run_file_;
   BashListener* listener_ = nullptr;

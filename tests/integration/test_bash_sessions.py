@@ -239,6 +239,30 @@ def test_concurrent_run_conflicts(execd, sdk):
     wait_until(lambda: not _pids_with_cmdline("sleep 419.1"), 5 * SLOW, what="run killed by DELETE")
 
 
+def test_interrupt_by_command_id_stops_the_run_not_the_session(execd, sdk):
+    sid = sdk.create()
+    sdk.run(sid, "kept=still-here")
+    c = execd.conn(30)
+    c.request("POST", f"/session/{sid}/run", body=json.dumps({"command": "echo go; sleep 419.2; echo no"}),
+              headers=execd.headers({"Content-Type": "application/json", "Accept": "application/x-ndjson"}))
+    r = c.getresponse()
+    assert r.status == 200
+    wait_until(lambda: _pids_with_cmdline("sleep 419.2"), 5 * SLOW, what="run")
+    st, h, data = execd.request("DELETE", f"/command?id={sid}")
+    assert st == 200, data
+    events = [json.loads(line) for line in r.read().splitlines() if line.strip()]
+    c.close()
+    term = events[-1]
+    assert term["type"] == "execution_complete"
+    assert term["interrupted"] is True and term["timed_out"] is False
+    assert term["exit_code"] is None
+    assert not _pids_with_cmdline("sleep 419.2")
+    # The session and its state survive (the Go daemon deleted the session).
+    assert out(sdk.run(sid, "echo $kept")) == ["still-here"]
+    st, js = execd.json("DELETE", f"/command?id={sid}")
+    assert st == 500 and js["code"] == "RUNTIME_ERROR"  # no run in progress
+
+
 def test_unknown_session_and_bad_requests(execd, sdk):
     st, js = execd.json("POST", "/session/nope/run", {"command": "echo"})
     assert st == 404 and js["code"] == "CONTEXT_NOT_FOUND"
