@@ -47,6 +47,28 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JsonMessageFlag>(); }
 };
 
+// /proc/<execd>/cmdline is world-readable and /proc/<execd>/environ readable
+// by commands running as root: both show the process's original argument and
+// environment memory, which unsetenv() does not touch. Overwrite the token
+// there once it has been copied into the config.
+void hide_secrets_from_proc(int argc, char** argv) {
+  auto blank = [](char* p) {
+    for (; *p; ++p) *p = 'x';
+  };
+  for (int i = 1; i < argc; ++i) {
+    char* a = argv[i];
+    const char* flags[] = {"--access-token", "-access-token"};
+    for (const char* f : flags) {
+      size_t n = strlen(f);
+      if (strncmp(a, f, n) != 0) continue;
+      if (a[n] == '=') blank(a + n + 1);
+      else if (a[n] == '\0' && i + 1 < argc) blank(argv[i + 1]);
+    }
+  }
+  for (char** e = environ; *e; ++e)
+    if (strncmp(*e, "EXECD_ACCESS_TOKEN=", 19) == 0) blank(*e + 19);
+}
+
 void setup_logging(const execd::Config& cfg) {
   auto logger = spdlog::stderr_logger_st("execd");
   spdlog::set_default_logger(logger);
@@ -147,6 +169,7 @@ int main(int argc, char** argv) {
   setup_logging(ctx.config);
   if (ctx.config.insecure_no_auth) spdlog::warn("running WITHOUT an access token (--insecure-no-auth)");
 
+  hide_secrets_from_proc(argc, argv);
   unsetenv("EXECD_ACCESS_TOKEN");
   for (char** e = environ; *e; ++e)
     if (!is_secret(*e)) ctx.base_env.emplace_back(*e);

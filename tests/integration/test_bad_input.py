@@ -270,6 +270,19 @@ def test_flag_token_not_in_command_env(execd):
     assert res.stdout and execd.token.encode() not in res.stdout
 
 
+def test_token_not_readable_from_proc(execd_factory):
+    env = dict(os.environ)
+    env["EXECD_ACCESS_TOKEN"] = "env-token-789"
+    for ex, tok in ((execd_factory(env=env), None), (execd_factory(token=None, env=env), "env-token-789")):
+        if tok:
+            ex.token = tok
+        # Any user can read /proc/<execd>/cmdline; root can read its environ.
+        res = ex.run(f"cat /proc/{ex.pid}/cmdline; cat /proc/{ex.pid}/environ", exact=True)
+        assert res.status == 200 and res.stdout
+        assert ex.token.encode() not in res.stdout
+        assert b"env-token-789" not in res.stdout
+
+
 def test_token_never_logged(execd_factory):
     ex = execd_factory("--log-level", "debug", check_exit=False)
     tok = ex.token
