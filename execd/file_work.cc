@@ -23,8 +23,23 @@ FileReply FileReply::error(int status, std::string_view code, std::string_view m
   return r;
 }
 
+FileStatus file_error_status(fs::ErrorKind kind) {
+  namespace codes = protocol::codes;
+  switch (kind) {
+    case fs::ErrorKind::not_found: return {404, codes::kFileNotFound};
+    case fs::ErrorKind::bad_request: return {400, codes::kInvalidRequestBody};
+    // 403 and 507 are new: the Go daemon answered both with 500.
+    case fs::ErrorKind::forbidden: return {403, codes::kPermissionDenied};
+    case fs::ErrorKind::no_space: return {507, codes::kInsufficientStorage};
+    case fs::ErrorKind::conflict:
+    case fs::ErrorKind::internal: break;
+  }
+  return {500, codes::kRuntimeError};
+}
+
 FileReply FileReply::from(const fs::Error& error) {
-  return FileReply::error(fs::http_status(error.kind), fs::envelope_code(error.kind), error.message);
+  FileStatus st = file_error_status(error.kind);
+  return FileReply::error(st.status, st.code, error.message);
 }
 
 void send_reply(Connection& conn, const FileReply& reply) {

@@ -19,6 +19,13 @@
 
 namespace execd {
 
+// The HTTP status and envelope code of a file system error kind.
+struct FileStatus {
+  int status;
+  std::string_view code;
+};
+FileStatus file_error_status(fs::ErrorKind kind);
+
 // A complete plain response, built on a pool thread, sent on the loop.
 struct FileReply {
   int status = 200;

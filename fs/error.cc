@@ -6,30 +6,6 @@
 
 namespace execd::fs {
 
-int http_status(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::not_found: return 404;
-    case ErrorKind::bad_request: return 400;
-    case ErrorKind::forbidden: return 403;
-    case ErrorKind::no_space: return 507;
-    case ErrorKind::conflict:
-    case ErrorKind::internal: return 500;
-  }
-  return 500;
-}
-
-std::string_view envelope_code(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::not_found: return error_code::file_not_found;
-    case ErrorKind::bad_request: return error_code::invalid_request_body;
-    case ErrorKind::forbidden: return error_code::permission_denied;
-    case ErrorKind::no_space: return error_code::insufficient_storage;
-    case ErrorKind::conflict:
-    case ErrorKind::internal: return error_code::runtime_error;
-  }
-  return error_code::runtime_error;
-}
-
 ErrorKind kind_for_errno(int errno_value) {
   switch (errno_value) {
     case ENOENT: return ErrorKind::not_found;

@@ -1,5 +1,5 @@
-// fs/error.h — the error and result types shared by every fs/ operation, and
-// the single place where error kinds map to HTTP statuses and envelope codes.
+// fs/error.h — the error and result types shared by every fs/ operation.
+// How a kind becomes an HTTP answer is decided by the handlers (execd/file_work).
 #pragma once
 
 #include <optional>
@@ -12,31 +12,18 @@ namespace execd::fs {
 
 // What went wrong, at the granularity a handler needs to pick a response.
 enum class ErrorKind {
-  not_found,    // 404 FILE_NOT_FOUND
-  bad_request,  // 400 INVALID_REQUEST_BODY
-  forbidden,    // 403 PERMISSION_DENIED (EACCES / EPERM)
-  no_space,     // 507 INSUFFICIENT_STORAGE (ENOSPC / EDQUOT)
-  conflict,     // 500 RUNTIME_ERROR (exists already, is a directory, ...)
-  internal,     // 500 RUNTIME_ERROR (anything else)
+  not_found,    // missing path (ENOENT)
+  bad_request,  // the request itself is wrong (bad path, mode, owner, ...)
+  forbidden,    // EACCES / EPERM / EROFS
+  no_space,     // ENOSPC / EDQUOT
+  conflict,     // exists already, is a directory, ...
+  internal,     // anything else
 };
-
-// Envelope code strings (contract §1.4) used by the filesystem handlers.
-// The 403 and 507 codes are new: the Go daemon reports those cases as 500.
-namespace error_code {
-inline constexpr std::string_view file_not_found = "FILE_NOT_FOUND";
-inline constexpr std::string_view invalid_request_body = "INVALID_REQUEST_BODY";
-inline constexpr std::string_view permission_denied = "PERMISSION_DENIED";
-inline constexpr std::string_view insufficient_storage = "INSUFFICIENT_STORAGE";
-inline constexpr std::string_view runtime_error = "RUNTIME_ERROR";
-}  // namespace error_code
 
 struct Error {
   ErrorKind kind = ErrorKind::internal;
   std::string message;
 };
-
-int http_status(ErrorKind kind);
-std::string_view envelope_code(ErrorKind kind);
 
 // Maps an errno to a kind; `what` is prefixed to the errno text, e.g.
 // errno_error(ENOENT, "lstat /x") -> {not_found, "lstat /x: No such file or directory"}.

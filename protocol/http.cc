@@ -261,6 +261,13 @@ const std::string* query_value(const QueryParams& q, std::string_view name) {
   return nullptr;
 }
 
+bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
 void append_chunk(std::string& out, std::string_view data) {
   if (data.empty()) return;
   char buf[20];

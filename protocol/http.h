@@ -117,6 +117,10 @@ QueryParams parse_query(std::string_view query);
 const std::string* query_value(const QueryParams& q, std::string_view name);
 
 void append_chunk(std::string& out, std::string_view data);
+
+// ASCII case-insensitive equality (header names and tokens, JSON keys the
+// way Go's decoder matches them).
+bool equals_ignoring_ascii_case(std::string_view a, std::string_view b);
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
 }  // namespace execd::protocol

@@ -1,6 +1,8 @@
 // OpenSandbox PTY WebSocket protocol helpers (see pty_frames.h).
 #include "protocol/pty_frames.h"
 
+#include "protocol/http.h"
+
 #include <csignal>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -134,18 +136,6 @@ std::string go_quote(std::string_view text) {
   }
   out += '"';
   return out;
-}
-
-bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i];
-    char y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
 }
 
 // Go semantics for a string field: null keeps the zero value, a string is taken,

@@ -2,6 +2,7 @@
 // encoders. See websocket.h for the contract of each piece.
 #include "protocol/websocket.h"
 
+#include "protocol/http.h"
 #include "protocol/json_text.h"
 
 #include <openssl/evp.h>
@@ -23,18 +24,6 @@ std::string_view trim_optional_whitespace(std::string_view text) {
   while (!text.empty() && is_optional_whitespace(text.front())) text.remove_prefix(1);
   while (!text.empty() && is_optional_whitespace(text.back())) text.remove_suffix(1);
   return text;
-}
-
-bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i];
-    char y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
 }
 
 bool lookup_has_token(const HeaderLookup& header, std::string_view name, std::string_view token) {

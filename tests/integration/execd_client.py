@@ -55,6 +55,24 @@ def vm_rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
+def pids_with_cmdline(needle: str) -> list[int]:
+    """Live (non-zombie) processes whose command line contains `needle`."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in cmd and state != "Z":
+            pids.append(int(d))
+    return pids
+
+
 def children_of(pid: int) -> list[tuple[int, str]]:
     """(pid, state) of every process whose parent is `pid`."""
     out = []

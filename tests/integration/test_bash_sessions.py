@@ -20,7 +20,7 @@ from datetime import timedelta
 
 import pytest
 
-from execd_client import SLOW, wait_until
+from execd_client import SLOW, wait_until, pids_with_cmdline
 
 from opensandbox.adapters.factory import AdapterFactory
 from opensandbox.config import ConnectionConfig
@@ -169,45 +169,28 @@ def test_exit_ends_the_session(execd, sdk):
     assert execd.json("DELETE", f"/session/{sid}")[0] == 404
 
 
-def _pids_with_cmdline(needle: str) -> list[int]:
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in cmd and state != "Z":
-            pids.append(int(d))
-    return pids
-
-
 def test_timeout_kills_the_run_not_the_shell(sdk):
     sid = sdk.create()
     sdk.run(sid, "kept=yes; sleep 417.1 &")  # a background job of an earlier run survives
-    wait_until(lambda: _pids_with_cmdline("sleep 417.1"), 5 * SLOW, what="background sleep")
+    wait_until(lambda: pids_with_cmdline("sleep 417.1"), 5 * SLOW, what="background sleep")
     e = sdk.run(sid, "echo started; sleep 417.2; echo not-reached", timeout=timedelta(milliseconds=300))
     assert out(e) == ["started"]
     assert e.exit_code == -1 and e.error.value == "-1"
-    assert not _pids_with_cmdline("sleep 417.2")
+    assert not pids_with_cmdline("sleep 417.2")
     # Also a loop that never calls a program, nested in functions.
     e = sdk.run(sid, "spin() { while :; do :; done; }; outer() { spin; echo after-spin; }; outer; echo after-outer",
                 timeout=timedelta(milliseconds=300))
     assert e.exit_code == -1 and "after-outer" not in out(e)
     assert out(sdk.run(sid, "echo $kept")) == ["yes"]
-    assert _pids_with_cmdline("sleep 417.1")
+    assert pids_with_cmdline("sleep 417.1")
     sdk.delete(sid)
-    wait_until(lambda: not _pids_with_cmdline("sleep 417.1"), 5 * SLOW, what="background job killed by DELETE")
+    wait_until(lambda: not pids_with_cmdline("sleep 417.1"), 5 * SLOW, what="background job killed by DELETE")
 
 
 def test_delete_kills_everything_and_ends_the_running_stream(execd, sdk):
     sid = sdk.create()
     sdk.run(sid, "sleep 418.1 & (sleep 418.2 &) ; set -m; sleep 418.3 &")
-    wait_until(lambda: len(_pids_with_cmdline("sleep 418.")) == 3, 5 * SLOW, what="three jobs")
+    wait_until(lambda: len(pids_with_cmdline("sleep 418.")) == 3, 5 * SLOW, what="three jobs")
     result = {}
 
     def runner():
@@ -215,12 +198,12 @@ def test_delete_kills_everything_and_ends_the_running_stream(execd, sdk):
 
     t = threading.Thread(target=runner)
     t.start()
-    wait_until(lambda: _pids_with_cmdline("sleep 418.4"), 5 * SLOW, what="run in progress")
+    wait_until(lambda: pids_with_cmdline("sleep 418.4"), 5 * SLOW, what="run in progress")
     sdk.delete(sid)
     t.join(10 * SLOW)
     assert not t.is_alive()
     assert result["e"].exit_code == -1
-    wait_until(lambda: not _pids_with_cmdline("sleep 418."), 5 * SLOW, what="all session processes gone")
+    wait_until(lambda: not pids_with_cmdline("sleep 418."), 5 * SLOW, what="all session processes gone")
 
 
 def test_concurrent_run_conflicts(execd, sdk):
@@ -230,13 +213,13 @@ def test_concurrent_run_conflicts(execd, sdk):
               headers=execd.headers({"Content-Type": "application/json"}))
     r = c.getresponse()
     assert r.status == 200
-    wait_until(lambda: _pids_with_cmdline("sleep 419.1"), 5 * SLOW, what="first run")
+    wait_until(lambda: pids_with_cmdline("sleep 419.1"), 5 * SLOW, what="first run")
     st, js = execd.json("POST", f"/session/{sid}/run", {"command": "echo second"})
     assert st == 409 and js["code"] == "SESSION_BUSY"
     c.close()  # disconnect: the run keeps going until it ends (like /command)
-    assert _pids_with_cmdline("sleep 419.1")
+    assert pids_with_cmdline("sleep 419.1")
     sdk.delete(sid)
-    wait_until(lambda: not _pids_with_cmdline("sleep 419.1"), 5 * SLOW, what="run killed by DELETE")
+    wait_until(lambda: not pids_with_cmdline("sleep 419.1"), 5 * SLOW, what="run killed by DELETE")
 
 
 def test_interrupt_by_command_id_stops_the_run_not_the_session(execd, sdk):
@@ -247,7 +230,7 @@ def test_interrupt_by_command_id_stops_the_run_not_the_session(execd, sdk):
               headers=execd.headers({"Content-Type": "application/json", "Accept": "application/x-ndjson"}))
     r = c.getresponse()
     assert r.status == 200
-    wait_until(lambda: _pids_with_cmdline("sleep 419.2"), 5 * SLOW, what="run")
+    wait_until(lambda: pids_with_cmdline("sleep 419.2"), 5 * SLOW, what="run")
     st, h, data = execd.request("DELETE", f"/command?id={sid}")
     assert st == 200, data
     events = [json.loads(line) for line in r.read().splitlines() if line.strip()]
@@ -256,7 +239,7 @@ def test_interrupt_by_command_id_stops_the_run_not_the_session(execd, sdk):
     assert term["type"] == "execution_complete"
     assert term["interrupted"] is True and term["timed_out"] is False
     assert term["exit_code"] is None
-    assert not _pids_with_cmdline("sleep 419.2")
+    assert not pids_with_cmdline("sleep 419.2")
     # The session and its state survive (the Go daemon deleted the session).
     assert out(sdk.run(sid, "echo $kept")) == ["still-here"]
     st, js = execd.json("DELETE", f"/command?id={sid}")

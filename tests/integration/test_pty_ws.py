@@ -22,7 +22,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from execd_client import SANITIZED, SLOW, vm_rss_kib, wait_until
+from execd_client import SANITIZED, SLOW, vm_rss_kib, wait_until, pids_with_cmdline
 
 TIMEOUT = 10 * SLOW
 
@@ -125,12 +125,12 @@ def test_sigint_reaches_the_foreground_job(execd):
         r = Reader(ws)
         r.until(lambda: r.text_of("connected"), "connected")
         ws.send(b"\x00sleep 421.5; echo rc=$?\n")
-        wait_until(lambda: _pids_with_cmdline("sleep 421.5"), TIMEOUT, what="sleep running")
+        wait_until(lambda: pids_with_cmdline("sleep 421.5"), TIMEOUT, what="sleep running")
         ws.send(json.dumps({"type": "signal", "signal": "SIGINT"}))
         # The job dies of SIGINT; the interactive shell survives.
         ws.send(b"\x00echo after=$?-$((2+2))\n")
         r.until(lambda: b"after=130-4" in r.out, "sleep interrupted")
-        assert not _pids_with_cmdline("sleep 421.5")
+        assert not pids_with_cmdline("sleep 421.5")
 
 
 def test_pipe_mode_separates_stderr(execd):
@@ -241,11 +241,11 @@ def test_delete_kills_job_control_jobs_and_tells_the_client(execd):
         r.until(lambda: r.text_of("connected"), "connected")
         ws.send(b"\x00sleep 423.1 & sleep 423.2 & (sleep 423.3 &); echo started-$((9))\n")
         r.until(lambda: b"started-9" in r.out, "jobs started")
-        wait_until(lambda: len(_pids_with_cmdline("sleep 423.")) == 3, TIMEOUT, what="jobs")
+        wait_until(lambda: len(pids_with_cmdline("sleep 423.")) == 3, TIMEOUT, what="jobs")
         assert execd.request("DELETE", f"/pty/{sid}")[0] == 200
         assert r.until_closed() == (1000, "process exited")
         assert r.text_of("exit") == [{"type": "exit", "exit_code": -1}]
-    wait_until(lambda: not _pids_with_cmdline("sleep 423."), TIMEOUT, what="jobs killed")
+    wait_until(lambda: not pids_with_cmdline("sleep 423."), TIMEOUT, what="jobs killed")
     assert execd.json("GET", f"/pty/{sid}")[0] == 404
 
 
@@ -396,18 +396,3 @@ def test_fragmented_stdin_and_client_close_handshake(execd):
     assert _read_close_code(s, b"") == 1000
 
 
-def _pids_with_cmdline(needle: str) -> list[int]:
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in cmd and state != "Z":
-            pids.append(int(d))
-    return pids

@@ -122,7 +122,7 @@ std::string naive_replace(std::string text, const std::string& from, const std::
 
 // ---- errors -----------------------------------------------------------------
 
-TEST_CASE("fs errors: errno classification and HTTP mapping") {
+TEST_CASE("fs errors: errno classification") {
   CHECK(errno_error(ENOENT, "x").kind == ErrorKind::not_found);
   CHECK(errno_error(EACCES, "x").kind == ErrorKind::forbidden);
   CHECK(errno_error(EPERM, "x").kind == ErrorKind::forbidden);
@@ -130,14 +130,6 @@ TEST_CASE("fs errors: errno classification and HTTP mapping") {
   CHECK(errno_error(EDQUOT, "x").kind == ErrorKind::no_space);
   CHECK(errno_error(EIO, "x").kind == ErrorKind::internal);
   CHECK(errno_error(ENOENT, "lstat /x").message == "lstat /x: No such file or directory");
-  CHECK(http_status(ErrorKind::not_found) == 404);
-  CHECK(http_status(ErrorKind::bad_request) == 400);
-  CHECK(http_status(ErrorKind::forbidden) == 403);
-  CHECK(http_status(ErrorKind::no_space) == 507);
-  CHECK(http_status(ErrorKind::conflict) == 500);
-  CHECK(envelope_code(ErrorKind::not_found) == "FILE_NOT_FOUND");
-  CHECK(envelope_code(ErrorKind::bad_request) == "INVALID_REQUEST_BODY");
-  CHECK(envelope_code(ErrorKind::internal) == "RUNTIME_ERROR");
 }
 
 // ---- paths ------------------------------------------------------------------
@@ -856,4 +848,18 @@ TEST_CASE("AtomicFile") {
     CHECK(AtomicFile::open(dir / "x", bad).error().kind == ErrorKind::bad_request);
     CHECK_FALSE(exists(dir / "x"));
   }
+}
+
+#include "execd/file_work.h"
+
+TEST_CASE("file system errors map to HTTP statuses and envelope codes") {
+  using execd::file_error_status;
+  CHECK(file_error_status(ErrorKind::not_found).status == 404);
+  CHECK(file_error_status(ErrorKind::not_found).code == "FILE_NOT_FOUND");
+  CHECK(file_error_status(ErrorKind::bad_request).status == 400);
+  CHECK(file_error_status(ErrorKind::bad_request).code == "INVALID_REQUEST_BODY");
+  CHECK(file_error_status(ErrorKind::forbidden).status == 403);
+  CHECK(file_error_status(ErrorKind::no_space).status == 507);
+  CHECK(file_error_status(ErrorKind::conflict).status == 500);
+  CHECK(file_error_status(ErrorKind::internal).code == "RUNTIME_ERROR");
 }
