@@ -27,6 +27,7 @@ const char* const kUsage =
     "  --max-body BYTES                largest JSON request body (default 8388608)\n"
     "  --pty-replay-bytes BYTES        replay buffer per PTY session (default 1048576)\n"
     "  --kill-grace D                  TERM to KILL delay on timeout/interrupt (default 2s)\n"
+    "  --idle-timeout D                close connections silent this long between requests (default 2m)\n"
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
     "  --help, --version\n";
 
@@ -127,12 +128,16 @@ std::string parse_config(int argc, char** argv, Config& cfg) {
     } else if (name == "framing") {
       if (!need_value() || (value != "compat" && value != "exact")) return "--framing must be compat or exact";
       cfg.exact_framing = value == "exact";
-    } else if (name == "graceful-shutdown-timeout" || name == "retention" || name == "kill-grace") {
+    } else if (name == "graceful-shutdown-timeout" || name == "retention" || name == "kill-grace" ||
+               name == "idle-timeout") {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)
         return "--" + name + " needs a duration like 1500ms, 2s or 1m";
       grace_flag |= name == "graceful-shutdown-timeout";
-      (name == "retention" ? cfg.retention_ms : name == "kill-grace" ? cfg.kill_grace_ms : cfg.graceful_shutdown_ms) = ms;
+      (name == "retention"      ? cfg.retention_ms
+       : name == "kill-grace"   ? cfg.kill_grace_ms
+       : name == "idle-timeout" ? cfg.idle_timeout_ms
+                                : cfg.graceful_shutdown_ms) = ms;
     } else if (name == "log-limit" || name == "max-body") {
       int64_t n;
       if (!need_value() || !parse_int(value, 0, int64_t(1) << 50, n)) return "--" + name + " needs a byte count";

@@ -108,6 +108,7 @@ struct Shutdown {
 };
 
 void finish_loop(Shutdown& s) {
+  s.server->close_all_connections();
   s.registry->signal_all(SIGKILL);
   s.registry->close();
   s.ctx->reaper->stop();
@@ -203,7 +204,7 @@ int main(int argc, char** argv) {
 
   execd::protocol::RequestParser::Limits limits;
   limits.max_body_bytes = static_cast<size_t>(ctx.config.max_body_bytes);
-  execd::Server server(loop, limits);
+  execd::Server server(loop, limits, static_cast<uint64_t>(ctx.config.idle_timeout_ms));
   execd::CommandRegistry registry(ctx);
   execd::Routes routes(ctx, registry);
   execd::register_file_routes(routes, ctx);

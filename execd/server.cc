@@ -26,7 +26,8 @@ struct WriteReq {
 };
 }  // namespace
 
-Server::Server(uv_loop_t* loop, protocol::RequestParser::Limits limits) : loop_(loop), limits_(limits) {
+Server::Server(uv_loop_t* loop, protocol::RequestParser::Limits limits, uint64_t idle_timeout_ms)
+    : loop_(loop), limits_(limits), idle_timeout_ms_(idle_timeout_ms) {
   uv_tcp_init(loop, &listener_);
   listener_.data = this;
 }
@@ -66,6 +67,14 @@ void Server::close_idle_connections() {
   }
 }
 
+void Server::close_all_connections() {
+  for (Connection* c = first_; c;) {
+    Connection* next = c->next_;
+    c->close();
+    c = next;
+  }
+}
+
 void Server::on_connection(uv_stream_t* listener, int status) {
   auto* server = static_cast<Server*>(listener->data);
   if (status < 0) {
@@ -84,6 +93,9 @@ Connection::Connection(Server& server)
     : server_(server), self_(this, [](Connection* c) { delete c; }), parser_(*this, server.limits_) {
   uv_tcp_init(server.loop_, &tcp_);
   tcp_.data = this;
+  uv_timer_init(server.loop_, &idle_timer_);
+  idle_timer_.data = this;
+  open_handles_ = 2;
   ++server_.connections_;
   next_ = server_.first_;
   if (next_) next_->prev_ = this;
@@ -113,6 +125,16 @@ void Connection::start() {
     }
   }
   resume_reading();
+  arm_idle_timer();
+}
+
+void Connection::arm_idle_timer() {
+  if (closing_ || server_.idle_timeout_ms_ == 0) return;
+  uv_timer_start(&idle_timer_, [](uv_timer_t* t) {
+    auto* c = static_cast<Connection*>(t->data);
+    spdlog::debug("{}: closing idle connection", c->peer_);
+    c->close();
+  }, server_.idle_timeout_ms_, 0);
 }
 
 void Connection::on_alloc(uv_handle_t*, size_t, uv_buf_t* buf) {
@@ -130,6 +152,7 @@ void Connection::on_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf
     return;
   }
   auto keep = self->self_;
+  if (!self->in_request_) self->arm_idle_timer();  // the client is talking
   if (self->raw_reader_) {
     self->raw_reader_(buf->base, static_cast<size_t>(nread));
     return;
@@ -235,6 +258,7 @@ int Connection::socket_fd() const {
 
 void Connection::on_request(protocol::HttpRequest& req) {
   in_request_ = true;
+  uv_timer_stop(&idle_timer_);  // answering: our turn, however long it takes
   keep_alive_ = req.keep_alive && !server_.draining_;
   upgraded_ = req.upgrade;
   server_.handler_(*this, req);
@@ -317,6 +341,7 @@ void Connection::take_over(RawReader on_data, StreamObserver* observer) {
   raw_reader_ = std::move(on_data);
   observer_ = observer;
   in_request_ = true;  // never parse HTTP on this connection again
+  uv_timer_stop(&idle_timer_);  // the new protocol keeps its own deadlines
   if (!parsing_ && !pending_input_.empty()) {
     std::string rest;
     rest.swap(pending_input_);
@@ -329,6 +354,7 @@ void Connection::finish_raw_response() { response_done(); }
 void Connection::response_done() {
   if (closing_) return;
   in_request_ = false;
+  arm_idle_timer();
   if (!keep_alive_) {
     shutdown_after_writes();
     return;
@@ -364,10 +390,13 @@ void Connection::close() {
   StreamObserver* o = observer_;
   observer_ = nullptr;
   if (o) o->on_closed();
-  uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), [](uv_handle_t* h) {
+  auto on_closed = [](uv_handle_t* h) {
     auto* c = static_cast<Connection*>(h->data);
-    c->self_.reset();  // last owner: frees the connection
-  });
+    if (--c->open_handles_ == 0) c->self_.reset();  // last owner: frees the connection
+  };
+  uv_timer_stop(&idle_timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&idle_timer_), on_closed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_closed);
 }
 
 }  // namespace execd

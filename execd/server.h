@@ -33,7 +33,10 @@ class Server {
   using Handler = std::function<void(Connection&, protocol::HttpRequest&)>;
   using HeadHandler = std::function<protocol::BodyMode(Connection&, protocol::HttpRequest&)>;
 
-  Server(uv_loop_t* loop, protocol::RequestParser::Limits limits);
+  // `idle_timeout_ms`: a connection that sends nothing for this long while
+  // no response is in progress is closed (idle keep-alive, or a stalled
+  // request head or body).
+  Server(uv_loop_t* loop, protocol::RequestParser::Limits limits, uint64_t idle_timeout_ms);
   // Returns 0 or a libuv error.
   int listen(const std::string& host, int port);
   void set_handler(Handler h) { handler_ = std::move(h); }
@@ -41,6 +44,7 @@ class Server {
   // Stops accepting; open connections finish their current response and close.
   void stop_accepting();
   void close_idle_connections();
+  void close_all_connections();
   size_t connection_count() const { return connections_; }
   int bound_port() const;
   uv_loop_t* loop() const { return loop_; }
@@ -53,6 +57,7 @@ class Server {
   uv_tcp_t listener_;
   bool listening_ = false, draining_ = false;
   protocol::RequestParser::Limits limits_;
+  uint64_t idle_timeout_ms_;
   Handler handler_;
   HeadHandler head_handler_;
   size_t connections_ = 0;
@@ -123,12 +128,15 @@ class Connection : public protocol::RequestVisitor {
   void queue_write(std::string data);
   void fail_request(int status, const std::string& message);
   void shutdown_after_writes();
+  void arm_idle_timer();
   static void on_alloc(uv_handle_t*, size_t, uv_buf_t* buf);
   static void on_read(uv_stream_t*, ssize_t nread, const uv_buf_t* buf);
 
   Server& server_;
   std::shared_ptr<Connection> self_;  // released in the close callback
   uv_tcp_t tcp_;
+  uv_timer_t idle_timer_;  // armed while the client owes us bytes
+  int open_handles_ = 0;   // freed when both handles are closed
   protocol::RequestParser parser_;
   std::string pending_input_;
   bool in_request_ = false;     // a request is being answered

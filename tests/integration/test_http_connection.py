@@ -117,3 +117,41 @@ def test_malformed_request_closes_only_that_connection(execd):
         assert headers.get("connection") == "close"
         assert s.recv(10) == b""
     assert execd.ping() == 200
+
+
+def _closed_by_server(sock: socket.socket, timeout: float) -> bool:
+    """True once the server closes the connection (EOF), reading anything it sends."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_silent_connections_are_closed_but_slow_responses_are_not(execd_factory):
+    ex = execd_factory("--idle-timeout", "300ms")
+    # Connected and never said anything.
+    with socket.create_connection((ex.host, ex.port)) as s:
+        assert _closed_by_server(s, 10 * SLOW)
+    # Half a request head, then silence.
+    with socket.create_connection((ex.host, ex.port)) as s:
+        s.sendall(b"POST /command HTTP/1.1\r\nHost: t\r\n")
+        assert _closed_by_server(s, 10 * SLOW)
+    # A response that takes longer than the idle timeout is ours to finish;
+    # afterwards the idle keep-alive connection is closed.
+    head, body = post_command(ex.token, "sleep 1; echo late")
+    with socket.create_connection((ex.host, ex.port), timeout=10 * SLOW) as s:
+        s.sendall(head + body)
+        status, _, data = read_response(s, bytearray())
+        assert status == 200 and stdout_of(data) == ["late"]
+        assert _closed_by_server(s, 10 * SLOW)
+
+
+def test_idle_timeout_zero_disables_it(execd_factory):
+    ex = execd_factory("--idle-timeout", "0")
+    with socket.create_connection((ex.host, ex.port)) as s:
+        assert not _closed_by_server(s, 0.5)
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_response(s, bytearray())[0] == 200
