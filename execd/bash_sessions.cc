@@ -59,10 +59,7 @@ class RunStream : public EventStream::Owner, public pty::BashListener {
     if (stream_) {
       protocol::ExecutionResult r;
       r.exit_code = o.exit_code;
-      if (o.signal) {
-        r.signal = pty::signal_name(o.signal);
-        r.signal_text = pty::signal_description(o.signal);
-      }
+      set_signal(r, o.signal);
       r.timed_out = o.timed_out;
       r.interrupted = o.interrupted;
       r.execution_time_ms = o.duration_ms;

@@ -1,6 +1,8 @@
 // execd/event_stream: see header.
 #include "execd/event_stream.h"
 
+#include "pty/command.h"
+
 namespace execd {
 
 EventStream::EventStream(Connection& conn, protocol::Framing framing, Owner* owner)
@@ -83,6 +85,12 @@ void EventStream::detach() {
   conn_ = nullptr;
   uv_timer_stop(&ping_);
   uv_close(reinterpret_cast<uv_handle_t*>(&ping_), [](uv_handle_t* h) { delete static_cast<EventStream*>(h->data); });
+}
+
+void set_signal(protocol::ExecutionResult& r, int signal) {
+  if (!signal) return;
+  r.signal = pty::signal_name(signal);
+  r.signal_text = pty::signal_description(signal);
 }
 
 protocol::Framing framing_for(const Context& ctx, const protocol::HttpRequest& req) {

@@ -57,6 +57,9 @@ class EventStream : public StreamObserver {
   bool detached_ = false;
 };
 
+// Fills `signal` ("SIGKILL") and `signal_text` ("killed") of a result.
+void set_signal(protocol::ExecutionResult& r, int signal);
+
 // Exact framing when the server is configured for it or the client asks
 // with `Accept: application/x-ndjson`.
 protocol::Framing framing_for(const Context& ctx, const protocol::HttpRequest& req);

@@ -257,9 +257,7 @@ void BashSession::kill_all() {
   if (pid_ > 0 && !shell_exited_) kill_session(pid_, SIGKILL);
 }
 
-void BashSession::on_finished(const Outcome& outcome) {
-  shell_exited_ = true;
-  shell_outcome_ = outcome;
+void BashSession::release_shell() {
   if (cmd_) {
     cmd_->release();
     cmd_ = nullptr;
@@ -268,6 +266,12 @@ void BashSession::on_finished(const Outcome& outcome) {
     status_->close();
     status_ = nullptr;
   }
+}
+
+void BashSession::on_finished(const Outcome& outcome) {
+  shell_exited_ = true;
+  shell_outcome_ = outcome;
+  release_shell();
   if (run_active_) {
     RunOutcome o;
     o.shell_exited = true;
@@ -294,14 +298,7 @@ void BashSession::destroy() {
   destroyed_ = true;
   listener_ = nullptr;
   on_gone_ = nullptr;
-  if (cmd_) {
-    cmd_->release();
-    cmd_ = nullptr;
-  }
-  if (status_) {
-    status_->close();
-    status_ = nullptr;
-  }
+  release_shell();
   cleanup_run_file();
   stop_timer();
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_),

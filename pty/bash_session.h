@@ -100,6 +100,8 @@ class BashSession : public CommandSink {
   void on_timer();
   void stop_timer();
   void cleanup_run_file();
+  // Lets go of the shell's process handle and its status pipe.
+  void release_shell();
 
   uv_loop_t* loop_;
   Reaper& reaper_;
