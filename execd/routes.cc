@@ -14,9 +14,10 @@ using protocol::QueryParams;
 using protocol::RouteParams;
 
 Routes::Routes(Context& ctx, CommandRegistry& commands) : ctx_(ctx), commands_(commands) {
-  add("GET", "/ping", [](Connection& c, HttpRequest&, const RouteParams&, const QueryParams&) {
-    c.respond_empty(200);
-  });
+  for (const char* method : {"GET", "HEAD"})
+    add(method, "/ping", [](Connection& c, HttpRequest&, const RouteParams&, const QueryParams&) {
+      c.respond_empty(200);
+    });
   add("POST", "/command", [this](Connection& c, HttpRequest& r, const RouteParams&, const QueryParams&) {
     handle_command_run(commands_, c, r);
   });

@@ -233,6 +233,8 @@ def test_ping_needs_no_token(execd):
     assert st == 200 and data == b""
     st, h, data = execd.request("GET", "/ping", headers={TOKEN_HEADER: "wrong"}, token=False)
     assert st == 200
+    st, h, data = execd.request("HEAD", "/ping", token=False)
+    assert st == 200 and h["content-length"] == "0"
 
 
 def test_insecure_no_auth(execd_factory):
