@@ -134,6 +134,24 @@ def test_envs_and_cwd(execd, tmp_path):
     assert stdout(e) == ["x y|$HOME", str(tmp_path), "marker"]
 
 
+def test_execd_envs_file_is_applied_and_reread(execd_factory, tmp_path):
+    envs = tmp_path / "execd.env"
+    envs.write_text("# comment\n\nFROM_FILE=one\nHOME_SUB=$HOME/sub\nNO_EQUALS_LINE\nBOTH=file\n")
+    env = dict(os.environ, EXECD_ENVS=str(envs), HOME="/home/tester")
+    ex = execd_factory(env=env)
+    e = run(ex, 'echo "$FROM_FILE|$HOME_SUB|$BOTH|${NO_EQUALS_LINE-unset}"', envs={"BOTH": "request"})
+    assert stdout(e) == ["one|/home/tester/sub|request|unset"]
+    envs.write_text("FROM_FILE=two\n")  # re-read for every command
+    assert stdout(run(ex, 'echo "$FROM_FILE"')) == ["two"]
+
+
+def test_cwd_may_use_request_envs(execd, tmp_path):
+    # The Go daemon validated cwd without the request's envs but expanded it
+    # with them; execd uses the same variables for both.
+    e = run(execd, "pwd", envs={"WORK": str(tmp_path)}, working_directory="$WORK")
+    assert e.exit_code == 0 and stdout(e) == [str(tmp_path)]
+
+
 def test_timeout(execd_factory):
     ex = execd_factory("--kill-grace", "300ms")
     t0 = time.monotonic()
