@@ -13,7 +13,7 @@ namespace execd {
 namespace {
 // One read buffer for all connections: the loop is single-threaded and every
 // read is parsed (or copied into pending_input_) before the next one.
-constexpr size_t kReadBufferSize = 64 * 1024;
+constexpr size_t kReadBufferSize = 256 * 1024;
 char g_read_buffer[kReadBufferSize];
 // A client may pipeline this much while a response is in progress before we
 // stop reading from it.
