@@ -66,6 +66,15 @@ size_t decode_utf8(const uint8_t* p, size_t len, uint32_t& cp) {
   return 0;
 }
 
+// True if any of the 8 bytes in `w` is a control byte, '"', '\\' or non-ASCII:
+// lets the common case skip a whole word at a time.
+inline bool word_needs_attention(uint64_t w) {
+  constexpr uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  auto has_zero = [&](uint64_t x) { return (x - ones) & ~x & highs; };
+  uint64_t below_space = (w - ones * 0x20) & ~w & highs;
+  return (w & highs) | below_space | has_zero(w ^ (ones * '"')) | has_zero(w ^ (ones * '\\'));
+}
+
 template <bool Lossy>
 void append_string_impl(std::string& out, std::string_view s) {
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
@@ -74,6 +83,14 @@ void append_string_impl(std::string& out, std::string_view s) {
   out.push_back('"');
   size_t run_start = 0, i = 0;
   while (i < n) {
+    if (i + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      if (!word_needs_attention(w)) {
+        i += 8;
+        continue;
+      }
+    }
     uint8_t cls = kClass.v[p[i]];
     if (cls == kNone) { ++i; continue; }
     if (cls == kEscape) {

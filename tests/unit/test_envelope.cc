@@ -214,3 +214,21 @@ TEST_CASE("terminal events carry the structured result in both framings") {
   CHECK(e["type"] == "execution_complete");
   CHECK(e["exit_code"] == 0);
 }
+
+TEST_CASE("json strings: the word-at-a-time scan agrees with the byte rules at every alignment") {
+  const std::vector<std::string> pieces = {"a", "Z", " ", "~", "\"", "\\", "\n", "\x01", "\x1f", "\x7f",
+                                           "\xC3\xA9", "\xE2\x80\xA8", "\xC2\x85", "\xF0\x9F\x98\x80", "/"};
+  uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1103515245u + 12345u; };
+  for (int round = 0; round < 2000; ++round) {
+    std::string s;
+    size_t n = next() % 40;
+    for (size_t k = 0; k < n; ++k) s += pieces[next() % pieces.size()];
+    std::string out;
+    append_json_string(out, s);
+    for (char c : out) REQUIRE(static_cast<unsigned char>(c) >= 0x20);
+    REQUIRE(out.find("\xE2\x80\xA8") == std::string::npos);
+    REQUIRE(out.find("\xC2\x85") == std::string::npos);
+    REQUIRE(nlohmann::json::parse(out).get<std::string>() == s);
+  }
+}
