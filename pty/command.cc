@@ -102,7 +102,7 @@ void Command::on_pump_eof(Stream s) {
 
 void Command::close_pump(int i) {
   if (pumps_[i]) {
-    if (pumps_[i] && stdin_fd_ >= 0 && is_pty_) stdin_fd_ = -1;  // the master goes with the pump
+    if (is_pty_) stdin_fd_ = -1;  // a PTY's stdin is the master, which the pump closes
     pumps_[i]->close();
     pumps_[i] = nullptr;
   }
