@@ -37,8 +37,15 @@ protocol::BodyMode Routes::head(Connection& conn, HttpRequest& req) {
   // everything else is buffered (within the body limit) and answered by
   // dispatch() once complete.
   auto match = router_.match(req.method, req.path);
-  if (match.outcome != protocol::Router<Route>::Outcome::found || !match.target->head || !authorized(req))
+  if (match.outcome != protocol::Router<Route>::Outcome::found || !authorized(req)) return protocol::BodyMode::buffer;
+  if (!match.target->head) {
+    // curl asks before sending a body over 1 KiB; without an answer it
+    // waits a second. Requests that will be refused get no invitation.
+    const std::string* expect = req.header("expect");
+    if (expect && protocol::equals_ignoring_ascii_case(*expect, "100-continue"))
+      conn.write_raw("HTTP/1.1 100 Continue\r\n\r\n");
     return protocol::BodyMode::buffer;
+  }
   QueryParams query = protocol::parse_query(req.query);
   match.target->head(conn, req, match.params, query);
   return protocol::BodyMode::stream;

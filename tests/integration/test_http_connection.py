@@ -155,3 +155,24 @@ def test_idle_timeout_zero_disables_it(execd_factory):
         assert not _closed_by_server(s, 0.5)
         s.sendall(b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n")
         assert read_response(s, bytearray())[0] == 200
+
+
+def test_expect_100_continue_is_answered(execd):
+    head, body = post_command(execd.token, "echo continued")
+    head = head.replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+    with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
+        s.sendall(head)
+        buf = bytearray()
+        while b"\r\n\r\n" not in buf:
+            buf += s.recv(4096)
+        assert bytes(buf).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        del buf[: len(b"HTTP/1.1 100 Continue\r\n\r\n")]
+        s.sendall(body)
+        status, _, data = read_response(s, buf)
+    assert status == 200 and stdout_of(data) == ["continued"]
+    # A request that will be refused is not invited to send its body.
+    with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
+        s.sendall(head.replace(execd.token.encode(), b"wrong-token"))
+        s.sendall(body)
+        status, _, data = read_response(s, bytearray())
+    assert status == 401
