@@ -8,18 +8,16 @@
 #include "execd/terminals.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "execd/ws_conn.h"
-#include "fs/expand.h"
+#include "fs/atomic_file.h"
+#include "fs/paths.h"
 #include "protocol/errors.h"
 #include "protocol/pty_frames.h"
 #include "protocol/websocket.h"
@@ -42,27 +40,16 @@ void register_terminals(Routes& routes, Context& ctx) {
 bool prepare_session_cwd(const Context& ctx, const std::string& in, std::string& out, std::string& error) {
   out.clear();
   if (in.empty()) return true;
-  std::string expanded;
-  if (!fs::expand_vars(in, [&](std::string_view n) { return env_lookup(ctx.base_env, n); }, expanded, error, false))
-    return false;
-  if (!expanded.empty() && expanded[0] == '~' && (expanded.size() == 1 || expanded[1] == '/')) {
-    const char* home = env_lookup(ctx.base_env, "HOME");
-    expanded = std::string(home ? home : "/") + expanded.substr(1);
-  }
-  for (size_t i = 1; i <= expanded.size(); ++i) {
-    if (i != expanded.size() && expanded[i] != '/') continue;
-    std::string part = expanded.substr(0, i);
-    if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
-      error = "mkdir " + part + ": " + strerror(errno);
-      return false;
-    }
-  }
-  struct stat st;
-  if (stat(expanded.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    error = expanded + " is not a directory";
+  auto expanded = fs::expand_path(in, [&](std::string_view n) { return env_lookup(ctx.base_env, n); });
+  if (!expanded) {
+    error = expanded.error().message;
     return false;
   }
-  out = expanded;
+  if (auto made = fs::make_directory_tree(expanded.value()); !made) {
+    error = made.error().message;
+    return false;
+  }
+  out = expanded.value();
   return true;
 }
 
