@@ -3,8 +3,9 @@
 
 #include <sys/random.h>
 
-#include <cstdio>
 #include <ctime>
+
+#include "fs/file_info.h"
 
 namespace execd {
 
@@ -17,30 +18,10 @@ int64_t unix_ns() {
 int64_t unix_ms() { return unix_ns() / 1000000; }
 
 std::string rfc3339_nano(int64_t ns) {
-  time_t secs = static_cast<time_t>(ns / 1000000000);
-  long frac = static_cast<long>(ns % 1000000000);
-  struct tm tm;
-  localtime_r(&secs, &tm);
-  char buf[64];
-  size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::string out(buf, n);
-  if (frac) {
-    // Go trims trailing zeros of the fraction.
-    char f[16];
-    snprintf(f, sizeof f, ".%09ld", frac);
-    std::string fs(f);
-    while (fs.back() == '0') fs.pop_back();
-    out += fs;
-  }
-  long off = tm.tm_gmtoff;
-  if (off == 0) {
-    out += 'Z';
-  } else {
-    char z[32];
-    snprintf(z, sizeof z, "%c%02ld:%02ld", off < 0 ? '-' : '+', labs(off) / 3600, (labs(off) % 3600) / 60);
-    out += z;
-  }
-  return out;
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(ns / 1000000000);
+  ts.tv_nsec = static_cast<long>(ns % 1000000000);
+  return fs::format_rfc3339_nano(ts);
 }
 
 namespace {
