@@ -1,7 +1,6 @@
-// execd/main: start-up and shutdown. Parses the command line, prepares the
-// environment commands inherit, wires the server, registry and routes onto
-// one libuv loop, and on SIGTERM/SIGINT drains: running commands get the
-// signal, open streams get up to --graceful-shutdown-timeout to finish.
+// execd/main: start-up. Parses the command line, sets up logging, prepares
+// the environment commands inherit and the process limits, then builds the
+// Daemon (which owns everything else, shutdown included) and runs it.
 #include <signal.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -13,13 +12,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "execd/commands.h"
 #include "execd/config.h"
 #include "execd/context.h"
-#include "execd/files.h"
-#include "execd/routes.h"
-#include "execd/server.h"
-#include "execd/terminals.h"
+#include "execd/daemon.h"
 #include "protocol/json_text.h"
 #include "pty/spawn.h"
 
@@ -97,59 +92,6 @@ bool make_dirs(const std::string& path) {
   return true;
 }
 
-struct Shutdown {
-  execd::Context* ctx;
-  execd::Server* server;
-  execd::CommandRegistry* registry;
-  uv_signal_t sigterm, sigint;
-  uv_timer_t tick;
-  uint64_t deadline = 0;
-  bool started = false;
-};
-
-void finish_loop(Shutdown& s) {
-  s.server->close_all_connections();
-  s.registry->signal_all(SIGKILL);
-  s.registry->close();
-  s.ctx->reaper->stop();
-  uv_timer_stop(&s.tick);
-  uv_close(reinterpret_cast<uv_handle_t*>(&s.tick), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&s.sigterm), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&s.sigint), nullptr);
-  uv_walk(s.ctx->loop, [](uv_handle_t* h, void*) {
-    if (!uv_is_closing(h)) uv_close(h, nullptr);
-  }, nullptr);
-}
-
-void on_shutdown_tick(uv_timer_t* t) {
-  auto& s = *static_cast<Shutdown*>(t->data);
-  s.server->close_idle_connections();
-  bool drained = s.registry->running() == 0 && s.server->connection_count() == 0;
-  if (drained || uv_now(s.ctx->loop) >= s.deadline) {
-    if (!drained)
-      spdlog::warn("shutdown: {} commands and {} connections still open after the grace period",
-                   s.registry->running(), s.server->connection_count());
-    finish_loop(s);
-  }
-}
-
-void on_stop_signal(uv_signal_t* h, int signum) {
-  auto& s = *static_cast<Shutdown*>(h->data);
-  if (s.started) {
-    // A second signal: stop waiting.
-    s.deadline = 0;
-    return;
-  }
-  s.started = true;
-  s.ctx->shutting_down = true;
-  spdlog::info("{} received: forwarding to running commands, draining for {} ms", strsignal(signum),
-               s.ctx->config.graceful_shutdown_ms);
-  s.server->stop_accepting();
-  s.registry->signal_all(signum);
-  s.deadline = uv_now(s.ctx->loop) + static_cast<uint64_t>(s.ctx->config.graceful_shutdown_ms);
-  uv_timer_start(&s.tick, on_shutdown_tick, 0, 20);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,44 +138,27 @@ int main(int argc, char** argv) {
   // A client hanging up must never kill execd.
   signal(SIGPIPE, SIG_IGN);
 
+  // Uploads, downloads and tree walks each hold a pool thread while they
+  // touch the disk; libuv's default of 4 would let two slow transfers delay
+  // every command start. Must be set before the first uv_queue_work.
+  setenv("UV_THREADPOOL_SIZE", "16", 0);
+
   uv_loop_t* loop = uv_default_loop();
-  ctx.loop = loop;
-  execd::pty::Reaper reaper(loop);
-  ctx.reaper = &reaper;
-  reaper.start();
-
-  execd::protocol::RequestParser::Limits limits;
-  limits.max_body_bytes = static_cast<size_t>(ctx.config.max_body_bytes);
-  execd::Server server(loop, limits, static_cast<uint64_t>(ctx.config.idle_timeout_ms));
-  execd::CommandRegistry registry(ctx);
-  execd::Routes routes(ctx, registry);
-  execd::register_file_routes(routes, ctx);
-  execd::register_terminals(routes, ctx);
-  server.set_handler([&routes](execd::Connection& c, execd::protocol::HttpRequest& r) { routes.dispatch(c, r); });
-  server.set_head_handler(
-      [&routes](execd::Connection& c, execd::protocol::HttpRequest& r) { return routes.head(c, r); });
-
-  int rc = server.listen(ctx.config.host, ctx.config.port);
-  if (rc != 0) {
-    fprintf(stderr, "execd: cannot listen on %s:%d: %s\n", ctx.config.host.c_str(), ctx.config.port, uv_strerror(rc));
-    return 1;
+  {
+    execd::Daemon daemon(loop, std::move(ctx));
+    int rc = daemon.listen();
+    const execd::Config& cfg = daemon.ctx().config;
+    if (rc != 0) {
+      fprintf(stderr, "execd: cannot listen on %s:%d: %s\n", cfg.host.c_str(), cfg.port, uv_strerror(rc));
+      return 1;
+    }
+    spdlog::info("execd {} listening on {}:{} (state dir {}, framing {}{})", EXECD_VERSION, cfg.host,
+                 daemon.bound_port(), cfg.state_dir, cfg.exact_framing ? "exact" : "compat",
+                 cfg.init_mode ? ", init mode" : "");
+    daemon.run();
+    rmdir(cfg.state_dir.c_str());
   }
-  spdlog::info("execd {} listening on {}:{} (state dir {}, framing {}{})", EXECD_VERSION, ctx.config.host,
-               server.bound_port(), ctx.config.state_dir, ctx.config.exact_framing ? "exact" : "compat",
-               ctx.config.init_mode ? ", init mode" : "");
-
-  Shutdown shutdown{&ctx, &server, &registry, {}, {}, {}};
-  for (uv_signal_t* s : {&shutdown.sigterm, &shutdown.sigint}) {
-    uv_signal_init(loop, s);
-    s->data = &shutdown;
-  }
-  uv_signal_start(&shutdown.sigterm, on_stop_signal, SIGTERM);
-  uv_signal_start(&shutdown.sigint, on_stop_signal, SIGINT);
-  uv_timer_init(loop, &shutdown.tick);
-  shutdown.tick.data = &shutdown;
-
-  uv_run(loop, UV_RUN_DEFAULT);
-  rmdir(ctx.config.state_dir.c_str());
+  uv_loop_close(loop);
   spdlog::info("execd stopped");
   return 0;
 }

@@ -9,75 +9,68 @@
 namespace execd {
 
 namespace codes = protocol::codes;
-using protocol::HttpRequest;
-using protocol::QueryParams;
-using protocol::RouteParams;
 
-Routes::Routes(Context& ctx, CommandRegistry& commands) : ctx_(ctx), commands_(commands) {
-  for (const char* method : {"GET", "HEAD"})
-    add(method, "/ping", [](Connection& c, HttpRequest&, const RouteParams&, const QueryParams&) {
-      c.respond_empty(200);
-    });
-  add("POST", "/command", [this](Connection& c, HttpRequest& r, const RouteParams&, const QueryParams&) {
-    handle_command_run(commands_, c, r);
-  });
-  add("DELETE", "/command", [this](Connection& c, HttpRequest&, const RouteParams&, const QueryParams& q) {
-    handle_command_interrupt(commands_, c, q);
-  });
-  add("GET", "/command/status/:id", [this](Connection& c, HttpRequest&, const RouteParams& p, const QueryParams&) {
-    handle_command_status(commands_, c, p.get("id"));
-  });
-  add("GET", "/command/:id/logs", [this](Connection& c, HttpRequest&, const RouteParams& p, const QueryParams& q) {
-    handle_command_logs(commands_, c, p.get("id"), q);
-  });
+void RouteTable::add(std::string method, std::string pattern, Handler h) {
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, false});
 }
 
-protocol::BodyMode Routes::head(Connection& conn, HttpRequest& req) {
-  // Only an authorized request to a streaming route gets its body streamed;
-  // everything else is buffered (within the body limit) and answered by
-  // dispatch() once complete.
+void RouteTable::add_open(std::string method, std::string pattern, Handler h) {
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, true});
+}
+
+void RouteTable::add_streaming(std::string method, std::string pattern, Handler head, Handler h) {
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), false});
+}
+
+bool RouteTable::authorized(const http::Exchange& ex) const {
+  if (token_.empty()) return true;  // --insecure-no-auth
+  const std::string* given = ex.header("x-execd-access-token");
+  return given && protocol::token_equal(token_, *given);
+}
+
+void RouteTable::route(http::Exchange& ex) const {
+  const auto& req = ex.request();
+  spdlog::debug("{} {} {}", ex.peer(), req.method, req.path);
   auto match = router_.match(req.method, req.path);
-  if (match.outcome != protocol::Router<Route>::Outcome::found || !authorized(req)) return protocol::BodyMode::buffer;
-  if (!match.target->head) {
-    // curl asks before sending a body over 1 KiB; without an answer it
-    // waits a second. Requests that will be refused get no invitation.
-    const std::string* expect = req.header("expect");
-    if (expect && protocol::equals_ignoring_ascii_case(*expect, "100-continue"))
-      conn.write_raw("HTTP/1.1 100 Continue\r\n\r\n");
-    return protocol::BodyMode::buffer;
-  }
-  QueryParams query = protocol::parse_query(req.query);
-  match.target->head(conn, req, match.params, query);
-  return protocol::BodyMode::stream;
-}
-
-bool Routes::authorized(const HttpRequest& req) const {
-  if (ctx_.config.access_token.empty()) return true;  // --insecure-no-auth
-  const std::string* given = req.header("x-execd-access-token");
-  return given && protocol::token_equal(ctx_.config.access_token, *given);
-}
-
-void Routes::dispatch(Connection& conn, HttpRequest& req) {
-  spdlog::debug("{} {} {}", conn.peer(), req.method, req.path);
-  // /ping stays open so that health probes need no secret.
-  bool is_ping = req.path == "/ping" && (req.method == "GET" || req.method == "HEAD");
-  if (!is_ping && !authorized(req)) {
-    conn.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
+  using Outcome = protocol::Router<Route>::Outcome;
+  if (match.outcome == Outcome::found && !match.target->open && !authorized(ex)) {
+    ex.on_complete = [](http::Exchange& e) {
+      e.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
+    };
     return;
   }
-  auto match = router_.match(req.method, req.path);
-  if (match.outcome == protocol::Router<Route>::Outcome::not_found) {
-    conn.respond_error(404, codes::kNotFound, "no route for " + req.method + " " + req.path);
+  if (match.outcome != Outcome::found && !authorized(ex)) {
+    // Without the token nobody learns which routes exist.
+    ex.on_complete = [](http::Exchange& e) {
+      e.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
+    };
     return;
   }
-  if (match.outcome == protocol::Router<Route>::Outcome::method_not_allowed) {
-    conn.respond(405, "application/json; charset=utf-8",
-                 protocol::error_body(codes::kMethodNotAllowed, "method " + req.method + " not allowed for " + req.path),
-                 {"Allow: " + match.allow});
+  if (match.outcome == Outcome::not_found) {
+    ex.on_complete = [](http::Exchange& e) {
+      const auto& r = e.request();
+      e.respond_error(404, codes::kNotFound, "no route for " + r.method + " " + r.path);
+    };
     return;
   }
-  QueryParams query = protocol::parse_query(req.query);
-  match.target->handler(conn, req, match.params, query);
+  if (match.outcome == Outcome::method_not_allowed) {
+    ex.on_complete = [allow = match.allow](http::Exchange& e) {
+      const auto& r = e.request();
+      e.respond(405, "application/json; charset=utf-8",
+                protocol::error_body(codes::kMethodNotAllowed, "method " + r.method + " not allowed for " + r.path),
+                {"Allow: " + allow});
+    };
+    return;
+  }
+  const Route& route = *match.target;
+  ex.params = std::move(match.params);
+  ex.query = protocol::parse_query(req.query);
+  ex.invite_body = true;
+  ex.on_complete = route.handler;
+  if (route.head) {
+    ex.stream_body = true;
+    route.head(ex);
+  }
 }
 
 }  // namespace execd

@@ -1,44 +1,46 @@
-// execd/routes: the route table, the access-token gate, and dispatch from an
-// HTTP request to the handler modules.
+// execd/routes: the route table and the access-token gate. Every request is
+// matched once, when its head is complete: an unknown route, a wrong method
+// or a missing token is decided there (and answered once the body is in);
+// a routed, authorized request gets its handler as the exchange's
+// on_complete, and a streaming route also runs its head handler then.
 #pragma once
 
-#include "execd/commands.h"
-#include "execd/context.h"
-#include "execd/server.h"
+#include <functional>
+#include <string>
+
+#include "execd/http/exchange.h"
+#include "protocol/router.h"
 
 namespace execd {
 
-class Routes {
- public:
-  using Handler = std::function<void(Connection&, protocol::HttpRequest&, const protocol::RouteParams&,
-                                     const protocol::QueryParams&)>;
+using Handler = std::function<void(http::Exchange&)>;
 
-  Routes(Context& ctx, CommandRegistry& commands);
-  void dispatch(Connection& conn, protocol::HttpRequest& req);
-  // Feature modules (files, terminals) register their routes here.
-  void add(std::string method, std::string pattern, Handler h) {
-    router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr});
-  }
-  // A route whose body is streamed: `head` runs when the headers are complete
-  // (after the token check) and typically calls conn.set_body_sink(); `h`
-  // runs when the whole body has arrived.
-  using HeadHandler = std::function<void(Connection&, protocol::HttpRequest&, const protocol::RouteParams&,
-                                         const protocol::QueryParams&)>;
-  void add_streaming(std::string method, std::string pattern, HeadHandler head, Handler h) {
-    router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head)});
-  }
-  protocol::BodyMode head(Connection& conn, protocol::HttpRequest& req);
+class RouteTable {
+ public:
+  // `token` empty: no authorization (--insecure-no-auth).
+  explicit RouteTable(std::string token) : token_(std::move(token)) {}
+
+  void add(std::string method, std::string pattern, Handler h);
+  // The body is streamed: `head` runs when the headers are complete and
+  // attaches a Source that takes the body (on_body); `h` runs at the end.
+  void add_streaming(std::string method, std::string pattern, Handler head, Handler h);
+  // Routes `ex` (called at head time).
+  void route(http::Exchange& ex) const;
 
  private:
-  bool authorized(const protocol::HttpRequest& req) const;
-
   struct Route {
     Handler handler;
-    HeadHandler head;
+    Handler head;
+    bool open = false;  // no token needed (/ping)
   };
-  Context& ctx_;
-  CommandRegistry& commands_;
+  bool authorized(const http::Exchange& ex) const;
+
+  std::string token_;
   protocol::Router<Route> router_;
+
+ public:
+  // Routes that need no token (health probes carry no secret).
+  void add_open(std::string method, std::string pattern, Handler h);
 };
 
 }  // namespace execd

@@ -1,5 +1,30 @@
-// execd/upload: see header.
-#include "execd/upload.h"
+// execd/api/upload: POST /files/upload. The multipart body is parsed as it
+// arrives (protocol/multipart) and each file is written through
+// fs::AtomicFile by a per-upload writer on the threadpool.
+//
+// * Pairing: each `file` part belongs to the oldest `metadata` part not yet
+//   paired, so a metadata part must come before its file part (every SDK does
+//   this). Parts with other names are ignored. A `metadata` part may be a
+//   plain form field or a file part.
+// * Memory stays flat: file data goes to the writer in 1 MiB aligned pieces;
+//   above 3 MiB waiting for the writer the request body is paused, below
+//   1 MiB resumed. Writes of one upload run strictly in order, one pool job
+//   at a time. Temp files use O_DIRECT where the filesystem allows it.
+// * All or nothing: every file is written to a temp file next to its target
+//   and flushed when its part ends; only when the whole body was valid and
+//   every file flushed are they renamed into place. Any failure (bad
+//   multipart, bad metadata, unknown owner, EACCES, ENOSPC, client gone)
+//   removes every temp file and every directory the upload created.
+// * A rejected upload is answered only once its body has been read.
+//
+// Ownership: an UploadBody (the exchange's Source) links the exchange to the
+// Upload. While the client is there the link owns the Upload; once it is cut
+// (client gone, response sent) the Upload owns itself until its last pool
+// job has completed (a job in flight touches it from another thread).
+#include <uv.h>
+
+#include "execd/api/api.h"
+#include "execd/link.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,19 +36,18 @@
 #include <optional>
 #include <unordered_map>
 
-#include "execd/file_work.h"
+#include "execd/api/file_jobs.h"
 #include "fs/atomic_file.h"
 #include "fs/paths.h"
 #include "fs/permissions.h"
 #include "protocol/errors.h"
 #include "protocol/multipart.h"
 
-namespace execd {
+namespace execd::api {
 
 namespace codes = protocol::codes;
+using http::Exchange;
 using protocol::HttpRequest;
-using protocol::QueryParams;
-using protocol::RouteParams;
 
 namespace {
 
@@ -152,15 +176,29 @@ struct DiskState {
 };
 
 class Upload;
-// Uploads whose body is still arriving, by connection (loop thread only).
-std::unordered_map<Connection*, std::shared_ptr<Upload>> g_uploads;
 
-class Upload : public StreamObserver, public std::enable_shared_from_this<Upload> {
+// The exchange's end of an upload.
+class UploadBody final : public http::Source {
  public:
-  Upload(Connection& conn) : conn_(&conn), loop_(conn.loop()) {}
+  explicit UploadBody(Exchange& ex) : ex_(ex) {}
+  ~UploadBody() override;
+  void on_body(const char* data, size_t len) override;
+  void stop() override;
+  Exchange& exchange() { return ex_; }
+  Link<Upload> upload;
+
+ private:
+  Exchange& ex_;
+};
+
+class Upload {
+ public:
+  explicit Upload(uv_loop_t* loop) : loop_(loop) {}
+  Link<UploadBody> client;
+
+  Exchange* conn() { return client ? &client->exchange() : nullptr; }
 
   void begin(const HttpRequest& req) {
-    conn_->set_observer(this);
     const std::string* type = req.header("content-type");
     auto boundary = protocol::boundary_from_content_type(type ? *type : "");
     if (!boundary.boundary) {
@@ -172,8 +210,6 @@ class Upload : public StreamObserver, public std::enable_shared_from_this<Upload
       cb.on_part_end = [this] { part_end(); };
       parser_ = std::make_unique<protocol::MultipartParser>(*boundary.boundary, std::move(cb));
     }
-    const std::string* expect = req.header("expect");
-    if (expect && *expect == "100-continue") conn_->write_raw("HTTP/1.1 100 Continue\r\n\r\n");
   }
 
   void body(const char* data, size_t len) {
@@ -197,17 +233,16 @@ class Upload : public StreamObserver, public std::enable_shared_from_this<Upload
     }
     if (!failure_) enqueue(WriteOp::make(WriteOp::commit));
     maybe_respond();
+    release_if_done();  // may free this
   }
 
-  void on_writable() override {}
-  void on_closed() override {
-    auto keep = shared_from_this();
-    conn_ = nullptr;
-    g_uploads.erase(keep_key_);
+  // The client's side is gone (it left, or the response was sent): from now
+  // on the upload owns itself and goes once no pool job is running.
+  void client_gone() {
     if (!responded_ && !failure_) fail(FileReply::error(400, codes::kInvalidFile, "client disconnected"));
+    responded_ = true;
+    release_if_done();
   }
-
-  Connection* keep_key_ = nullptr;  // g_uploads key
 
  private:
   enum class Part { none, metadata, file, ignored };
@@ -302,18 +337,18 @@ class Upload : public StreamObserver, public std::enable_shared_from_this<Upload
     for (auto& op : queue_) waiting_bytes_ -= op.data.size();
     queue_.clear();
     enqueue(WriteOp::make(WriteOp::abort));
-    if (paused_ && conn_) {
+    if (paused_ && conn()) {
       paused_ = false;
-      conn_->resume_reading();
+      conn()->resume_body();
     }
   }
 
   void enqueue(WriteOp op) {
     waiting_bytes_ += op.data.size();
     queue_.push_back(std::move(op));
-    if (!paused_ && conn_ && waiting_bytes_ > kPauseAbove && !failure_) {
+    if (!paused_ && conn() && waiting_bytes_ > kPauseAbove && !failure_) {
       paused_ = true;
-      conn_->pause_reading();
+      conn()->pause_body();
     }
     kick();
   }
@@ -321,7 +356,7 @@ class Upload : public StreamObserver, public std::enable_shared_from_this<Upload
   // Hands everything queued to one pool job, unless one is running.
   void kick() {
     if (in_flight_ || queue_.empty()) return;
-    auto* job = new Job{{}, shared_from_this(), {}, 0};
+    auto* job = new Job{{}, this, {}, 0};
     job->work.data = job;
     for (auto& op : queue_) {
       job->bytes += op.data.size();
@@ -346,7 +381,7 @@ class Upload : public StreamObserver, public std::enable_shared_from_this<Upload
 
   struct Job {
     uv_work_t work;
-    std::shared_ptr<Upload> self;
+    Upload* self;
     std::vector<WriteOp> ops;
     size_t bytes;
   };
@@ -357,28 +392,28 @@ class Upload : public StreamObserver, public std::enable_shared_from_this<Upload
       if (op.data.allocated() && spare_.size() < kSpareChunks) spare_.push_back(std::move(op.data));
     waiting_bytes_ -= job.bytes;
     if (disk_.error && !failure_) fail(*disk_.error);
-    if (paused_ && waiting_bytes_ < kResumeBelow && conn_) {
+    if (paused_ && waiting_bytes_ < kResumeBelow && conn()) {
       paused_ = false;
-      conn_->resume_reading();
+      conn()->resume_body();
     }
     kick();
     maybe_respond();
+    release_if_done();  // may free this
   }
 
   void maybe_respond() {
     if (!body_done_ || in_flight_ || !queue_.empty() || responded_) return;
     responded_ = true;
-    if (!conn_) return;
-    Connection* c = conn_;
-    conn_ = nullptr;
-    auto keep = shared_from_this();
-    g_uploads.erase(keep_key_);
-    c->set_observer(nullptr);
-    c->resume_reading();
-    send_reply(*c, failure_ ? *failure_ : FileReply::empty());
+    Exchange* ex = conn();
+    if (!ex) return;
+    client.cut();
+    send_reply(*ex, failure_ ? *failure_ : FileReply::empty());
   }
 
-  Connection* conn_;  // nullptr once answered or disconnected
+  void release_if_done() {
+    if (!client && responded_ && !in_flight_ && queue_.empty()) delete this;
+  }
+
   uv_loop_t* loop_;
   std::unique_ptr<protocol::MultipartParser> parser_;
   std::optional<FileReply> failure_;
@@ -393,34 +428,38 @@ class Upload : public StreamObserver, public std::enable_shared_from_this<Upload
   DiskState disk_;
 };
 
-void upload_head(Connection& conn, HttpRequest& req) {
-  auto upload = std::make_shared<Upload>(conn);
-  upload->keep_key_ = &conn;
-  g_uploads[&conn] = upload;
-  std::weak_ptr<Upload> weak = upload;
-  conn.set_body_sink([weak](const char* data, size_t len) {
-    if (auto u = weak.lock()) u->body(data, len);
-  });
-  upload->begin(req);
+UploadBody::~UploadBody() { stop(); }
+
+void UploadBody::on_body(const char* data, size_t len) {
+  if (upload) upload->body(data, len);
 }
 
-void upload_complete(Connection& conn) {
-  auto it = g_uploads.find(&conn);
-  if (it == g_uploads.end()) {
-    conn.respond_error(500, codes::kRuntimeError, "upload state lost");
-    return;
+void UploadBody::stop() {
+  if (Upload* u = upload.get()) {
+    upload.cut();
+    u->client_gone();
   }
-  auto upload = it->second;
-  upload->body_complete();
+}
+
+void upload_head(Context& ctx, Exchange& ex) {
+  auto body = std::make_unique<UploadBody>(ex);
+  auto* up = new Upload(ctx.loop);
+  link(*body, body->upload, *up, up->client);
+  ex.attach(std::move(body));
+  up->begin(ex.request());
+}
+
+void upload_complete(Exchange& ex) {
+  auto* body = static_cast<UploadBody*>(ex.source());
+  if (Upload* up = body ? body->upload.get() : nullptr) up->body_complete();
+  else ex.respond_error(500, codes::kRuntimeError, "upload state lost");
 }
 
 }  // namespace
 
-void register_upload_route(Routes& routes, Context&) {
+void add_upload_route(RouteTable& routes, Context& ctx) {
   routes.add_streaming(
-      "POST", "/files/upload",
-      [](Connection& c, HttpRequest& r, const RouteParams&, const QueryParams&) { upload_head(c, r); },
-      [](Connection& c, HttpRequest&, const RouteParams&, const QueryParams&) { upload_complete(c); });
+      "POST", "/files/upload", [&ctx](Exchange& ex) { upload_head(ctx, ex); }, upload_complete);
 }
 
-}  // namespace execd
+}  // namespace execd::api

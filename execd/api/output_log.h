@@ -1,9 +1,13 @@
-// execd/output_log: a command's retained output (stdout and stderr in the
+// execd/api/output_log: a command's retained output (stdout and stderr in the
 // order execd read them) in a file under the state directory, so it can be
 // read by byte offset after the client that started the command is gone.
 // All file I/O goes through libuv's threadpool; one write is in flight at a
 // time and later bytes wait in `pending_`, whose size is part of the
 // command's backpressure. Bytes past the limit are counted, not stored.
+//
+// Ownership: the command record owns its log. A filesystem request in flight
+// points at the log, so the owner must not destroy it while busy(); remove()
+// closes and unlinks with requests that need nothing of the log.
 #pragma once
 
 #include <uv.h>
@@ -14,13 +18,17 @@
 #include <string>
 #include <vector>
 
-namespace execd {
+namespace execd::api {
 
-class OutputLog : public std::enable_shared_from_this<OutputLog> {
+class OutputLog {
  public:
   static constexpr size_t kPendingBudget = 1 << 20;
 
-  static std::shared_ptr<OutputLog> create(uv_loop_t* loop, std::string path, uint64_t limit);
+  OutputLog(uv_loop_t* loop, std::string path, uint64_t limit) : loop_(loop), path_(std::move(path)), limit_(limit) {}
+  OutputLog(const OutputLog&) = delete;
+  OutputLog& operator=(const OutputLog&) = delete;
+  // Filesystem requests are in flight: the log must stay.
+  bool busy() const { return ops_ > 0; }
 
   void append(const uint8_t* data, size_t len);
   uint64_t readable_bytes() const { return durable_; }
@@ -35,11 +43,10 @@ class OutputLog : public std::enable_shared_from_this<OutputLog> {
   // Reads up to `max` bytes starting at `offset`, once every byte offered
   // before the call is on disk: a reader sees all output execd had read.
   void read(uint64_t offset, size_t max, ReadFn fn);
-  // Closes and unlinks the file once outstanding I/O completes.
+  // Closes and unlinks the file (once outstanding I/O completes, if busy).
   void remove();
 
  private:
-  OutputLog(uv_loop_t* loop, std::string path, uint64_t limit) : loop_(loop), path_(std::move(path)), limit_(limit) {}
   void pump();
   void read_durable(uint64_t offset, size_t max, ReadFn fn);
   void run_waiting_reads();
@@ -64,4 +71,4 @@ class OutputLog : public std::enable_shared_from_this<OutputLog> {
   std::function<void()> on_written_;
 };
 
-}  // namespace execd
+}  // namespace execd::api

@@ -1,23 +1,19 @@
-// execd/output_log: see header.
-#include "execd/output_log.h"
+// execd/api/output_log: see header.
+#include "execd/api/output_log.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 
-namespace execd {
+namespace execd::api {
 
 namespace {
 struct FsReq {
   uv_fs_t req;
-  std::shared_ptr<OutputLog> log;
+  OutputLog* log;
   std::string buf;
   OutputLog::ReadFn read_fn;
 };
 }  // namespace
-
-std::shared_ptr<OutputLog> OutputLog::create(uv_loop_t* loop, std::string path, uint64_t limit) {
-  return std::shared_ptr<OutputLog>(new OutputLog(loop, std::move(path), limit));
-}
 
 void OutputLog::append(const uint8_t* data, size_t len) {
   uint64_t room = total_ < limit_ ? limit_ - total_ : 0;
@@ -31,7 +27,7 @@ void OutputLog::pump() {
   if (ops_ > 0 || opening_ || failed_ || removed_ || pending_.empty()) return;
   if (fd_ < 0) {
     opening_ = true;
-    auto* r = new FsReq{{}, shared_from_this(), {}, {}};
+    auto* r = new FsReq{{}, this, {}, {}};
     r->req.data = r;
     ++ops_;
     uv_fs_open(loop_, &r->req, path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600, [](uv_fs_t* req) {
@@ -56,7 +52,7 @@ void OutputLog::pump() {
   }
   inflight_.swap(pending_);
   pending_.clear();
-  auto* r = new FsReq{{}, shared_from_this(), {}, {}};
+  auto* r = new FsReq{{}, this, {}, {}};
   r->req.data = r;
   ++ops_;
   uv_buf_t buf = uv_buf_init(inflight_.data(), static_cast<unsigned>(inflight_.size()));
@@ -108,7 +104,7 @@ void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
   }
   uint64_t avail = durable_ - offset;
   size_t n = avail < max ? static_cast<size_t>(avail) : max;
-  auto* r = new FsReq{{}, shared_from_this(), std::string(n, '\0'), std::move(fn)};
+  auto* r = new FsReq{{}, this, std::string(n, '\0'), std::move(fn)};
   r->req.data = r;
   ++ops_;
   uv_buf_t buf = uv_buf_init(r->buf.data(), static_cast<unsigned>(n));
@@ -145,4 +141,4 @@ void OutputLog::remove() {
   }
 }
 
-}  // namespace execd
+}  // namespace execd::api

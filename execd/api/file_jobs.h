@@ -1,7 +1,8 @@
-// execd/file_work: running one blocking filesystem job on the libuv
-// threadpool and answering the request with its result. Shared by the
-// /files and /directories handlers (files.cc, upload.cc, download.cc); owns
-// the fs::Error -> HTTP response mapping and the JSON body decoding they use.
+// execd/api/file_jobs: running one blocking filesystem job on the libuv
+// threadpool and answering the exchange with its result (if the client is
+// still there: the job is an Awaitable). Shared by the /files and
+// /directories handlers; owns the fs::Error -> HTTP response mapping and the
+// JSON body decoding they use.
 #pragma once
 
 #include <uv.h>
@@ -14,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "execd/server.h"
+#include "execd/http/exchange.h"
 #include "fs/error.h"
 
-namespace execd {
+namespace execd::api {
 
 // The HTTP status and envelope code of a file system error kind.
 struct FileStatus {
@@ -41,10 +42,15 @@ struct FileReply {
 
 // Runs `job` on the threadpool; its reply is sent if the client is still
 // there. `job` must only touch what it captured (no Connection, no loop).
-void run_file_job(uv_loop_t* loop, Connection& conn, std::function<FileReply()> job);
+void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()> job);
+
+// Runs `blocking` on the threadpool, then `then` on the loop with the
+// exchange, if the client is still there.
+void run_blocking(uv_loop_t* loop, http::Exchange& ex, std::function<void()> blocking,
+                  std::function<void(http::Exchange&)> then);
 
 // Sends a reply on the loop thread.
-void send_reply(Connection& conn, const FileReply& reply);
+void send_reply(http::Exchange& ex, const FileReply& reply);
 
 // Compact JSON; invalid UTF-8 in names becomes U+FFFD instead of throwing.
 std::string dump_json(const nlohmann::json& value);
@@ -54,4 +60,4 @@ std::string dump_json(const nlohmann::json& value);
 // error text for a 400 INVALID_REQUEST_BODY.
 std::optional<nlohmann::json> parse_json_body(std::string_view body, std::string& error);
 
-}  // namespace execd
+}  // namespace execd::api

@@ -1,5 +1,5 @@
-// execd/commands: see header.
-#include "execd/commands.h"
+// execd/api/commands: see header.
+#include "execd/api/commands.h"
 
 #include <grp.h>
 #include <pwd.h>
@@ -11,11 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "fs/expand.h"
-#include "execd/terminals.h"
+#include "execd/api/api.h"
+#include "execd/api/awaiter.h"
+#include "execd/api/sessions.h"
 #include "protocol/errors.h"
 #include "protocol/requests.h"
 
-namespace execd {
+namespace execd::api {
 
 using protocol::ApiError;
 namespace codes = protocol::codes;
@@ -23,31 +25,35 @@ namespace codes = protocol::codes;
 // ---------------------------------------------------------------------------
 // Records
 
+CommandRecord::~CommandRecord() {
+  if (cmd) cmd->release();
+}
+
 void CommandRecord::on_output(pty::Stream s, const uint8_t* data, size_t len) {
   if (log) log->append(data, len);
   if (stream) stream->output(static_cast<protocol::OutputStream>(s), data, len);
-  if ((stream && stream->over_budget()) || (log && log->over_budget())) update_pause();
+  if (log && log->over_budget()) update_pause();
 }
 
 void CommandRecord::update_pause() {
-  if (!cmd) return;
-  bool pause = (stream && stream->over_budget()) || (log && log->over_budget());
-  cmd->set_paused(pause);
+  if (cmd) cmd->set_paused(client_paused || (log && log->over_budget()));
+}
+
+void CommandRecord::set_client_paused(bool paused) {
+  client_paused = paused;
+  update_pause();
+}
+
+void CommandRecord::client_gone() {
+  client_paused = false;
+  update_pause();
 }
 
 void CommandRecord::on_finished(const pty::Outcome& o) {
   outcome = o;
   finished_ns = unix_ns();
-  if (stream) stream->finish(result());
-  stream = nullptr;
+  if (ExecutionStream* s = stream.get()) s->finish(result());
   registry.finished(this);
-}
-
-void CommandRecord::on_stream_writable() { update_pause(); }
-
-void CommandRecord::on_stream_closed() {
-  stream = nullptr;
-  update_pause();
 }
 
 protocol::ExecutionResult CommandRecord::result() const {
@@ -108,9 +114,8 @@ std::string CommandRecord::status_json() const {
 CommandRegistry::CommandRegistry(Context& ctx) : ctx_(ctx) {
   uv_timer_init(ctx.loop, &sweep_timer_);
   sweep_timer_.data = this;
-  uint64_t period = static_cast<uint64_t>(std::clamp<int64_t>(ctx.config.retention_ms / 4, 100, 10000));
-  uv_timer_start(&sweep_timer_, [](uv_timer_t* t) { static_cast<CommandRegistry*>(t->data)->sweep(); }, period,
-                 period);
+  sweep_period_ = static_cast<uint64_t>(std::clamp<int64_t>(ctx.config.retention_ms / 4, 100, 10000));
+  uv_timer_start(&sweep_timer_, on_sweep, sweep_period_, sweep_period_);
   uv_unref(reinterpret_cast<uv_handle_t*>(&sweep_timer_));
 }
 
@@ -131,8 +136,8 @@ CommandRecord* CommandRegistry::create(std::string content, bool background) {
   rec->content = std::move(content);
   rec->background = background;
   rec->started_ns = unix_ns();
-  rec->log = OutputLog::create(ctx_.loop, ctx_.config.state_dir + "/" + rec->id + ".output",
-                               static_cast<uint64_t>(ctx_.config.log_limit_bytes));
+  rec->log = std::make_unique<OutputLog>(ctx_.loop, ctx_.config.state_dir + "/" + rec->id + ".output",
+                                         static_cast<uint64_t>(ctx_.config.log_limit_bytes));
   CommandRecord* raw = rec.get();
   raw->log->set_on_written([raw] { raw->update_pause(); });
   records_[raw->id] = std::move(rec);
@@ -153,7 +158,8 @@ void CommandRegistry::finished(CommandRecord* r) {
   }
   if (r->finished_ns == 0) r->finished_ns = unix_ns();
   finished_order_.push_back(r->id);
-  if (finished_order_.size() > ctx_.config.max_records) sweep();
+  // Swept from the timer, never from inside the command's own callback.
+  if (finished_order_.size() > ctx_.config.max_records) uv_timer_start(&sweep_timer_, on_sweep, 0, sweep_period_);
 }
 
 void CommandRegistry::sweep() {
@@ -166,6 +172,8 @@ void CommandRegistry::sweep() {
     }
     bool expired = now - it->second->finished_ns >= ctx_.config.retention_ms * 1000000;
     if (!expired && finished_order_.size() <= ctx_.config.max_records) break;
+    // A read or write of the retained log in flight points at it: next sweep.
+    if (it->second->log && it->second->log->busy()) break;
     if (it->second->log) it->second->log->remove();
     records_.erase(it);
     finished_order_.pop_front();
@@ -183,10 +191,9 @@ void CommandRegistry::signal_all(int sig) {
 
 namespace {
 
-struct PrepareWork {
+struct PrepareWork : Awaitable {
   uv_work_t work;
   CommandRegistry* reg;
-  std::weak_ptr<Connection> conn;
   protocol::CommandRequest req;
   protocol::Framing framing;
   // results
@@ -297,112 +304,118 @@ void prepare(uv_work_t* work) {
   opts.cols = req.cols;
 }
 
-void after_prepare(uv_work_t* work, int status) {
-  std::unique_ptr<PrepareWork> w(static_cast<PrepareWork*>(work->data));
-  auto conn = w->conn.lock();
-  if (!conn || conn->closed()) return;  // the client left before anything started
-  if (w->error) {
-    conn->respond_error(w->error->status, w->error->code, w->error->message);
-    return;
-  }
-  CommandRegistry& reg = *w->reg;
+// Needs the threadpool: a cwd to check, a user to look up, or an env file to read.
+bool needs_pool(const Context& ctx, const protocol::CommandRequest& req) {
+  const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS");
+  return req.uid || !req.cwd.empty() || (envs_file && *envs_file);
+}
+
+void start_command(CommandRegistry& reg, http::Exchange& ex, PrepareWork& w) {
+  if (w.error) return ex.respond_error(w.error->status, w.error->code, w.error->message);
   Context& ctx = reg.ctx();
-  if (ctx.shutting_down) {
-    conn->respond_error(503, codes::kRuntimeError, "execd is shutting down");
-    return;
-  }
-  CommandRecord* rec = reg.create(w->req.command, w->req.background);
+  if (ctx.shutting_down) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
+  CommandRecord* rec = reg.create(w.req.command, w.req.background);
   pty::CommandLimits limits;
-  limits.timeout_ms = w->req.timeout_ms;
+  limits.timeout_ms = w.req.timeout_ms;
   limits.kill_grace_ms = ctx.config.kill_grace_ms;
   std::string error;
-  rec->cmd = pty::Command::start(ctx.loop, *ctx.reaper, w->opts, limits, rec, error);
-  auto* stream = new EventStream(*conn, w->framing, rec);
-  stream->start(rec->id);
+  auto stream = std::make_unique<ExecutionStream>(ex, w.framing);
+  ExecutionStream& s = *stream;
+  ex.attach(std::move(stream));
+  s.start(*rec, rec->id);
+  rec->cmd = pty::Command::start(ctx.loop, *ctx.reaper, w.opts, limits, rec, error);
   if (!rec->cmd) {
     // Contract 3.4: a start failure is still a 200 stream with init, then an error.
     spdlog::warn("command {} failed to start: {}", rec->id, error);
     rec->start_error = error;
     rec->finished_ns = unix_ns();
-    stream->finish(rec->result());
+    s.finish(rec->result());
     reg.finished(rec);
     return;
   }
-  spdlog::info("command {} started: pid {}{}", rec->id, rec->cmd->pid(), w->req.background ? " (background)" : "");
-  if (w->req.background) stream->finish_background();
-  else rec->stream = stream;
+  spdlog::info("command {} started: pid {}{}", rec->id, rec->cmd->pid(), w.req.background ? " (background)" : "");
+  if (w.req.background) s.finish_background();
 }
 
-}  // namespace
+void after_prepare(uv_work_t* work, int) {
+  std::unique_ptr<PrepareWork> w(static_cast<PrepareWork*>(work->data));
+  if (http::Exchange* ex = w->exchange()) start_command(*w->reg, *ex, *w);
+  // else: the client left before anything started
+}
 
-void handle_command_run(CommandRegistry& reg, Connection& conn, protocol::HttpRequest& req) {
-  auto decoded = protocol::decode_command_request(req.body);
-  if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) {
-    conn.respond_error(400, codes::kInvalidRequestBody, err->message);
-    return;
-  }
-  auto* w = new PrepareWork{};
-  w->work.data = w;
+void handle_run(CommandRegistry& reg, http::Exchange& ex) {
+  auto decoded = protocol::decode_command_request(ex.request().body);
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
+    return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
+  auto w = std::make_unique<PrepareWork>();
+  w->work.data = w.get();
   w->reg = &reg;
-  w->conn = conn.weak();
   w->req = std::move(std::get<protocol::CommandRequest>(decoded));
-  w->framing = framing_for(reg.ctx(), req);
-  uv_queue_work(reg.ctx().loop, &w->work, prepare, after_prepare);
+  w->framing = framing_for(reg.ctx(), ex);
+  if (!needs_pool(reg.ctx(), w->req)) {
+    // Nothing that blocks: prepare on the loop and save two thread hops.
+    prepare(&w->work);
+    return start_command(reg, ex, *w);
+  }
+  int rc = uv_queue_work(reg.ctx().loop, &w->work, prepare, after_prepare);
+  if (rc != 0) return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
+  await(ex, *w.release());
 }
 
-namespace {
-void respond_unknown(Connection& conn, const std::string& id) {
-  conn.respond_error(404, codes::kInvalidRequestBody, "command not found: " + id);
+void respond_unknown(http::Exchange& ex, const std::string& id) {
+  ex.respond_error(404, codes::kInvalidRequestBody, "command not found: " + id);
 }
-}  // namespace
 
-void handle_command_interrupt(CommandRegistry& reg, Connection& conn, const protocol::QueryParams& q) {
+void handle_interrupt(CommandRegistry& reg, SessionRegistry& sessions, http::Exchange& ex) {
+  const protocol::QueryParams& q = ex.query;
   const std::string* id = protocol::query_value(q, "id");
   if (!id || id->empty()) {
-    conn.respond_error(400, codes::kMissingQuery, "missing query parameter 'id'");
+    ex.respond_error(400, codes::kMissingQuery, "missing query parameter 'id'");
     return;
   }
   CommandRecord* rec = reg.find(*id);
   if (!rec) {
     // Contract 4.5: the id may name a bash session; its run is stopped.
-    switch (interrupt_bash_session_run(*id)) {
+    switch (sessions.interrupt_run(*id)) {
       case InterruptResult::interrupted:
-        conn.respond_empty(200);
+        ex.respond_empty(200);
         return;
       case InterruptResult::not_running:
-        conn.respond_error(500, codes::kRuntimeError,
+        ex.respond_error(500, codes::kRuntimeError,
                            "error interrupting command. session " + *id + " is not running a command");
         return;
       case InterruptResult::not_found:
-        respond_unknown(conn, *id);
+        respond_unknown(ex, *id);
         return;
     }
   }
   if (!rec->cmd || !rec->cmd->running()) {
-    conn.respond_error(500, codes::kRuntimeError,
+    ex.respond_error(500, codes::kRuntimeError,
                        "error interrupting command. command " + *id + " is not running");
     return;
   }
   // Returns at once; the command's own stream reports how it ended.
   rec->cmd->interrupt();
-  conn.respond_empty(200);
+  ex.respond_empty(200);
 }
 
-void handle_command_status(CommandRegistry& reg, Connection& conn, const std::string& id) {
+void handle_status(CommandRegistry& reg, http::Exchange& ex, const std::string& id) {
   CommandRecord* rec = reg.find(id);
   if (!rec) {
-    respond_unknown(conn, id);
+    respond_unknown(ex, id);
     return;
   }
-  conn.respond_json(200, rec->status_json());
+  ex.respond_json(200, rec->status_json());
 }
 
-void handle_command_logs(CommandRegistry& reg, Connection& conn, const std::string& id,
-                         const protocol::QueryParams& q) {
+struct LogRead : Awaitable {};
+
+void handle_logs(CommandRegistry& reg, http::Exchange& ex, const std::string& id) {
+  const protocol::QueryParams& q = ex.query;
   constexpr size_t kMaxLogRead = 4 << 20;
   CommandRecord* rec = reg.find(id);
   if (!rec) {
-    respond_unknown(conn, id);
+    respond_unknown(ex, id);
     return;
   }
   uint64_t cursor = 0;
@@ -411,25 +424,36 @@ void handle_command_logs(CommandRegistry& reg, Connection& conn, const std::stri
     long long v = strtoll(c->c_str(), &end, 10);
     if (*end != '\0') v = 0;  // Go treats a non-numeric cursor as 0
     if (v < 0) {
-      conn.respond_error(400, codes::kInvalidRequestBody, "error seek file: negative cursor " + *c);
+      ex.respond_error(400, codes::kInvalidRequestBody, "error seek file: negative cursor " + *c);
       return;
     }
     cursor = static_cast<uint64_t>(v);
   }
-  auto weak = conn.weak();
   bool truncated = rec->log->truncated();
-  rec->log->read(cursor, kMaxLogRead, [weak, cursor, truncated](int err, std::string data) {
-    auto conn = weak.lock();
-    if (!conn || conn->closed()) return;
-    if (err) {
-      conn->respond_error(500, codes::kRuntimeError, std::string("error reading output: ") + uv_strerror(err));
-      return;
-    }
+  auto* waiting = new LogRead;
+  await(ex, *waiting);
+  rec->log->read(cursor, kMaxLogRead, [waiting, cursor, truncated](int err, std::string data) {
+    std::unique_ptr<LogRead> done(waiting);
+    http::Exchange* ex = done->exchange();
+    if (!ex) return;
+    if (err) return ex->respond_error(500, codes::kRuntimeError, std::string("error reading output: ") + uv_strerror(err));
     uint64_t next = cursor + data.size();
     std::vector<std::string> headers = {"EXECD-COMMANDS-TAIL-CURSOR: " + std::to_string(next)};
     if (truncated) headers.emplace_back("EXECD-COMMANDS-LOG-TRUNCATED: true");
-    conn->respond(200, "text/plain; charset=utf-8", data, headers);
+    ex->respond(200, "text/plain; charset=utf-8", data, headers);
   });
 }
 
-}  // namespace execd
+}  // namespace
+
+void add_command_routes(RouteTable& routes, CommandRegistry& commands, SessionRegistry& sessions) {
+  routes.add("POST", "/command", [&commands](http::Exchange& ex) { handle_run(commands, ex); });
+  routes.add("DELETE", "/command",
+             [&commands, &sessions](http::Exchange& ex) { handle_interrupt(commands, sessions, ex); });
+  routes.add("GET", "/command/status/:id",
+             [&commands](http::Exchange& ex) { handle_status(commands, ex, ex.params.get("id")); });
+  routes.add("GET", "/command/:id/logs",
+             [&commands](http::Exchange& ex) { handle_logs(commands, ex, ex.params.get("id")); });
+}
+
+}  // namespace execd::api

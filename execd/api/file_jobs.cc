@@ -1,12 +1,14 @@
-// execd/file_work: see header.
-#include "execd/file_work.h"
+// execd/api/file_jobs: see header.
+#include "execd/api/file_jobs.h"
+
+#include "execd/api/awaiter.h"
 
 #include <memory>
 #include <sstream>
 
 #include "protocol/errors.h"
 
-namespace execd {
+namespace execd::api {
 
 FileReply FileReply::json(const nlohmann::json& value) {
   FileReply r;
@@ -42,21 +44,22 @@ FileReply FileReply::from(const fs::Error& error) {
   return FileReply::error(st.status, st.code, error.message);
 }
 
-void send_reply(Connection& conn, const FileReply& reply) {
-  conn.respond(reply.status, reply.content_type, reply.body, reply.headers);
+void send_reply(http::Exchange& ex, const FileReply& reply) {
+  ex.respond(reply.status, reply.content_type, reply.body, reply.headers);
 }
 
 namespace {
-struct FileJob {
+// Owned by itself from uv_queue_work until its after-work callback.
+struct FileJob : Awaitable {
   uv_work_t work;
-  std::weak_ptr<Connection> conn;
   std::function<FileReply()> job;
   FileReply reply;
 };
 }  // namespace
 
-void run_file_job(uv_loop_t* loop, Connection& conn, std::function<FileReply()> job) {
-  auto* w = new FileJob{{}, conn.weak(), std::move(job), {}};
+void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()> job) {
+  auto* w = new FileJob;
+  w->job = std::move(job);
   w->work.data = w;
   int rc = uv_queue_work(
       loop, &w->work,
@@ -70,14 +73,42 @@ void run_file_job(uv_loop_t* loop, Connection& conn, std::function<FileReply()> 
       },
       [](uv_work_t* work, int) {
         std::unique_ptr<FileJob> w(static_cast<FileJob*>(work->data));
-        auto conn = w->conn.lock();
-        if (!conn || conn->closed()) return;
-        send_reply(*conn, w->reply);
+        if (http::Exchange* ex = w->exchange()) send_reply(*ex, w->reply);
       });
   if (rc != 0) {
     delete w;
-    conn.respond_error(500, protocol::codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
+    ex.respond_error(500, protocol::codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
+    return;
   }
+  await(ex, *w);
+}
+
+namespace {
+struct BlockingJob : Awaitable {
+  uv_work_t work;
+  std::function<void()> blocking;
+  std::function<void(http::Exchange&)> then;
+};
+}  // namespace
+
+void run_blocking(uv_loop_t* loop, http::Exchange& ex, std::function<void()> blocking,
+                  std::function<void(http::Exchange&)> then) {
+  auto* w = new BlockingJob;
+  w->work.data = w;
+  w->blocking = std::move(blocking);
+  w->then = std::move(then);
+  int rc = uv_queue_work(
+      loop, &w->work, [](uv_work_t* work) { static_cast<BlockingJob*>(work->data)->blocking(); },
+      [](uv_work_t* work, int) {
+        std::unique_ptr<BlockingJob> w(static_cast<BlockingJob*>(work->data));
+        if (http::Exchange* ex = w->exchange()) w->then(*ex);
+      });
+  if (rc != 0) {
+    delete w;
+    ex.respond_error(500, protocol::codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
+    return;
+  }
+  await(ex, *w);
 }
 
 std::string dump_json(const nlohmann::json& value) {
@@ -98,4 +129,4 @@ std::optional<nlohmann::json> parse_json_body(std::string_view body, std::string
   return value;
 }
 
-}  // namespace execd
+}  // namespace execd::api

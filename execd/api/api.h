@@ -1,0 +1,23 @@
+// execd/api/api: the route groups the daemon wires up. One file per API area
+// (commands, sessions, pty, files, upload, download); each decodes requests,
+// calls pty/ or fs/, and encodes answers. No socket or libuv stream code here:
+// responses go through http::Exchange.
+#pragma once
+
+#include "execd/context.h"
+#include "execd/routes.h"
+
+namespace execd::api {
+
+class CommandRegistry;
+class SessionRegistry;
+class PtyRegistry;
+
+void add_command_routes(RouteTable& routes, CommandRegistry& commands, SessionRegistry& sessions);
+void add_session_routes(RouteTable& routes, SessionRegistry& sessions);
+void add_pty_routes(RouteTable& routes, PtyRegistry& ptys);
+void add_file_routes(RouteTable& routes, Context& ctx);
+void add_upload_route(RouteTable& routes, Context& ctx);
+void add_download_route(RouteTable& routes, Context& ctx);
+
+}  // namespace execd::api

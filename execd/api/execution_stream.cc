@@ -1,0 +1,91 @@
+// execd/api/execution_stream: see header.
+#include "execd/api/execution_stream.h"
+
+#include "execd/http/connection.h"
+#include "pty/command.h"
+
+namespace execd::api {
+
+ExecutionStream::ExecutionStream(http::Exchange& ex, protocol::Framing framing) : ex_(ex), enc_(framing) {}
+
+ExecutionStream::~ExecutionStream() { drop_producer(); }
+
+void ExecutionStream::drop_producer() {
+  if (ExecutionProducer* p = producer.get()) {
+    producer.cut();
+    p->client_gone();
+  }
+}
+
+void ExecutionStream::start(ExecutionProducer& p, std::string_view id) {
+  link(*this, producer, p, p.stream);
+  ex_.begin_chunked(200, {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
+                          "X-Accel-Buffering: no"});
+  std::string buf = ex_.take_buffer();
+  int64_t now = unix_ms();
+  enc_.init(buf, id, now);
+  enc_.ping(buf, now);
+  last_ping_ms_ = ex_.connection().host().now_ms();
+  ex_.send(std::move(buf));
+}
+
+void ExecutionStream::output(protocol::OutputStream s, const uint8_t* data, size_t len) {
+  if (ended_) return;
+  std::string buf = ex_.take_buffer();
+  enc_.output(buf, s, data, len, unix_ms());
+  if (!ex_.send(std::move(buf)) && producer) producer->set_client_paused(true);
+}
+
+void ExecutionStream::finish(const protocol::ExecutionResult& result) {
+  if (ended_) return;
+  ended_ = true;
+  producer.cut();
+  std::string buf = ex_.take_buffer();
+  int64_t now = unix_ms();
+  enc_.flush(buf, protocol::OutputStream::out, now);
+  enc_.flush(buf, protocol::OutputStream::err, now);
+  enc_.terminal(buf, result, now);
+  ex_.send(std::move(buf));
+  ex_.end();
+}
+
+void ExecutionStream::finish_background() {
+  if (ended_) return;
+  ended_ = true;
+  producer.cut();
+  std::string buf = "{\"type\":\"execution_complete\",\"timestamp\":" + std::to_string(unix_ms()) + "}";
+  buf += enc_.framing() == protocol::Framing::exact ? "\n" : "\n\n";
+  ex_.send(std::move(buf));
+  ex_.end();
+}
+
+void ExecutionStream::proceed() {
+  if (producer) producer->set_client_paused(false);
+}
+
+void ExecutionStream::stop() {
+  ended_ = true;
+  drop_producer();
+}
+
+void ExecutionStream::tick(uint64_t now_ms) {
+  if (ended_ || now_ms - last_ping_ms_ < kPingIntervalMs) return;
+  last_ping_ms_ = now_ms;
+  std::string buf;
+  enc_.ping(buf, unix_ms());
+  ex_.send(std::move(buf));
+}
+
+void set_signal(protocol::ExecutionResult& r, int signal) {
+  if (!signal) return;
+  r.signal = pty::signal_name(signal);
+  r.signal_text = pty::signal_description(signal);
+}
+
+protocol::Framing framing_for(const Context& ctx, const http::Exchange& ex) {
+  const std::string* accept = ex.header("accept");
+  bool exact = ctx.config.exact_framing || (accept && accept->find("application/x-ndjson") != std::string::npos);
+  return exact ? protocol::Framing::exact : protocol::Framing::compat;
+}
+
+}  // namespace execd::api

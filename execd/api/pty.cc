@@ -1,0 +1,371 @@
+// execd/api/pty: see header. Output always goes to the replay ring; with a
+// client attached it is also framed to the client, and the pump pauses while
+// the client's WebSocket is behind.
+#include "execd/api/pty.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "execd/api/api.h"
+#include "execd/api/file_jobs.h"
+#include "execd/http/websocket.h"
+#include "execd/link.h"
+#include "fs/atomic_file.h"
+#include "fs/expand.h"
+#include "fs/paths.h"
+#include "protocol/errors.h"
+#include "protocol/pty_frames.h"
+#include "protocol/websocket.h"
+#include "pty/pty_session.h"
+
+namespace execd::api {
+
+namespace codes = protocol::codes;
+using http::Exchange;
+
+class PtyClient;
+
+struct PtyEntry final : pty::PtyListener {
+  PtyEntry(Context& ctx, std::string id_)
+      : id(std::move(id_)),
+        session(std::make_unique<pty::PtySession>(ctx.loop, *ctx.reaper, static_cast<size_t>(ctx.config.pty_replay_bytes))) {
+    session->set_listener(this);
+    session->set_on_stdin_drained([this] { stdin_drained(); });
+  }
+  ~PtyEntry() override { session->set_listener(nullptr); }
+
+  void on_pty_output(pty::Stream s, const uint8_t* data, size_t len) override;
+  void on_pty_exit(int exit_code) override;
+  void stdin_drained();
+  // The client's WebSocket went away (its link is already cut).
+  void client_gone() { session->set_paused(false); }  // nobody to wait for: output goes to the ring
+  // Sends `exit` and closes the client's WebSocket; the link is cut.
+  void dismiss_client(int exit_code);
+
+  std::string id, cwd, command;
+  std::unique_ptr<pty::PtySession> session;
+  Link<PtyClient> client;
+  bool deleted = false;
+};
+
+// One attached WebSocket client; owned by its WebSocket.
+class PtyClient final : public http::WsHandler {
+ public:
+  explicit PtyClient(http::WebSocket& ws) : ws(ws) {}
+  ~PtyClient() override {
+    if (PtyEntry* e = entry.get()) {
+      entry.cut();
+      e->client_gone();
+    }
+  }
+  void error_frame(std::string_view code, std::string_view message) {
+    ws.send_text(protocol::pty_error_json(code, message));
+  }
+
+  void on_text(std::string& text) override;
+  void on_binary(std::string& data) override;
+  void proceed() override {
+    if (entry) entry->session->set_paused(false);
+  }
+
+  http::WebSocket& ws;
+  Link<PtyEntry> entry;
+
+ private:
+  void write_stdin(std::string_view data);
+};
+
+void PtyEntry::on_pty_output(pty::Stream s, const uint8_t* data, size_t len) {
+  PtyClient* c = client.get();
+  if (!c) return;
+  uint8_t channel = s == pty::Stream::err ? protocol::kPtyChannelStderr : protocol::kPtyChannelStdout;
+  bool more = true;
+  for (size_t off = 0; off < len; off += protocol::kPtyOutputChunkSize)
+    more = c->ws.send_binary(channel, data + off, std::min(protocol::kPtyOutputChunkSize, len - off));
+  if (!more) session->set_paused(true);
+}
+
+void PtyEntry::dismiss_client(int exit_code) {
+  PtyClient* c = client.get();
+  if (!c) return;
+  client.cut();
+  c->ws.send_text(protocol::pty_exit_json(exit_code));
+  c->ws.close(protocol::ws_close::normal, "process exited");
+}
+
+void PtyEntry::on_pty_exit(int exit_code) { dismiss_client(exit_code); }
+
+void PtyEntry::stdin_drained() {
+  if (PtyClient* c = client.get()) c->ws.resume_reading();
+}
+
+void PtyClient::write_stdin(std::string_view data) {
+  PtyEntry* e = entry.get();
+  if (!e || data.empty()) return;
+  if (!e->session->write_stdin(data.data(), data.size())) {
+    error_frame(protocol::pty_error_code::stdin_write_failed, "stdin is closed");
+    return;
+  }
+  // A client typing faster than the process reads waits on TCP, not in our memory.
+  if (e->session->stdin_queued() > http::WriteQueue::kHighWater) ws.pause_reading();
+}
+
+void PtyClient::on_binary(std::string& data) {
+  if (auto in = protocol::pty_stdin_from_binary(data)) write_stdin(*in);
+}
+
+void PtyClient::on_text(std::string& text) {
+  PtyEntry* e = entry.get();
+  if (!e) return;
+  auto frame = protocol::parse_pty_client_text(text);
+  if (auto* s = std::get_if<protocol::PtyStdinText>(&frame)) {
+    write_stdin(s->data);
+  } else if (auto* r = std::get_if<protocol::PtyResize>(&frame)) {
+    if (r->applies()) e->session->resize(static_cast<unsigned short>(r->rows), static_cast<unsigned short>(r->cols));
+  } else if (auto* sig = std::get_if<protocol::PtySignal>(&frame)) {
+    if (auto n = protocol::pty_signal_number(sig->name)) e->session->send_signal(*n);
+    else error_frame(protocol::pty_error_code::invalid_frame, "unsupported signal \"" + sig->name + "\"");
+  } else if (std::get_if<protocol::PtyPing>(&frame)) {
+    ws.send_text(protocol::pty_pong_json());
+  } else if (auto* u = std::get_if<protocol::PtyUnknownType>(&frame)) {
+    error_frame(protocol::pty_error_code::invalid_frame, protocol::pty_unknown_frame_type_message(u->type));
+  } else {
+    // Go ignores these silently; a client deserves to know its frame was dropped.
+    error_frame(protocol::pty_error_code::invalid_frame, "invalid JSON control frame");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Registry
+
+PtyRegistry::PtyRegistry(Context& ctx) : ctx_(ctx) {}
+PtyRegistry::~PtyRegistry() = default;
+
+PtyEntry* PtyRegistry::create() {
+  std::string id = random_uuid();
+  auto e = std::make_unique<PtyEntry>(ctx_, id);
+  PtyEntry* raw = e.get();
+  entries_[id] = std::move(e);
+  return raw;
+}
+
+PtyEntry* PtyRegistry::find(const std::string& id) {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : it->second.get();
+}
+
+void PtyRegistry::remove(PtyEntry* e) {
+  auto it = entries_.find(e->id);
+  if (it == entries_.end()) return;
+  std::unique_ptr<PtyEntry> owned = std::move(it->second);
+  entries_.erase(it);
+  e->deleted = true;
+  if (e->session->running()) {
+    e->session->set_paused(false);
+    e->session->kill_all();
+    dying_.push_back(std::move(owned));  // freed by reap() once its process is gone
+    return;
+  }
+  e->dismiss_client(e->session->exited() ? e->session->exit_code() : -1);
+}
+
+void PtyRegistry::reap() {
+  std::vector<std::unique_ptr<PtyEntry>> keep;
+  for (auto& e : dying_)
+    if (e->session->running()) keep.push_back(std::move(e));
+  dying_ = std::move(keep);
+}
+
+void PtyRegistry::kill_all() {
+  for (auto& [id, e] : entries_) e->session->kill_all();
+  for (auto& e : dying_) e->session->kill_all();
+}
+
+void PtyRegistry::clear() {
+  entries_.clear();
+  dying_.clear();
+}
+
+size_t PtyRegistry::live_clients() const {
+  size_t n = 0;
+  for (auto& [id, e] : entries_) n += e->client ? 1 : 0;
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// Handlers
+
+namespace {
+
+std::string status_json(PtyEntry& e) {
+  nlohmann::ordered_json j;
+  j["session_id"] = e.id;
+  j["running"] = e.session->running();
+  j["output_offset"] = e.session->ring().end_offset();
+  return j.dump();
+}
+
+void respond_not_found(Exchange& ex, const std::string& id) {
+  ex.respond_error(404, codes::kContextNotFound, "pty session " + id + " not found");
+}
+
+void handle_create(PtyRegistry& reg, Exchange& ex) {
+  std::string cwd_in, command;
+  const std::string& body = ex.request().body;
+  if (!body.empty()) {
+    auto j = nlohmann::json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request: invalid JSON body");
+    auto str = [&](const char* key, std::string& out) -> bool {
+      auto it = j.find(key);
+      if (it == j.end() || it->is_null()) return true;
+      if (!it->is_string()) return false;
+      out = it->get<std::string>();
+      return true;
+    };
+    if (!str("cwd", cwd_in) || !str("command", command))
+      return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request: cwd and command must be strings");
+  }
+  struct Prepared {
+    std::string cwd, error;
+  };
+  auto prepared = std::make_shared<Prepared>();
+  const Context& ctx = reg.ctx();
+  run_blocking(
+      ctx.loop, ex,
+      [prepared, cwd_in, env = ctx.base_env] {
+        if (cwd_in.empty()) return;
+        auto expanded = fs::expand_path(cwd_in, [&](std::string_view n) { return env_lookup(env, n); });
+        if (!expanded) return void(prepared->error = expanded.error().message);
+        if (auto made = fs::make_directory_tree(expanded.value()); !made)
+          return void(prepared->error = made.error().message);
+        prepared->cwd = expanded.value();
+      },
+      [&reg, prepared, command](Exchange& ex) {
+        if (!prepared->error.empty())
+          return ex.respond_error(500, codes::kRuntimeError, "error creating pty session: " + prepared->error);
+        PtyEntry* e = reg.create();
+        e->cwd = prepared->cwd;
+        e->command = command;
+        nlohmann::ordered_json j;
+        j["session_id"] = e->id;
+        ex.respond_json(201, j.dump());
+      });
+}
+
+pty::SpawnOptions spawn_options(Context& ctx, PtyEntry& e, bool use_pty) {
+  pty::SpawnOptions o;
+  o.program = ctx.shell;
+  o.argv = {ctx.shell, "--norc", "--noprofile"};
+  if (!e.command.empty()) {
+    o.argv.emplace_back("-c");
+    o.argv.push_back(e.command);
+  }
+  o.env = ctx.base_env;
+  if (use_pty) {
+    bool set = false;
+    for (auto& kv : o.env)
+      if (kv.rfind("TERM=", 0) == 0) {
+        kv = "TERM=xterm-256color";
+        set = true;
+      }
+    if (!set) o.env.emplace_back("TERM=xterm-256color");
+  }
+  o.cwd = e.cwd;
+  o.use_pty = use_pty;
+  o.rows = 24;
+  o.cols = 80;
+  return o;
+}
+
+void handle_attach(PtyRegistry& reg, Exchange& ex) {
+  const std::string id = ex.params.get("id");
+  PtyEntry* e = reg.find(id);
+  if (!e) return respond_not_found(ex, id);
+  const auto& r = ex.request();
+  auto lookup = [&r](std::string_view name) -> std::optional<std::string_view> {
+    std::string lower(name);
+    for (auto& ch : lower) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+    const std::string* v = r.header(lower);
+    if (!v) return std::nullopt;
+    return std::string_view(*v);
+  };
+  const std::string* takeover = protocol::query_value(ex.query, "takeover");
+  bool wants_takeover = takeover && *takeover == "1" && protocol::is_websocket_upgrade(lookup);
+  if (e->client && !wants_takeover)
+    return ex.respond_error(409, codes::kAlreadyConnected, "another client is already connected to pty session " + id);
+  http::WebSocket* ws = http::WebSocket::accept(ex, static_cast<size_t>(reg.ctx().config.max_body_bytes));
+  if (!ws) return;
+  if (PtyClient* old = e->client.get()) {
+    e->client.cut();
+    old->ws.close(protocol::kPtyCloseTakenOver, "TAKEN_OVER");
+  }
+  auto owned = std::make_unique<PtyClient>(*ws);
+  PtyClient* client = owned.get();
+  ws->set_handler(std::move(owned));
+  link(*e, e->client, *client, client->entry);
+
+  pty::PtySession& s = *e->session;
+  if (!s.started()) {
+    const std::string* mode = protocol::query_value(ex.query, "pty");
+    bool use_pty = !(mode && *mode == "0");
+    std::string err;
+    if (!s.start(spawn_options(reg.ctx(), *e, use_pty), err)) {
+      spdlog::warn("pty session {} failed to start: {}", id, err);
+      client->error_frame(protocol::pty_error_code::start_failed, err);
+      e->client.cut();
+      ws->close(protocol::ws_close::internal_error, "start failed");
+      return;
+    }
+    spdlog::info("pty session {} started: pid {} ({})", id, s.pid(), use_pty ? "pty" : "pipe");
+  }
+
+  // Replay, then `connected`, then live output from exactly where the replay ended.
+  const std::string* since_s = protocol::query_value(ex.query, "since");
+  uint64_t since = 0;
+  if (since_s && !since_s->empty()) {
+    long long v = strtoll(since_s->c_str(), nullptr, 10);
+    since = v > 0 ? static_cast<uint64_t>(v) : 0;
+  }
+  pty::ReplayRing::Slice slice = s.ring().read_from(since);
+  if (since_s && slice.gap) ws->send_text(protocol::pty_gap_json(static_cast<int64_t>(since), slice.start_offset));
+  bool more = true;
+  if (!slice.empty()) {
+    auto head = protocol::pty_replay_header(slice.start_offset);
+    std::string payload;
+    payload.reserve(head.size() + slice.size());
+    payload.append(reinterpret_cast<const char*>(head.data()), head.size());
+    payload += slice.copy();
+    more = ws->send_raw_binary(payload);
+  }
+  more = ws->send_text(protocol::pty_connected_json(id, s.pty_mode() ? "pty" : "pipe")) && more;
+  if (s.exited()) {
+    // No silent restart (the Go daemon re-runs the shell): the client learns
+    // how the session ended and may replay its output.
+    e->dismiss_client(s.exit_code());
+    return;
+  }
+  s.set_paused(!more);
+}
+
+}  // namespace
+
+void add_pty_routes(RouteTable& routes, PtyRegistry& ptys) {
+  routes.add("POST", "/pty", [&ptys](Exchange& ex) { handle_create(ptys, ex); });
+  routes.add("GET", "/pty/:id", [&ptys](Exchange& ex) {
+    PtyEntry* e = ptys.find(ex.params.get("id"));
+    if (!e) return respond_not_found(ex, ex.params.get("id"));
+    ex.respond_json(200, status_json(*e));
+  });
+  routes.add("DELETE", "/pty/:id", [&ptys](Exchange& ex) {
+    PtyEntry* e = ptys.find(ex.params.get("id"));
+    if (!e) return respond_not_found(ex, ex.params.get("id"));
+    ptys.remove(e);
+    ex.respond_empty(200);
+  });
+  routes.add("GET", "/pty/:id/ws", [&ptys](Exchange& ex) { handle_attach(ptys, ex); });
+}
+
+}  // namespace execd::api

@@ -1,0 +1,281 @@
+// execd/api/sessions: see header.
+//
+// Decisions: unknown session -> 404 CONTEXT_NOT_FOUND (also for /run); a
+// second concurrent run -> 409 SESSION_BUSY; a run on a session whose shell
+// has exited -> 410 SESSION_EXITED (DELETE still works); a client that
+// disconnects mid-run does not cancel the run (as with /command): it runs to
+// completion or timeout and its output is dropped.
+#include "execd/api/sessions.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "execd/api/api.h"
+#include "execd/api/execution_stream.h"
+#include "execd/api/file_jobs.h"
+#include "fs/atomic_file.h"
+#include "fs/expand.h"
+#include "fs/paths.h"
+#include "protocol/envelope.h"
+#include "protocol/errors.h"
+#include "pty/bash_session.h"
+#include "pty/digest.h"
+
+namespace execd::api {
+
+namespace codes = protocol::codes;
+using http::Exchange;
+
+// One run of a session's shell; lives until the next run replaces it or the
+// session goes, so BashSession may call it until its last callback.
+class SessionRun final : public pty::BashListener, public ExecutionProducer {
+ public:
+  explicit SessionRun(pty::BashSession* shell) : shell_(shell) {}
+
+  void on_run_output(pty::Stream s, const uint8_t* data, size_t len) override {
+    digest_[static_cast<int>(s)].update(data, len);
+    if (ExecutionStream* st = stream.get()) st->output(static_cast<protocol::OutputStream>(s), data, len);
+  }
+
+  void on_run_finished(const pty::RunOutcome& o) override {
+    shell_ = nullptr;
+    ExecutionStream* st = stream.get();
+    if (!st) return;
+    protocol::ExecutionResult r;
+    r.exit_code = o.exit_code;
+    set_signal(r, o.signal);
+    r.timed_out = o.timed_out;
+    r.interrupted = o.interrupted;
+    r.execution_time_ms = o.duration_ms;
+    r.stdout_bytes = digest_[0].bytes();
+    r.stderr_bytes = digest_[1].bytes();
+    r.stdout_sha256 = digest_[0].finish_hex();
+    r.stderr_sha256 = digest_[1].finish_hex();
+    st->finish(r);
+  }
+
+  void set_client_paused(bool paused) override {
+    if (shell_) shell_->set_paused(paused);
+  }
+  void client_gone() override {
+    // The run goes on; its output is dropped.
+    if (shell_) {
+      shell_->set_paused(false);
+      shell_->detach_listener();
+    }
+    shell_ = nullptr;
+  }
+  // The session is going away with the run.
+  void forget_shell() { shell_ = nullptr; }
+
+ private:
+  pty::BashSession* shell_;
+  pty::OutputDigest digest_[2];
+};
+
+struct SessionEntry {
+  std::string id;
+  pty::BashSession* shell = nullptr;  // nullptr once destroyed
+  bool dead = false;
+  std::unique_ptr<SessionRun> run;
+};
+
+SessionRegistry::SessionRegistry(Context& ctx) : ctx_(ctx) {}
+
+SessionRegistry::~SessionRegistry() {
+  for (auto& [id, e] : entries_)
+    if (e->run) e->run->forget_shell();
+}
+
+SessionEntry* SessionRegistry::create(const std::string& cwd, std::string& error) {
+  auto e = std::make_unique<SessionEntry>();
+  e->id = random_uuid();
+  auto* shell = new pty::BashSession(ctx_.loop, *ctx_.reaper, ctx_.config.state_dir, "session-" + e->id);
+  if (!shell->start(ctx_.shell, ctx_.base_env, cwd, error)) {
+    shell->destroy();
+    return nullptr;
+  }
+  SessionEntry* raw = e.get();
+  e->shell = shell;
+  shell->set_on_gone([this, id = raw->id, shell] { gone(id, shell); });
+  entries_[raw->id] = std::move(e);
+  return raw;
+}
+
+SessionEntry* SessionRegistry::find(const std::string& id) {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : it->second.get();
+}
+
+void SessionRegistry::remove(const std::string& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  pty::BashSession* shell = it->second->shell;
+  if (shell && it->second->run) {
+    // The run stays registered with the shell until its last callback.
+    dying_runs_[shell] = std::move(it->second->run);
+  }
+  entries_.erase(it);
+  if (!shell) return;
+  // Everything the session started dies; the shell object goes once the
+  // shell has been reaped (a running run's stream ends first, with -1).
+  dying_[shell] = true;
+  shell->kill_all();
+}
+
+void SessionRegistry::gone(const std::string& id, pty::BashSession* shell) {
+  if (auto it = entries_.find(id); it != entries_.end() && it->second->shell == shell) {
+    it->second->shell = nullptr;
+    it->second->dead = true;
+  }
+  dying_.erase(shell);
+  dying_runs_.erase(shell);
+  shell->destroy();
+}
+
+InterruptResult SessionRegistry::interrupt_run(const std::string& id) {
+  SessionEntry* e = find(id);
+  if (!e) return InterruptResult::not_found;
+  if (!e->shell || !e->shell->interrupt()) return InterruptResult::not_running;
+  return InterruptResult::interrupted;
+}
+
+void SessionRegistry::kill_all() {
+  for (auto& [id, e] : entries_)
+    if (e->shell) e->shell->kill_all();
+  for (auto& [shell, unused] : dying_) shell->kill_all();
+}
+
+void SessionRegistry::clear() {
+  std::map<pty::BashSession*, bool> shells = std::move(dying_);
+  for (auto& [id, e] : entries_) {
+    if (e->run) e->run->forget_shell();
+    if (e->shell) shells[e->shell] = true;
+  }
+  for (auto& [shell, run] : dying_runs_) run->forget_shell();
+  for (auto& [shell, unused] : shells) {
+    shell->set_on_gone(nullptr);
+    shell->destroy();
+  }
+  entries_.clear();
+  dying_runs_.clear();
+}
+
+namespace {
+
+void respond_unknown(Exchange& ex, const std::string& id) {
+  ex.respond_error(404, codes::kContextNotFound, "session " + id + " not found");
+}
+
+void handle_create(SessionRegistry& reg, Exchange& ex) {
+  std::string cwd_in;
+  const std::string& body = ex.request().body;
+  if (!body.empty()) {
+    auto j = nlohmann::json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. invalid JSON body");
+    if (auto it = j.find("cwd"); it != j.end() && !it->is_null()) {
+      if (!it->is_string())
+        return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. cwd must be a string");
+      cwd_in = it->get<std::string>();
+    }
+  }
+  // `$VAR` and `~` expand with execd's environment; the directory is created
+  // (mkdir -p) on the threadpool.
+  struct Prepared {
+    std::string cwd, error;
+  };
+  auto prepared = std::make_shared<Prepared>();
+  const Context& ctx = reg.ctx();
+  run_blocking(
+      ctx.loop, ex,
+      [prepared, cwd_in, env = ctx.base_env] {
+        if (cwd_in.empty()) return;
+        auto expanded = fs::expand_path(cwd_in, [&](std::string_view n) { return env_lookup(env, n); });
+        if (!expanded) return void(prepared->error = expanded.error().message);
+        if (auto made = fs::make_directory_tree(expanded.value()); !made)
+          return void(prepared->error = made.error().message);
+        prepared->cwd = expanded.value();
+      },
+      [&reg, prepared](Exchange& ex) {
+        std::string err = prepared->error;
+        SessionEntry* e = err.empty() ? reg.create(prepared->cwd, err) : nullptr;
+        if (!e) return ex.respond_error(500, codes::kRuntimeError, "error creating session. " + err);
+        spdlog::info("bash session {} started", e->id);
+        nlohmann::ordered_json j;
+        j["session_id"] = e->id;
+        ex.respond_json(200, j.dump());
+      });
+}
+
+void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const std::string& command,
+               const std::string& cwd, int64_t timeout_ms) {
+  SessionEntry* e = reg.find(id);
+  if (!e) return respond_unknown(ex, id);
+  if (e->dead || !e->shell || !e->shell->alive())
+    return ex.respond_error(410, "SESSION_EXITED", "session " + id + " has exited; delete it and create a new one");
+  if (e->shell->busy()) return ex.respond_error(409, "SESSION_BUSY", "session " + id + " is already running a command");
+  auto run = std::make_unique<SessionRun>(e->shell);
+  std::string err;
+  auto status = e->shell->run(command, cwd, timeout_ms, run.get(), err);
+  if (status != pty::BashSession::RunStatus::started)
+    return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
+  e->run = std::move(run);
+  auto stream = std::make_unique<ExecutionStream>(ex, framing_for(reg.ctx(), ex));
+  ExecutionStream& s = *stream;
+  ex.attach(std::move(stream));
+  s.start(*e->run, id);
+}
+
+void handle_run(SessionRegistry& reg, Exchange& ex) {
+  const std::string id = ex.params.get("id");
+  auto bad = [&](const std::string& m) { ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + m); };
+  auto j = nlohmann::json::parse(ex.request().body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return bad("invalid JSON body");
+  std::string command, cwd;
+  int64_t timeout_ms = 0;
+  if (auto it = j.find("command"); it != j.end() && it->is_string()) command = it->get<std::string>();
+  else if (it != j.end() && !it->is_null()) return bad("command must be a string");
+  if (command.empty()) return bad("command is required");
+  if (auto it = j.find("cwd"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return bad("cwd must be a string");
+    cwd = it->get<std::string>();
+  }
+  if (auto it = j.find("timeout"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() && !it->is_number_unsigned()) return bad("timeout must be an integer (ms)");
+    timeout_ms = it->get<int64_t>();
+    if (timeout_ms < 0) return bad("timeout must be >= 0");
+  }
+  if (!reg.find(id)) return respond_unknown(ex, id);
+  if (cwd.empty()) return start_run(reg, ex, id, command, cwd, timeout_ms);
+  // The cwd is checked on the threadpool (stat may block).
+  auto problem = std::make_shared<std::string>();
+  run_blocking(
+      reg.ctx().loop, ex,
+      [problem, cwd] {
+        struct stat st;
+        if (stat(cwd.c_str(), &st) != 0) *problem = "working directory does not exist: " + cwd;
+        else if (!S_ISDIR(st.st_mode)) *problem = "working directory is not a directory: " + cwd;
+      },
+      [&reg, problem, id, command, cwd, timeout_ms](Exchange& ex) {
+        if (!problem->empty()) return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + *problem);
+        start_run(reg, ex, id, command, cwd, timeout_ms);
+      });
+}
+
+}  // namespace
+
+void add_session_routes(RouteTable& routes, SessionRegistry& sessions) {
+  routes.add("POST", "/session", [&sessions](Exchange& ex) { handle_create(sessions, ex); });
+  routes.add("POST", "/session/:id/run", [&sessions](Exchange& ex) { handle_run(sessions, ex); });
+  routes.add("DELETE", "/session/:id", [&sessions](Exchange& ex) {
+    const std::string& id = ex.params.get("id");
+    if (!sessions.find(id)) return respond_unknown(ex, id);
+    sessions.remove(id);
+    ex.respond_empty(200);
+  });
+}
+
+}  // namespace execd::api

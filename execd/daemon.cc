@@ -1,0 +1,144 @@
+// execd/daemon: see header.
+#include "execd/daemon.h"
+
+#include <malloc.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include "execd/api/api.h"
+
+namespace execd {
+
+namespace {
+constexpr uint64_t kHousekeepingMs = 1000;
+constexpr uint64_t kShutdownPollMs = 20;
+
+Context bind(Context ctx, uv_loop_t* loop, pty::Reaper* reaper) {
+  ctx.loop = loop;
+  ctx.reaper = reaper;
+  return ctx;
+}
+
+http::ConnectionLimits connection_limits(const Config& cfg) {
+  http::ConnectionLimits l;
+  l.parser.max_body_bytes = static_cast<size_t>(cfg.max_body_bytes);
+  l.idle_timeout_ms = static_cast<uint64_t>(cfg.idle_timeout_ms);
+  return l;
+}
+}  // namespace
+
+Daemon::Daemon(uv_loop_t* loop, Context ctx)
+    : loop_(loop),
+      ctx_(bind(std::move(ctx), loop, &reaper_)),
+      reaper_(loop),
+      routes_(ctx_.config.access_token),
+      server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
+      commands_(ctx_),
+      sessions_(ctx_),
+      ptys_(ctx_) {
+  reaper_.start();
+  routes_.add_open("GET", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
+  routes_.add_open("HEAD", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
+  api::add_command_routes(routes_, commands_, sessions_);
+  api::add_session_routes(routes_, sessions_);
+  api::add_pty_routes(routes_, ptys_);
+  api::add_file_routes(routes_, ctx_);
+  api::add_upload_route(routes_, ctx_);
+  api::add_download_route(routes_, ctx_);
+
+  for (uv_signal_t* s : {&sigterm_, &sigint_}) {
+    uv_signal_init(loop, s);
+    s->data = this;
+  }
+  auto on_signal = [](uv_signal_t* h, int signum) { static_cast<Daemon*>(h->data)->shutdown(signum); };
+  uv_signal_start(&sigterm_, on_signal, SIGTERM);
+  uv_signal_start(&sigint_, on_signal, SIGINT);
+  uv_timer_init(loop, &housekeeping_);
+  housekeeping_.data = this;
+  uv_timer_start(&housekeeping_, [](uv_timer_t* t) { static_cast<Daemon*>(t->data)->on_tick(); }, kHousekeepingMs,
+                 kHousekeepingMs);
+  uv_unref(reinterpret_cast<uv_handle_t*>(&housekeeping_));
+}
+
+Daemon::~Daemon() = default;
+
+int Daemon::listen() { return server_.listen(ctx_.config.host, ctx_.config.port); }
+
+void Daemon::run() { uv_run(loop_, UV_RUN_DEFAULT); }
+
+bool Daemon::drained() const {
+  return commands_.running() == 0 && server_.connection_count() == 0;
+}
+
+void Daemon::on_tick() {
+  ptys_.reap();
+  if (!stopping_) {
+    // After a burst (hundreds of commands, big uploads), give freed memory
+    // back once things are quiet: glibc keeps it otherwise.
+    if (commands_.running() == 0 && server_.connection_count() == 0) malloc_trim(0);
+    return;
+  }
+  server_.close_idle_connections();
+  if (drained() || uv_now(loop_) >= deadline_) {
+    if (!drained())
+      spdlog::warn("shutdown: {} commands and {} connections still open after the grace period", commands_.running(),
+                   server_.connection_count());
+    finish();
+  }
+}
+
+void Daemon::shutdown(int signum) {
+  if (stopping_) {
+    deadline_ = 0;  // a second signal: stop waiting
+    return;
+  }
+  stopping_ = true;
+  ctx_.shutting_down = true;
+  spdlog::info("{} received: forwarding to running commands, draining for {} ms", strsignal(signum),
+               ctx_.config.graceful_shutdown_ms);
+  server_.stop_accepting();
+  server_.close_idle_connections();
+  commands_.signal_all(signum);
+  // Terminals and shells have no graceful protocol: they go now, so an
+  // attached PTY WebSocket does not hold the shutdown for the grace period.
+  sessions_.kill_all();
+  ptys_.kill_all();
+  deadline_ = uv_now(loop_) + static_cast<uint64_t>(ctx_.config.graceful_shutdown_ms);
+  uv_timer_start(&housekeeping_, [](uv_timer_t* t) { static_cast<Daemon*>(t->data)->on_tick(); }, 0,
+                 kShutdownPollMs);
+  uv_ref(reinterpret_cast<uv_handle_t*>(&housekeeping_));
+}
+
+void Daemon::finish() {
+  if (finished_) return;
+  finished_ = true;
+  server_.stop_accepting();
+  server_.close_all_connections();
+  commands_.signal_all(SIGKILL);
+  sessions_.kill_all();
+  ptys_.kill_all();
+  uv_timer_stop(&housekeeping_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&housekeeping_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigint_), nullptr);
+  // Closing connections need a safe point to stop their sources (which cuts
+  // every link into the registries); then the registries let go of their
+  // processes and handles, the server closes its own, and the loop ends.
+  auto* last = new uv_timer_t;
+  uv_timer_init(loop_, last);
+  last->data = this;
+  uv_timer_start(last, [](uv_timer_t* t) {
+    auto* d = static_cast<Daemon*>(t->data);
+    if (d->server_.connection_count() > 0) return;  // still closing
+    d->ptys_.clear();
+    d->sessions_.clear();
+    d->commands_.close();
+    d->server_.close_handles();
+    d->reaper_.stop();
+    uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+  }, 0, 10);
+}
+
+}  // namespace execd

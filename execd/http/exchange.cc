@@ -1,0 +1,123 @@
+// execd/http/exchange: see header.
+#include "execd/http/exchange.h"
+
+#include <cstdio>
+
+#include "execd/http/connection.h"
+#include "protocol/errors.h"
+
+namespace execd::http {
+
+Exchange::~Exchange() = default;
+
+const std::string& Exchange::peer() const { return conn_.peer(); }
+
+bool Exchange::peer_gone() const { return conn_.closing(); }
+
+void Exchange::respond(int status, std::string_view content_type, std::string_view body,
+                       const std::vector<std::string>& extra_headers) {
+  if (finished_) return;
+  if (!conn_.closing()) {
+    conn_.queue().append(protocol::simple_response(status, content_type, body, conn_.keep_alive(), extra_headers));
+    conn_.flush();
+  }
+  head_sent_ = true;
+  finish();
+}
+
+void Exchange::respond_error(int status, std::string_view code, std::string_view message) {
+  respond_json(status, protocol::error_body(code, message));
+}
+
+void Exchange::begin_chunked(int status, std::vector<std::string> headers) {
+  headers.emplace_back("Transfer-Encoding: chunked");
+  chunked_ = true;
+  begin_sized(status, std::move(headers));
+}
+
+void Exchange::begin_sized(int status, std::vector<std::string> headers) {
+  if (finished_ || head_sent_) return;
+  if (!conn_.keep_alive()) headers.emplace_back("Connection: close");
+  head_sent_ = true;
+  if (conn_.closing()) return;
+  conn_.queue().append(protocol::response_head(status, headers));
+  conn_.flush();
+}
+
+bool Exchange::send(std::string&& data) {
+  if (finished_ || conn_.closing()) return false;
+  if (!data.empty()) {
+    WriteQueue& q = conn_.queue();
+    if (chunked_) {
+      char head[24];
+      int n = snprintf(head, sizeof head, "%zx\r\n", data.size());
+      q.append(std::string_view(head, static_cast<size_t>(n)));
+      q.append(std::move(data));
+      q.append(std::string_view("\r\n"));
+    } else {
+      q.append(std::move(data));
+    }
+  }
+  bool more = conn_.flush();
+  if (!more) source_waiting_ = true;
+  return more;
+}
+
+bool Exchange::send(std::string_view data) {
+  std::string copy = take_buffer();
+  copy.assign(data);
+  return send(std::move(copy));
+}
+
+bool Exchange::send_file(SharedFile file, uint64_t offset, uint64_t length) {
+  if (finished_ || conn_.closing()) return false;
+  conn_.queue().append_file(std::move(file), offset, length);
+  bool more = conn_.flush();
+  if (!more) source_waiting_ = true;
+  return more;
+}
+
+void Exchange::end() {
+  if (finished_) return;
+  if (chunked_ && !conn_.closing()) {
+    conn_.queue().append(protocol::kLastChunk);
+    conn_.flush();
+  }
+  finish();
+}
+
+void Exchange::end_raw() { finish(); }
+
+std::string Exchange::take_buffer() { return conn_.queue().take_buffer(); }
+
+void Exchange::attach(std::unique_ptr<Source> source) { source_ = std::move(source); }
+
+void Exchange::pause_body() { conn_.pause_reading(); }
+
+void Exchange::resume_body() { conn_.resume_reading(); }
+
+void Exchange::send_raw(std::string_view bytes) {
+  if (finished_ || conn_.closing()) return;
+  head_sent_ = true;
+  conn_.queue().append(bytes);
+  conn_.flush();
+}
+
+void Exchange::upgrade(std::unique_ptr<Upgraded> proto) {
+  if (finished_) return;
+  finished_ = true;
+  conn_.upgrade(*this, std::move(proto));
+}
+
+void Exchange::finish() {
+  finished_ = true;
+  conn_.exchange_finished(*this);
+}
+
+void Exchange::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (source_ && !finished_) source_->stop();
+}
+
+}  // namespace execd::http

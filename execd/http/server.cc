@@ -1,0 +1,181 @@
+// execd/http/server: see header.
+#include "execd/http/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "execd/http/socket.h"
+
+namespace execd::http {
+
+namespace {
+constexpr int kAcceptsPerWake = 64;
+
+std::string peer_name(const sockaddr_storage& addr) {
+  char ip[INET6_ADDRSTRLEN] = "";
+  if (addr.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    return std::string(ip) + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+  inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+  return std::string("[") + ip + "]:" + std::to_string(ntohs(a->sin6_port));
+}
+}  // namespace
+
+Server::Server(uv_loop_t* loop, const ConnectionLimits& limits, HeadHandler on_head)
+    : loop_(loop), limits_(limits), on_head_(std::move(on_head)) {
+  uv_check_init(loop, &check_);
+  check_.data = this;
+  uv_check_start(&check_, [](uv_check_t* h) { static_cast<Server*>(h->data)->run_safe_point(); });
+  uv_unref(reinterpret_cast<uv_handle_t*>(&check_));
+  uv_idle_init(loop, &idle_);
+  idle_.data = this;
+  uv_timer_init(loop, &tick_);
+  tick_.data = this;
+  uint64_t period = 1000;
+  if (limits.idle_timeout_ms) period = std::clamp<uint64_t>(limits.idle_timeout_ms / 4, 50, 1000);
+  uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Server*>(t->data)->on_tick(); }, period, period);
+  uv_unref(reinterpret_cast<uv_handle_t*>(&tick_));
+}
+
+Server::~Server() = default;
+
+int Server::listen(const std::string& host, int port) {
+  sockaddr_storage addr{};
+  int rc = uv_ip4_addr(host.c_str(), port, reinterpret_cast<sockaddr_in*>(&addr));
+  if (rc != 0) rc = uv_ip6_addr(host.c_str(), port, reinterpret_cast<sockaddr_in6*>(&addr));
+  if (rc != 0) return rc;
+  int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  socklen_t len = addr.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 4096) != 0) {
+    int err = -errno;
+    ::close(fd);
+    return err;
+  }
+  if ((rc = uv_poll_init_socket(loop_, &listen_poll_, fd)) != 0) {
+    ::close(fd);
+    return rc;
+  }
+  listen_fd_ = fd;
+  listen_poll_.data = this;
+  uv_poll_start(&listen_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+    static_cast<Server*>(h->data)->on_acceptable();
+  });
+  listening_ = true;
+  return 0;
+}
+
+int Server::bound_port() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (listen_fd_ < 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+}
+
+void Server::on_acceptable() {
+  for (int i = 0; i < kAcceptsPerWake && listening_; ++i) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // Out of descriptors or memory: the pending connection stays in the
+      // backlog; try again at the next tick instead of spinning on it.
+      uint64_t now = uv_now(loop_);
+      if (now - last_accept_warning_ms_ >= 10000) {
+        last_accept_warning_ms_ = now;
+        spdlog::warn("accept failed: {}; pausing new connections", strerror(errno));
+      }
+      accept_paused_ = true;
+      uv_poll_stop(&listen_poll_);
+      return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto* conn = new Connection(*this, limits_);
+    Transport* transport = SocketTransport::open(loop_, fd, *conn);
+    if (!transport) {
+      delete conn;
+      continue;
+    }
+    connections_.insert(conn);
+    conn->start(transport, peer_name(addr));
+  }
+}
+
+void Server::stop_accepting() {
+  draining_ = true;
+  if (!listening_) return;
+  listening_ = false;
+  uv_poll_stop(&listen_poll_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&listen_poll_), [](uv_handle_t* h) {
+    auto* s = static_cast<Server*>(h->data);
+    ::close(s->listen_fd_);
+    s->listen_fd_ = -1;
+  });
+}
+
+void Server::close_idle_connections() {
+  for (Connection* c : connections_)
+    if (c->idle()) c->close();
+}
+
+void Server::close_all_connections() {
+  for (Connection* c : connections_) c->close();
+}
+
+void Server::schedule(Connection& conn) {
+  due_.push_back(&conn);
+  if (handles_open_) uv_idle_start(&idle_, [](uv_idle_t*) {});
+}
+
+void Server::run_safe_point() {
+  // Work scheduled while this runs waits for the next pass (the idle handle
+  // keeps that pass from blocking), so a busy client cannot hold the loop here.
+  std::vector<Connection*> now;
+  now.swap(due_);
+  for (Connection* c : now) c->run_deferred();
+  if (due_.empty() && handles_open_) uv_idle_stop(&idle_);
+}
+
+void Server::on_connection_closed(Connection& conn) {
+  connections_.erase(&conn);
+  due_.erase(std::remove(due_.begin(), due_.end(), &conn), due_.end());
+  delete &conn;
+}
+
+void Server::on_tick() {
+  uint64_t now = uv_now(loop_);
+  if (accept_paused_ && listening_) {
+    accept_paused_ = false;
+    uv_poll_start(&listen_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+      static_cast<Server*>(h->data)->on_acceptable();
+    });
+  }
+  for (Connection* c : connections_) c->tick(now);
+}
+
+void Server::close_handles() {
+  if (!handles_open_) return;
+  handles_open_ = false;
+  stop_accepting();
+  for (uv_handle_t* h : {reinterpret_cast<uv_handle_t*>(&check_), reinterpret_cast<uv_handle_t*>(&idle_),
+                         reinterpret_cast<uv_handle_t*>(&tick_)})
+    uv_close(h, nullptr);
+}
+
+}  // namespace execd::http

@@ -1,0 +1,74 @@
+// execd/http/server: the listening socket, the set of live connections, the
+// safe point and the tick.
+//
+// * Accepting: the listener is a non-blocking socket watched by a uv_poll_t;
+//   each accepted socket becomes a Connection over a SocketTransport. When
+//   the process is out of descriptors, accepting pauses until the next tick
+//   instead of spinning.
+// * The safe point: connections ask for run_deferred() through schedule();
+//   a uv_check handle runs them once per loop pass, after I/O callbacks, when
+//   no handler or source is on the stack (a uv_idle handle keeps the loop
+//   from blocking while work is due). Connections are freed when their
+//   transport has closed.
+// * The tick: one timer for every connection's deadlines (idle, lingering
+//   close, keepalive pings of sources and WebSockets), so a connection owns
+//   no timer of its own.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "execd/http/connection.h"
+
+namespace execd::http {
+
+class Server final : public ConnectionHost {
+ public:
+  using HeadHandler = std::function<void(Exchange&)>;
+
+  Server(uv_loop_t* loop, const ConnectionLimits& limits, HeadHandler on_head);
+  ~Server() override;
+
+  // 0 or -errno.
+  int listen(const std::string& host, int port);
+  int bound_port() const;
+  void stop_accepting();
+  // Stopping: finish current responses but take no new requests.
+  void set_draining() { draining_ = true; }
+  void close_idle_connections();
+  void close_all_connections();
+  size_t connection_count() const { return connections_.size(); }
+  // Closes the server's own handles (the loop can then end).
+  void close_handles();
+
+  // ConnectionHost
+  void on_request_head(Exchange& ex) override { on_head_(ex); }
+  void schedule(Connection& conn) override;
+  void on_connection_closed(Connection& conn) override;
+  uint64_t now_ms() override { return uv_now(loop_); }
+  bool draining() override { return draining_; }
+
+ private:
+  void on_acceptable();
+  void run_safe_point();
+  void on_tick();
+
+  uv_loop_t* loop_;
+  ConnectionLimits limits_;
+  HeadHandler on_head_;
+  int listen_fd_ = -1;
+  uv_poll_t listen_poll_;
+  bool listening_ = false, accept_paused_ = false, draining_ = false, handles_open_ = true;
+  uv_check_t check_;
+  uv_idle_t idle_;
+  uv_timer_t tick_;
+  std::unordered_set<Connection*> connections_;
+  std::vector<Connection*> due_;
+  uint64_t last_accept_warning_ms_ = 0;
+};
+
+}  // namespace execd::http

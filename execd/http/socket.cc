@@ -1,0 +1,112 @@
+// execd/http/socket: see header.
+#include "execd/http/socket.h"
+
+#include <errno.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace execd::http {
+
+namespace {
+constexpr size_t kReadBufferSize = 256 * 1024;
+char g_read_buffer[kReadBufferSize];
+// Reads per wake-up: one fast client cannot starve the others.
+constexpr int kReadsPerWake = 4;
+}  // namespace
+
+SocketTransport* SocketTransport::open(uv_loop_t* loop, int fd, TransportEvents& events) {
+  auto* t = new SocketTransport(events, fd);
+  if (uv_poll_init_socket(loop, &t->poll_, fd) != 0) {
+    ::close(fd);
+    delete t;
+    return nullptr;
+  }
+  t->poll_.data = t;
+  return t;
+}
+
+ssize_t SocketTransport::writev(const struct iovec* iov, int count) {
+  while (true) {
+    ssize_t n = ::writev(fd_, iov, count);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    return -errno;
+  }
+}
+
+ssize_t SocketTransport::sendfile(int fd, uint64_t offset, size_t len) {
+  while (true) {
+    off_t off = static_cast<off_t>(offset);
+    ssize_t n = ::sendfile(fd_, fd, &off, len);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    return -errno;
+  }
+}
+
+void SocketTransport::want_readable(bool on) {
+  readable_ = on;
+  update();
+}
+
+void SocketTransport::want_writable(bool on) {
+  writable_ = on;
+  update();
+}
+
+void SocketTransport::update() {
+  if (closing_) return;
+  int want = (readable_ ? UV_READABLE | UV_DISCONNECT : 0) | (writable_ ? UV_WRITABLE : 0);
+  if (want == polled_) return;
+  polled_ = want;
+  if (want == 0) uv_poll_stop(&poll_);
+  else uv_poll_start(&poll_, want, [](uv_poll_t* h, int status, int events) {
+    static_cast<SocketTransport*>(h->data)->on_poll(status, events);
+  });
+}
+
+void SocketTransport::on_poll(int status, int events) {
+  if (status < 0) {
+    // The socket failed (ECONNRESET and friends): reading says so.
+    events = UV_READABLE;
+  }
+  if ((events & UV_WRITABLE) && writable_) {
+    events_.on_transport_writable();
+    if (closing_) return;
+  }
+  if (!(events & (UV_READABLE | UV_DISCONNECT)) || !readable_) return;
+  for (int i = 0; i < kReadsPerWake && readable_ && !closing_; ++i) {
+    ssize_t n = ::read(fd_, g_read_buffer, kReadBufferSize);
+    if (n > 0) {
+      events_.on_transport_data(g_read_buffer, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < kReadBufferSize) return;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    readable_ = false;
+    update();
+    events_.on_transport_eof();
+    return;
+  }
+}
+
+void SocketTransport::shutdown_write() {
+  if (!closing_) ::shutdown(fd_, SHUT_WR);
+}
+
+void SocketTransport::close() {
+  if (closing_) return;
+  closing_ = true;
+  uv_poll_stop(&poll_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll_), [](uv_handle_t* h) {
+    auto* t = static_cast<SocketTransport*>(h->data);
+    ::close(t->fd_);
+    TransportEvents& events = t->events_;
+    delete t;
+    events.on_transport_closed();
+  });
+}
+
+}  // namespace execd::http
