@@ -8,9 +8,10 @@
 
 namespace execd::pty {
 namespace {
-// Large enough that one read drains a full default pipe; shared by all pumps
-// since the loop is single-threaded and data is consumed synchronously.
-constexpr size_t kReadSize = 64 * 1024;
+// Large enough that a few reads drain a full 1 MiB stdout pipe (spawn.cc);
+// shared by all pumps since the loop is single-threaded and data is consumed
+// synchronously.
+constexpr size_t kReadSize = 256 * 1024;
 uint8_t g_read_buffer[kReadSize];
 }  // namespace
 

@@ -95,6 +95,9 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error) {
     ioctl(master, TIOCSWINSZ, &ws);
   } else {
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return fail("pipe");
+    // A bigger stdout pipe means fewer, larger reads for a fast writer (best
+    // effort: the kernel may refuse past /proc/sys/fs/pipe-max-size).
+    fcntl(out_pipe[0], F_SETPIPE_SZ, 1 << 20);
     if (opts.pipe_stdin) {
       if (pipe2(in_pipe, O_CLOEXEC) != 0) return fail("pipe");
     } else {
