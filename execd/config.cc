@@ -2,26 +2,30 @@
 #include "execd/config.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <string_view>
 
 namespace execd {
 
 const char* const kUsage =
-    "usage: execd [options]\n"
+    "usage: execd [options]      (flags as in Go: -name value, --name=value, ...)\n"
     "  --host ADDR                     listen address (default 0.0.0.0)\n"
     "  --port N                        listen port (default 44772)\n"
     "  --access-token TOKEN            required X-EXECD-ACCESS-TOKEN value\n"
-    "  --access-token-file PATH        read the token from a file (trailing newline ignored)\n"
-    "                                  (else env EXECD_ACCESS_TOKEN)\n"
+    "  --access-token-file PATH        read the token from a file (trailing whitespace ignored)\n"
+    "                                  first found wins: --access-token, --access-token-file,\n"
+    "                                  env EXECD_ACCESS_TOKEN, env EXECD_ACCESS_TOKEN_FILE (a path)\n"
     "  --insecure-no-auth              run without a token (logs a warning)\n"
     "  --log-level LEVEL               trace|debug|info|warn|error|off, or Go's 0-7 (default info)\n"
     "  --log-format text|json          log line format (default text)\n"
     "  --state-dir DIR                 retained command output (default $TMPDIR/execd-<pid>)\n"
     "  --framing compat|exact          stream framing for every request (default compat;\n"
     "                                  a request may ask for exact with Accept: application/x-ndjson)\n"
-    "  --graceful-shutdown-timeout D   drain time on SIGTERM (default 1s; ms if no unit)\n"
+    "  --graceful-shutdown-timeout D   drain time on SIGTERM (default 1s; env EXECD_API_GRACE_SHUTDOWN)\n"
     "  --retention D                   keep finished commands and their output (default 15m)\n"
     "  --log-limit BYTES               retained output per command (default 67108864)\n"
     "  --max-body BYTES                largest JSON request body (default 8388608)\n"
@@ -29,55 +33,212 @@ const char* const kUsage =
     "  --kill-grace D                  TERM to KILL delay on timeout/interrupt (default 2s)\n"
     "  --idle-timeout D                close connections silent this long between requests (default 2m)\n"
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
-    "  --help, --version\n";
-
-int64_t parse_duration_ms(const std::string& s) {
-  if (s.empty()) return -1;
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(s.c_str(), &end);
-  if (errno || end == s.c_str() || v < 0) return -1;
-  std::string unit(end);
-  double mult;
-  if (unit.empty() || unit == "ms") mult = 1;
-  else if (unit == "s") mult = 1000;
-  else if (unit == "m") mult = 60000;
-  else if (unit == "h") mult = 3600000;
-  else if (unit == "us" || unit == "µs") mult = 0.001;
-  else return -1;
-  return static_cast<int64_t>(v * mult);
-}
+    "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
+    "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
+    "                                  JUPYTER_TOKEN, EXECD_JUPYTER_IDLE_POLL_INTERVAL); ignored\n"
+    "  --help, --version\n"
+    "Durations: Go syntax (1h30m, 1.5s, 300ms, 250us) or a bare number of milliseconds.\n";
 
 namespace {
 
-bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t& out) {
+// Go's time.ParseDuration, in nanoseconds (as a double: the values here are
+// far below 2^53 ns ≈ 104 days of precision loss). Plus execd's extension: a
+// bare unsigned number is milliseconds.
+bool parse_go_duration_ns(std::string_view s, double& out_ns) {
+  bool negative = false;
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
+    negative = s[0] == '-';
+    s.remove_prefix(1);
+  }
   if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno || *end || v < lo || v > hi) return false;
+  if (s == "0") {
+    out_ns = 0;
+    return true;
+  }
+  // Extension: "1500" or "1.5" = milliseconds.
+  if (s.find_first_not_of("0123456789.") == std::string_view::npos) {
+    char* end = nullptr;
+    std::string copy(s);
+    errno = 0;
+    double v = std::strtod(copy.c_str(), &end);
+    if (errno || *end || copy.front() == '.' || copy.back() == '.' || copy.find('.') != copy.rfind('.'))
+      return false;
+    out_ns = (negative ? -v : v) * 1e6;
+    return true;
+  }
+  double total = 0;
+  while (!s.empty()) {
+    size_t i = 0;
+    bool digits = false;
+    double whole = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') whole = whole * 10 + (s[i++] - '0'), digits = true;
+    double frac = 0, scale = 1;
+    if (i < s.size() && s[i] == '.') {
+      ++i;
+      while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+        scale /= 10;
+        frac += (s[i++] - '0') * scale;
+        digits = true;
+      }
+    }
+    if (!digits) return false;
+    s.remove_prefix(i);
+    static constexpr struct {
+      std::string_view name;
+      double ns;
+    } kUnits[] = {{"ns", 1},        {"us", 1e3},       {"\xC2\xB5s", 1e3}, {"\xCE\xBCs", 1e3},
+                  {"ms", 1e6},      {"s", 1e9},        {"m", 60e9},        {"h", 3600e9}};
+    double unit = 0;
+    size_t unit_len = 0;
+    for (const auto& u : kUnits) {
+      if (s.substr(0, u.name.size()) == u.name && u.name.size() > unit_len) {
+        unit = u.ns;
+        unit_len = u.name.size();
+      }
+    }
+    if (unit_len == 0) return false;  // Go: "missing unit in duration" / "unknown unit"
+    s.remove_prefix(unit_len);
+    total += (whole + frac) * unit;
+  }
+  if (total > 9.3e18) return false;  // Go: "invalid duration" (int64 ns overflow)
+  out_ns = negative ? -total : total;
+  return true;
+}
+
+// Go's strconv.ParseInt(s, 0, 64): sign, then 0x/0o/0b/0 prefixes, and
+// underscores as in Go literals (between digits or right after a prefix).
+bool parse_go_int(std::string_view s, int64_t& out) {
+  bool negative = false;
+  if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+    negative = s[0] == '-';
+    s.remove_prefix(1);
+  }
+  if (s.empty()) return false;
+  int base = 10;
+  size_t start = 0;
+  if (s.size() >= 2 && s[0] == '0') {
+    char p = static_cast<char>(s[1] | 0x20);
+    if (p == 'x') base = 16, start = 2;
+    else if (p == 'o') base = 8, start = 2;
+    else if (p == 'b') base = 2, start = 2;
+    else base = 8;  // a leading 0 means octal
+  }
+  // Underscore placement (Go's underscoreOK).
+  char saw = start ? '0' : '^';
+  for (size_t i = start; i < s.size(); ++i) {
+    char c = s[i];
+    bool digit = (c >= '0' && c <= '9') || (base == 16 && (c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+    if (digit) saw = '0';
+    else if (c == '_') {
+      if (saw != '0') return false;
+      saw = '_';
+    } else {
+      if (saw == '_') return false;
+      saw = '!';
+    }
+  }
+  if (saw == '_') return false;
+  uint64_t value = 0;
+  bool any = false;
+  for (size_t i = start; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '_') continue;
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') d = (c | 0x20) - 'a' + 10;
+    else return false;
+    if (d >= base) return false;
+    if (value > (std::numeric_limits<uint64_t>::max() - d) / base) return false;
+    value = value * base + d;
+    any = true;
+  }
+  if (!any) return false;
+  constexpr uint64_t kMax = uint64_t(std::numeric_limits<int64_t>::max());
+  if (negative) {
+    if (value > kMax + 1) return false;
+    out = value == kMax + 1 ? std::numeric_limits<int64_t>::min() : -static_cast<int64_t>(value);
+  } else {
+    if (value > kMax) return false;
+    out = static_cast<int64_t>(value);
+  }
+  return true;
+}
+
+// Go's strconv.ParseBool.
+bool parse_go_bool(std::string_view s, bool& out) {
+  for (std::string_view t : {"1", "t", "T", "TRUE", "true", "True"})
+    if (s == t) return out = true, true;
+  for (std::string_view f : {"0", "f", "F", "FALSE", "false", "False"})
+    if (s == f) return out = false, true;
+  return false;
+}
+
+bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t& out) {
+  int64_t v;
+  if (!parse_go_int(s, v) || v < lo || v > hi) return false;
   out = v;
   return true;
 }
 
-bool valid_log_level(const std::string& l) {
+// Normalizes a log level: names stay; Go's integers (any int, e.g. -1 or
+// 0x7) become "0".."7" (Go: <=2 fatal, 3 error, 4 warn, 5-6 info, >=7 debug).
+bool normalize_log_level(std::string& l) {
   static const char* kLevels[] = {"trace", "debug", "info", "warn", "warning", "error", "critical", "off"};
   for (auto* k : kLevels)
     if (l == k) return true;
   int64_t n;
-  return parse_int(l, 0, 10, n);
+  if (!parse_go_int(l, n)) return false;
+  l = std::to_string(n < 0 ? 0 : n > 7 ? 7 : n);
+  return true;
 }
+
+enum class TokenFileError { none, unreadable, empty };
+
+TokenFileError read_token_file(const std::string& path, std::string& token) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return TokenFileError::unreadable;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return TokenFileError::unreadable;
+  std::string t = ss.str();
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ' || t.back() == '\t')) t.pop_back();
+  if (t.empty()) return TokenFileError::empty;
+  token = std::move(t);
+  return TokenFileError::none;
+}
+
+const char* system_getenv(const char* name) { return std::getenv(name); }
 
 }  // namespace
 
-std::string parse_config(int argc, char** argv, Config& cfg) {
-  std::string token_file;
-  bool token_flag = false, grace_flag = false;
+int64_t parse_duration_ms(const std::string& s) {
+  double ns;
+  if (!parse_go_duration_ns(s, ns) || ns < 0) return -1;
+  return static_cast<int64_t>(ns / 1e6);
+}
+
+std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
+  if (!env) env = system_getenv;
+  auto getenv_nonempty = [&](const char* name) -> const char* {
+    const char* v = env(name);
+    return v && *v ? v : nullptr;
+  };
+  std::string token_flag_value, token_file;
+  bool token_flag = false, token_file_flag = false, grace_flag = false;
+  bool jupyter_host_flag = false, jupyter_token_flag = false, jupyter_poll_flag = false;
+
   for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) == 0) arg = arg.substr(2);
-    else if (arg.rfind("-", 0) == 0) arg = arg.substr(1);
-    else return "unexpected argument: " + std::string(argv[i]);
+    std::string raw = argv[i];
+    if (raw == "--") {
+      if (i + 1 < argc) return "unexpected argument: " + std::string(argv[i + 1]);
+      break;
+    }
+    // Go: one or two dashes, then a name that starts with neither '-' nor '='.
+    std::string arg;
+    if (raw.rfind("--", 0) == 0) arg = raw.substr(2);
+    else if (raw.rfind("-", 0) == 0 && raw.size() > 1) arg = raw.substr(1);
+    else return "unexpected argument: " + raw;
+    if (arg.empty() || arg[0] == '-' || arg[0] == '=') return "bad flag syntax: " + raw;
     std::string name = arg, value;
     bool has_value = false;
     if (auto eq = arg.find('='); eq != std::string::npos) {
@@ -85,23 +246,29 @@ std::string parse_config(int argc, char** argv, Config& cfg) {
       value = arg.substr(eq + 1);
       has_value = true;
     }
+    // Non-bool flags: the value is after '=' or the next argument, whatever it looks like.
     auto need_value = [&]() -> bool {
       if (has_value) return true;
       if (i + 1 >= argc) return false;
       value = argv[++i];
       return true;
     };
-    auto flag_only = [&]() { return !has_value; };
+    // Bool flags: bare, or =true/=false; never the next argument.
+    bool flag_value = true;
+    auto bool_value = [&]() -> bool { return !has_value || parse_go_bool(value, flag_value); };
+    auto bad_bool = [&]() { return "invalid boolean value \"" + value + "\" for flag -" + name; };
+
     if (name == "help" || name == "h") {
-      cfg.show_help = true;
+      cfg.show_help = true;  // Go prints the usage for -h/-help whatever the value
     } else if (name == "version") {
-      cfg.show_version = true;
+      if (!bool_value()) return bad_bool();
+      cfg.show_version = flag_value;
     } else if (name == "insecure-no-auth") {
-      if (!flag_only()) return "--insecure-no-auth takes no value";
-      cfg.insecure_no_auth = true;
+      if (!bool_value()) return bad_bool();
+      cfg.insecure_no_auth = flag_value;
     } else if (name == "init") {
-      if (!flag_only()) return "--init takes no value";
-      cfg.init_mode = true;
+      if (!bool_value()) return bad_bool();
+      cfg.init_mode = flag_value;
     } else if (name == "host") {
       if (!need_value() || value.empty()) return "--host needs an address";
       cfg.host = value;
@@ -111,13 +278,14 @@ std::string parse_config(int argc, char** argv, Config& cfg) {
       cfg.port = static_cast<int>(p);
     } else if (name == "access-token") {
       if (!need_value() || value.empty()) return "--access-token needs a non-empty value";
-      cfg.access_token = value;
+      token_flag_value = value;
       token_flag = true;
     } else if (name == "access-token-file") {
       if (!need_value() || value.empty()) return "--access-token-file needs a path";
       token_file = value;
+      token_file_flag = true;
     } else if (name == "log-level") {
-      if (!need_value() || !valid_log_level(value)) return "--log-level must be trace|debug|info|warn|error|off or 0-7";
+      if (!need_value() || !normalize_log_level(value)) return "--log-level must be trace|debug|info|warn|error|off or 0-7";
       cfg.log_level = value;
     } else if (name == "log-format") {
       if (!need_value() || (value != "text" && value != "json")) return "--log-format must be text or json";
@@ -128,16 +296,17 @@ std::string parse_config(int argc, char** argv, Config& cfg) {
     } else if (name == "framing") {
       if (!need_value() || (value != "compat" && value != "exact")) return "--framing must be compat or exact";
       cfg.exact_framing = value == "exact";
-    } else if (name == "graceful-shutdown-timeout" || name == "retention" || name == "kill-grace" ||
-               name == "idle-timeout") {
+    } else if (name == "graceful-shutdown-timeout") {
+      double ns;
+      if (!need_value() || !parse_go_duration_ns(value, ns))
+        return "--graceful-shutdown-timeout needs a duration like 1500ms, 2s or 1m";
+      cfg.graceful_shutdown_ms = ns <= 0 ? 0 : static_cast<int64_t>(ns / 1e6);  // Go: negative = no drain
+      grace_flag = true;
+    } else if (name == "retention" || name == "kill-grace" || name == "idle-timeout") {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)
         return "--" + name + " needs a duration like 1500ms, 2s or 1m";
-      grace_flag |= name == "graceful-shutdown-timeout";
-      (name == "retention"      ? cfg.retention_ms
-       : name == "kill-grace"   ? cfg.kill_grace_ms
-       : name == "idle-timeout" ? cfg.idle_timeout_ms
-                                : cfg.graceful_shutdown_ms) = ms;
+      (name == "retention" ? cfg.retention_ms : name == "kill-grace" ? cfg.kill_grace_ms : cfg.idle_timeout_ms) = ms;
     } else if (name == "log-limit" || name == "max-body") {
       int64_t n;
       if (!need_value() || !parse_int(value, 0, int64_t(1) << 50, n)) return "--" + name + " needs a byte count";
@@ -146,36 +315,84 @@ std::string parse_config(int argc, char** argv, Config& cfg) {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, int64_t(1) << 40, n)) return "--pty-replay-bytes needs a byte count >= 1";
       cfg.pty_replay_bytes = n;
+    } else if (name == "jupyter-host") {
+      if (!need_value()) return "--jupyter-host needs a URL";
+      cfg.jupyter_host = value;
+      jupyter_host_flag = true;
+    } else if (name == "jupyter-token") {
+      if (!need_value()) return "--jupyter-token needs a value";
+      cfg.jupyter_token = value;
+      jupyter_token_flag = true;
+    } else if (name == "jupyter-idle-poll-interval") {
+      double ns;
+      if (!need_value() || !parse_go_duration_ns(value, ns))
+        return "--jupyter-idle-poll-interval needs a duration like 100ms";
+      // Go: <= 0 falls back to the default 100ms.
+      cfg.jupyter_idle_poll_interval_ms = ns <= 0 ? 100 : static_cast<int64_t>(ns / 1e6);
+      jupyter_poll_flag = true;
     } else {
-      return "unknown flag: " + std::string(argv[i]);
+      return "unknown flag: " + raw;
     }
   }
   if (cfg.show_help || cfg.show_version) return {};
 
-  if (!token_file.empty()) {
-    if (token_flag) return "give either --access-token or --access-token-file, not both";
-    std::ifstream f(token_file);
-    if (!f) return "cannot read --access-token-file " + token_file;
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string t = ss.str();
-    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ' || t.back() == '\t')) t.pop_back();
-    if (t.empty()) return "--access-token-file " + token_file + " is empty";
+  // Access token: the first source found wins; only that one is read.
+  if (token_flag) {
+    cfg.access_token = token_flag_value;
+    cfg.access_token_source = "--access-token";
+    if (token_file_flag) cfg.warnings.push_back("--access-token-file ignored: --access-token was given");
+  } else if (token_file_flag) {
+    switch (read_token_file(token_file, cfg.access_token)) {
+      case TokenFileError::unreadable: return "cannot read --access-token-file " + token_file;
+      case TokenFileError::empty: return "--access-token-file " + token_file + " is empty";
+      case TokenFileError::none: break;
+    }
+    cfg.access_token_source = "--access-token-file";
+  } else if (const char* t = getenv_nonempty("EXECD_ACCESS_TOKEN")) {
     cfg.access_token = t;
-  } else if (!token_flag) {
-    if (const char* env = getenv("EXECD_ACCESS_TOKEN"); env && *env) cfg.access_token = env;
+    cfg.access_token_source = "EXECD_ACCESS_TOKEN";
+  } else if (const char* path = getenv_nonempty("EXECD_ACCESS_TOKEN_FILE")) {
+    switch (read_token_file(path, cfg.access_token)) {
+      case TokenFileError::unreadable: return "cannot read EXECD_ACCESS_TOKEN_FILE " + std::string(path);
+      case TokenFileError::empty: return "EXECD_ACCESS_TOKEN_FILE " + std::string(path) + " is empty";
+      case TokenFileError::none: break;
+    }
+    cfg.access_token_source = "EXECD_ACCESS_TOKEN_FILE";
   }
   if (cfg.access_token.empty() && !cfg.insecure_no_auth)
-    return "no access token: give --access-token, --access-token-file or EXECD_ACCESS_TOKEN "
-           "(or --insecure-no-auth to run without one)";
+    return "no access token: give --access-token, --access-token-file, EXECD_ACCESS_TOKEN or "
+           "EXECD_ACCESS_TOKEN_FILE (or --insecure-no-auth to run without one)";
   if (!cfg.access_token.empty() && cfg.insecure_no_auth)
-    return "--insecure-no-auth given together with an access token";
-  if (const char* g = getenv("EXECD_API_GRACE_SHUTDOWN"); g && *g && !grace_flag) {
-    // The Go daemon's env fallback; a flag wins (contract 13.1).
-    int64_t ms = parse_duration_ms(g);
-    if (ms < 0) return "EXECD_API_GRACE_SHUTDOWN must be a duration like 1s";
-    cfg.graceful_shutdown_ms = ms;
+    return "--insecure-no-auth given together with an access token (from " + cfg.access_token_source + ")";
+
+  if (const char* g = getenv_nonempty("EXECD_API_GRACE_SHUTDOWN"); g && !grace_flag) {
+    // The Go daemon's env fallback; a flag wins.
+    double ns;
+    if (!parse_go_duration_ns(g, ns)) return "EXECD_API_GRACE_SHUTDOWN must be a duration like 1s";
+    cfg.graceful_shutdown_ms = ns <= 0 ? 0 : static_cast<int64_t>(ns / 1e6);
   }
+
+  // Go's Jupyter settings: env first, a flag wins. Kept, but unused.
+  if (!jupyter_host_flag) {
+    if (const char* h = getenv_nonempty("JUPYTER_HOST")) cfg.jupyter_host = h;
+  }
+  if (!jupyter_token_flag) {
+    if (const char* t = getenv_nonempty("JUPYTER_TOKEN")) cfg.jupyter_token = t;
+  }
+  if (const char* p = getenv_nonempty("EXECD_JUPYTER_IDLE_POLL_INTERVAL"); p && !jupyter_poll_flag) {
+    double ns;
+    if (!parse_go_duration_ns(p, ns)) return "EXECD_JUPYTER_IDLE_POLL_INTERVAL must be a duration like 100ms";
+    cfg.jupyter_idle_poll_interval_ms = ns <= 0 ? 100 : static_cast<int64_t>(ns / 1e6);
+    cfg.warnings.push_back("EXECD_JUPYTER_IDLE_POLL_INTERVAL is set but ignored: code interpreting (/code) is not implemented");
+  }
+  const char* kIgnored = " but ignored: code interpreting (/code) is not implemented";
+  if (jupyter_host_flag) cfg.warnings.push_back(std::string("--jupyter-host accepted") + kIgnored);
+  else if (!cfg.jupyter_host.empty()) cfg.warnings.push_back(std::string("JUPYTER_HOST is set") + kIgnored);
+  if (jupyter_token_flag) cfg.warnings.push_back(std::string("--jupyter-token accepted") + kIgnored);
+  else if (!cfg.jupyter_token.empty()) cfg.warnings.push_back(std::string("JUPYTER_TOKEN is set") + kIgnored);
+  if (jupyter_poll_flag) cfg.warnings.push_back(std::string("--jupyter-idle-poll-interval accepted") + kIgnored);
+  if (getenv_nonempty("EXECD_LOG_FILE"))
+    cfg.warnings.push_back("EXECD_LOG_FILE is set but ignored: execd logs to stderr");
   return {};
 }
 

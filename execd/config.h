@@ -29,13 +29,45 @@ struct Config {
   int64_t pty_replay_bytes = 1ll << 20;   // replay ring per PTY session
   bool init_mode = false;                 // PID-1 duties
   bool show_help = false, show_version = false;
+
+  // Where access_token came from: "--access-token", "--access-token-file",
+  // "EXECD_ACCESS_TOKEN", "EXECD_ACCESS_TOKEN_FILE", or "" (none). Safe to log.
+  std::string access_token_source;
+
+  // Go execd flags accepted for compatibility but not acted on yet (code
+  // interpreting / Jupyter is not implemented). Each one given produces a
+  // warning. jupyter_token is a secret: never log it.
+  std::string jupyter_host;                    // --jupyter-host, env JUPYTER_HOST
+  std::string jupyter_token;                   // --jupyter-token, env JUPYTER_TOKEN
+  int64_t jupyter_idle_poll_interval_ms = 100; // --jupyter-idle-poll-interval, env EXECD_JUPYTER_IDLE_POLL_INTERVAL
+
+  // One line each, for main to log (at warn) once logging is set up: flags
+  // and environment variables that were accepted but are ignored, and flags
+  // that were overridden. Never contains a token.
+  std::vector<std::string> warnings;
 };
 
-// Parses argv (flags in `--name value` or `--name=value` form, one or two
-// dashes). Returns an empty string on success, else a one-line reason.
-std::string parse_config(int argc, char** argv, Config& cfg);
+// Looks an environment variable up; returns nullptr when unset.
+using EnvGetter = const char* (*)(const char*);
 
-// "1500", "1500ms", "2s", "1m", "1h" → milliseconds; -1 if malformed.
+// Parses argv the way Go's flag package does, for execd's own flags and every
+// flag of the Go execd 1.0.19:
+//   -name=value  --name=value  -name value  --name value
+//   bool flags: -name  -name=true|false (also 1/0/t/f/T/F/TRUE/FALSE/True/False);
+//   a bool flag never takes the next argument as its value.
+//   "--" ends the flags. Any other non-flag argument is an error (Go would
+//   silently ignore it and everything after it, e.g. the "false" of
+//   `-insecure-no-auth false`).
+// Int values use Go's syntax (ParseInt base 0: 0x1F, 0o17, 017, 0b11, 1_000).
+// Durations use Go's syntax (1h30m, 1.5s, 300ms, 10us, 0) and, as an execd
+// extension, a bare number means milliseconds.
+// Returns an empty string on success, else a one-line reason (main exits 2).
+// Never reads a token file unless that source is the one selected, and never
+// puts a token into a message or warning. `env` defaults to getenv.
+std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env = nullptr);
+
+// "1500", "1500ms", "2s", "1m", "1h", "1h30m", "1.5s", "250us" → milliseconds
+// (sub-millisecond parts truncated); -1 if malformed or negative.
 int64_t parse_duration_ms(const std::string& s);
 
 extern const char* const kUsage;

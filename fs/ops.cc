@@ -261,7 +261,14 @@ Status make_directories(const std::vector<PermissionRequest>& requests, const En
     prepared.emplace_back(std::move(absolute.value()), resolved.value());
   }
   for (const auto& [path, permissions] : prepared) {
+    // Upstream #1024: a directory that already exists (stat, so a symlink to
+    // a directory counts) keeps its mode and owner; only a leaf this request
+    // creates gets the spec. Checked here, not during validation, so an
+    // earlier item that creates the path counts as "existing" too.
+    struct stat st {};
+    bool existed = stat(path.c_str(), &st) == 0;
     if (auto made = make_directory_tree(path, 0777); !made) return made;
+    if (existed) continue;
     if (auto applied = apply_permissions(path, permissions); !applied) return applied;
   }
   return Status::success();

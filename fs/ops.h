@@ -52,8 +52,11 @@ Result<std::vector<PermissionRequest>> parse_permission_requests(const nlohmann:
 // unknown owner/group -> bad_request; both before anything changes.
 Status set_permissions(const std::vector<PermissionRequest>& requests, const EnvLookup& env);
 // mkdir -p each (ExpandAbs, 0777 & ~umask per created level), then the spec
-// on the leaf. Existing directory = fine (spec re-applied); an existing
-// non-directory -> conflict (validated up front).
+// on the leaf if this call created it. An existing directory (or symlink to
+// one) is left alone: its mode and owner are not touched (upstream #1024).
+// An existing non-directory -> conflict. Paths, modes and owner/group names
+// are validated up front for every item (an unknown owner is bad_request even
+// for a directory that exists; Go ignores the spec there).
 Status make_directories(const std::vector<PermissionRequest>& requests, const EnvLookup& env);
 
 // ---- POST /files/mv ---------------------------------------------------------

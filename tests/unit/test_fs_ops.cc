@@ -671,17 +671,50 @@ TEST_CASE("make_directories") {
   TempDir dir;
   write_file(dir / "file", "");
 
-  SUBCASE("nested with a leaf mode; existing directory re-applies the mode") {
+  SUBCASE("nested with a leaf mode; an existing directory keeps its mode (#1024)") {
     PermissionSpec spec{std::nullopt, std::nullopt, mode_t{0700}};
     REQUIRE(make_directories({{dir / "x/y/z", spec}}, kEnv).ok());
     CHECK(mode_of(dir / "x/y/z") == 0700);
     CHECK(mode_of(dir / "x/y") == (0777 & ~current_umask()));
     PermissionSpec again{std::nullopt, std::nullopt, mode_t{0750}};
     REQUIRE(make_directories({{dir / "x/y/z", again}}, kEnv).ok());
-    CHECK(mode_of(dir / "x/y/z") == 0750);
+    CHECK(mode_of(dir / "x/y/z") == 0700);
+    // An existing intermediate level is not touched either; the new leaf is.
+    REQUIRE(make_directories({{dir / "x/y/new", again}}, kEnv).ok());
+    CHECK(mode_of(dir / "x/y") == (0777 & ~current_umask()));
+    CHECK(mode_of(dir / "x/y/new") == 0750);
     PermissionSpec none{};
     REQUIRE(make_directories({{dir / "x/y/z", none}}, kEnv).ok());
-    CHECK(mode_of(dir / "x/y/z") == 0750);
+    CHECK(mode_of(dir / "x/y/z") == 0700);
+  }
+  SUBCASE("an existing directory's owner is left alone") {
+    make_dir(dir / "mine", 0711);
+    struct stat before {};
+    REQUIRE(stat((dir / "mine").c_str(), &before) == 0);
+    // Ask for another owner: as non-root this chown would fail with EPERM if
+    // it were attempted; as root it would change the owner. Neither happens.
+    PermissionSpec other{std::string("0"), std::string("0"), mode_t{0755}};
+    if (getuid() == 0) other = PermissionSpec{std::string("65534"), std::string("65534"), mode_t{0755}};
+    REQUIRE(make_directories({{dir / "mine", other}}, kEnv).ok());
+    struct stat after {};
+    REQUIRE(stat((dir / "mine").c_str(), &after) == 0);
+    CHECK(after.st_uid == before.st_uid);
+    CHECK(after.st_gid == before.st_gid);
+    CHECK((after.st_mode & 07777) == 0711);
+  }
+  SUBCASE("a symlink to a directory counts as existing; its target is left alone") {
+    make_dir(dir / "target", 0701);
+    make_symlink(dir / "target", dir / "link");
+    PermissionSpec spec{std::nullopt, std::nullopt, mode_t{0777}};
+    REQUIRE(make_directories({{dir / "link", spec}}, kEnv).ok());
+    CHECK(mode_of(dir / "target") == 0701);
+  }
+  SUBCASE("a directory created by an earlier item of the same request counts as existing") {
+    PermissionSpec first{std::nullopt, std::nullopt, mode_t{0700}};
+    PermissionSpec second{std::nullopt, std::nullopt, mode_t{0755}};
+    // Items run in the given order (parse_permission_requests sorts keys).
+    REQUIRE(make_directories({{dir / "p", first}, {dir / "p/", second}}, kEnv).ok());
+    CHECK(mode_of(dir / "p") == 0700);
   }
   SUBCASE("an existing file anywhere on the path rejects the request up front") {
     auto result = make_directories({{dir / "fresh", {}}, {dir / "file/sub", {}}}, kEnv);

@@ -1,0 +1,297 @@
+// tests/unit/test_config.cc — the command line (execd/config): Go flag
+// syntaxes, every Go execd 1.0.19 flag, token sources and their precedence,
+// env fallbacks, unknown flags.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "execd/config.h"
+
+using execd::Config;
+
+namespace {
+
+std::map<std::string, std::string> g_env;
+
+const char* fake_env(const char* name) {
+  auto it = g_env.find(name);
+  return it == g_env.end() ? nullptr : it->second.c_str();
+}
+
+struct Parsed {
+  std::string error;
+  Config cfg;
+};
+
+Parsed parse(std::initializer_list<const char*> args, std::map<std::string, std::string> env = {}) {
+  g_env = std::move(env);
+  std::vector<std::string> storage{"execd"};
+  for (const char* a : args) storage.emplace_back(a);
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  Parsed p;
+  p.error = execd::parse_config(static_cast<int>(storage.size()), argv.data(), p.cfg, fake_env);
+  return p;
+}
+
+struct TempFile {
+  std::string path;
+  explicit TempFile(const std::string& content) {
+    char pattern[] = "/tmp/execd-config-test-XXXXXX";
+    int fd = mkstemp(pattern);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()));
+    close(fd);
+    path = pattern;
+  }
+  ~TempFile() { unlink(path.c_str()); }
+};
+
+bool has_warning(const Config& cfg, const std::string& needle) {
+  for (const auto& w : cfg.warnings)
+    if (w.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("config: every Go flag syntax for a value flag") {
+  CHECK(parse({"-port=8080", "-insecure-no-auth"}).cfg.port == 8080);
+  CHECK(parse({"--port=8081", "-insecure-no-auth"}).cfg.port == 8081);
+  CHECK(parse({"-port", "8082", "-insecure-no-auth"}).cfg.port == 8082);
+  CHECK(parse({"--port", "8083", "--insecure-no-auth"}).cfg.port == 8083);
+  CHECK(parse({"--port", "8083", "--port=9", "--insecure-no-auth"}).cfg.port == 9);  // last one wins
+  // The value of a non-bool flag is the next argument whatever it looks like.
+  Parsed p = parse({"-access-token", "-starts-with-dash"});
+  CHECK(p.error.empty());
+  CHECK(p.cfg.access_token == "-starts-with-dash");
+  p = parse({"--access-token=a=b=c"});
+  CHECK(p.cfg.access_token == "a=b=c");
+}
+
+TEST_CASE("config: Go int syntax (ParseInt base 0)") {
+  for (auto [text, value] : std::vector<std::pair<const char*, int>>{
+           {"--port=0x1F90", 8080}, {"--port=017", 15}, {"--port=0o17", 15}, {"--port=0b11", 3},
+           {"--port=8_080", 8080}, {"--port=+80", 80}, {"--port=0", 0}, {"--port=0x_1F", 31}}) {
+    CAPTURE(text);
+    Parsed p = parse({text, "--insecure-no-auth"});
+    CHECK(p.error.empty());
+    CHECK(p.cfg.port == value);
+  }
+  for (const char* bad : {"--port=", "--port=8_", "--port=_8", "--port=8__0", "--port=08", "--port=0x",
+                          "--port=1.5", "--port=70000", "--port=-1", "--port= 80"}) {
+    CAPTURE(bad);
+    CHECK(parse({bad, "--insecure-no-auth"}).error.find("--port") != std::string::npos);
+  }
+  CHECK(parse({"--port"}).error.find("--port") != std::string::npos);  // missing value
+}
+
+TEST_CASE("config: bool flags") {
+  CHECK(parse({"-insecure-no-auth"}).cfg.insecure_no_auth);
+  CHECK(parse({"--insecure-no-auth"}).cfg.insecure_no_auth);
+  for (const char* t : {"=true", "=1", "=t", "=T", "=TRUE", "=True"}) {
+    std::string arg = std::string("-insecure-no-auth") + t;
+    Parsed p = parse({arg.c_str()});
+    CHECK(p.error.empty());
+    CHECK(p.cfg.insecure_no_auth);
+  }
+  for (const char* f : {"=false", "=0", "=f", "=F", "=FALSE", "=False"}) {
+    std::string arg = std::string("--insecure-no-auth") + f;
+    Parsed p = parse({arg.c_str(), "--access-token=x"});
+    CHECK(p.error.empty());
+    CHECK_FALSE(p.cfg.insecure_no_auth);
+  }
+  // Go never takes a separate argument as a bool's value.
+  CHECK(parse({"-insecure-no-auth", "false"}).error == "unexpected argument: false");
+  CHECK(parse({"-insecure-no-auth=maybe"}).error.find("invalid boolean value") != std::string::npos);
+  Parsed p = parse({"--init=true", "--insecure-no-auth"});
+  CHECK(p.cfg.init_mode);
+  CHECK(parse({"-h"}).cfg.show_help);
+  CHECK(parse({"--help"}).cfg.show_help);
+  CHECK(parse({"-version"}).cfg.show_version);
+  CHECK(parse({"-help"}).error.empty());  // help needs no token
+}
+
+TEST_CASE("config: every Go execd 1.0.19 flag is accepted") {
+  Parsed p = parse({"-jupyter-host", "http://127.0.0.1:8888", "-jupyter-token=Jt7x", "-port=1234", "-log-level", "7",
+                    "-access-token", "Zq9tok", "-graceful-shutdown-timeout=3s", "-jupyter-idle-poll-interval", "250ms"});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.port == 1234);
+  CHECK(p.cfg.log_level == "7");
+  CHECK(p.cfg.access_token == "Zq9tok");
+  CHECK(p.cfg.access_token_source == "--access-token");
+  CHECK(p.cfg.graceful_shutdown_ms == 3000);
+  CHECK(p.cfg.jupyter_host == "http://127.0.0.1:8888");
+  CHECK(p.cfg.jupyter_token == "Jt7x");
+  CHECK(p.cfg.jupyter_idle_poll_interval_ms == 250);
+  CHECK(p.cfg.warnings.size() == 3);
+  CHECK(has_warning(p.cfg, "--jupyter-host accepted but ignored"));
+  CHECK(has_warning(p.cfg, "--jupyter-token accepted but ignored"));
+  CHECK(has_warning(p.cfg, "--jupyter-idle-poll-interval accepted but ignored"));
+  for (const auto& w : p.cfg.warnings) {
+    CHECK(w.find("Jt7x") == std::string::npos);  // no secret in a warning
+    CHECK(w.find("Zq9tok") == std::string::npos);
+  }
+  // Go: a non-positive poll interval falls back to 100ms.
+  CHECK(parse({"-jupyter-idle-poll-interval=0s", "-insecure-no-auth"}).cfg.jupyter_idle_poll_interval_ms == 100);
+  CHECK(parse({"-jupyter-idle-poll-interval=soon", "-insecure-no-auth"}).error.find("duration") != std::string::npos);
+  // No Jupyter flags, no warnings.
+  CHECK(parse({"-access-token=x"}).cfg.warnings.empty());
+}
+
+TEST_CASE("config: Go log levels and durations") {
+  auto level = [](const char* arg) { return parse({arg, "--insecure-no-auth"}).cfg.log_level; };
+  CHECK(level("--log-level=6") == "6");
+  CHECK(level("--log-level=0x7") == "7");
+  CHECK(level("--log-level=-1") == "0");
+  CHECK(level("--log-level=42") == "7");
+  CHECK(level("--log-level=debug") == "debug");
+  CHECK(parse({"--log-level=loud", "--insecure-no-auth"}).error.find("--log-level") != std::string::npos);
+
+  auto grace = [](const char* arg) {
+    Parsed p = parse({arg, "--insecure-no-auth"});
+    CHECK(p.error.empty());
+    return p.cfg.graceful_shutdown_ms;
+  };
+  CHECK(grace("--graceful-shutdown-timeout=1h30m") == 5400000);
+  CHECK(grace("--graceful-shutdown-timeout=1.5s") == 1500);
+  CHECK(grace("--graceful-shutdown-timeout=2500us") == 2);
+  CHECK(grace("--graceful-shutdown-timeout=2500\xC2\xB5s") == 2);
+  CHECK(grace("--graceful-shutdown-timeout=1m0.5s") == 60500);
+  CHECK(grace("--graceful-shutdown-timeout=0") == 0);
+  CHECK(grace("--graceful-shutdown-timeout=-1s") == 0);  // Go accepts it: no drain
+  CHECK(grace("--graceful-shutdown-timeout=750") == 750);  // execd: bare number = ms
+  for (const char* bad : {"--graceful-shutdown-timeout=1x", "--graceful-shutdown-timeout=s",
+                          "--graceful-shutdown-timeout=1.s5", "--graceful-shutdown-timeout="}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse({bad, "--insecure-no-auth"}).error.empty());
+  }
+  CHECK(execd::parse_duration_ms("2s") == 2000);
+  CHECK(execd::parse_duration_ms("1500") == 1500);
+  CHECK(execd::parse_duration_ms("-1s") == -1);
+  CHECK(execd::parse_duration_ms("") == -1);
+}
+
+TEST_CASE("config: access token sources, first found wins") {
+  TempFile file("from-file\n");
+  TempFile env_file("from-env-file \r\n");
+  TempFile empty("\n");
+  const std::map<std::string, std::string> all_env = {{"EXECD_ACCESS_TOKEN", "from-env"},
+                                                      {"EXECD_ACCESS_TOKEN_FILE", env_file.path}};
+
+  Parsed p = parse({"--access-token=from-flag", "--access-token-file", file.path.c_str()}, all_env);
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.access_token == "from-flag");
+  CHECK(p.cfg.access_token_source == "--access-token");
+  CHECK(has_warning(p.cfg, "--access-token-file ignored"));
+
+  p = parse({"--access-token-file", file.path.c_str()}, all_env);
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.access_token == "from-file");
+  CHECK(p.cfg.access_token_source == "--access-token-file");
+
+  p = parse({}, all_env);
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.access_token == "from-env");
+  CHECK(p.cfg.access_token_source == "EXECD_ACCESS_TOKEN");
+
+  p = parse({}, {{"EXECD_ACCESS_TOKEN", ""}, {"EXECD_ACCESS_TOKEN_FILE", env_file.path}});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.access_token == "from-env-file");
+  CHECK(p.cfg.access_token_source == "EXECD_ACCESS_TOKEN_FILE");
+
+  SUBCASE("a source that is not selected is never read") {
+    p = parse({"--access-token=x", "--access-token-file=/nonexistent/token"},
+              {{"EXECD_ACCESS_TOKEN_FILE", "/nonexistent/too"}});
+    CHECK(p.error.empty());
+    p = parse({}, {{"EXECD_ACCESS_TOKEN", "e"}, {"EXECD_ACCESS_TOKEN_FILE", "/nonexistent/too"}});
+    CHECK(p.error.empty());
+  }
+  SUBCASE("a selected file that is missing or empty is an error without the content") {
+    CHECK(parse({"--access-token-file=/nonexistent/token"}).error ==
+          "cannot read --access-token-file /nonexistent/token");
+    CHECK(parse({}, {{"EXECD_ACCESS_TOKEN_FILE", "/nonexistent/t"}}).error ==
+          "cannot read EXECD_ACCESS_TOKEN_FILE /nonexistent/t");
+    CHECK(parse({"--access-token-file", empty.path.c_str()}).error.find("is empty") != std::string::npos);
+    CHECK(parse({}, {{"EXECD_ACCESS_TOKEN_FILE", empty.path}}).error.find("is empty") != std::string::npos);
+    CHECK(parse({"--access-token-file="}).error == "--access-token-file needs a path");
+    CHECK(parse({"--access-token="}).error == "--access-token needs a non-empty value");
+  }
+  SUBCASE("no token: refuse unless --insecure-no-auth") {
+    std::string err = parse({}).error;
+    CHECK(err.find("no access token") != std::string::npos);
+    CHECK(err.find("EXECD_ACCESS_TOKEN_FILE") != std::string::npos);
+    p = parse({"--insecure-no-auth"});
+    CHECK(p.error.empty());
+    CHECK(p.cfg.access_token.empty());
+    CHECK(p.cfg.access_token_source.empty());
+    err = parse({"--insecure-no-auth"}, {{"EXECD_ACCESS_TOKEN", "secret-value"}}).error;
+    CHECK(err.find("--insecure-no-auth given together") != std::string::npos);
+    CHECK(err.find("secret-value") == std::string::npos);
+  }
+}
+
+TEST_CASE("config: Go env fallbacks, a flag wins") {
+  Parsed p = parse({"-insecure-no-auth"}, {{"EXECD_API_GRACE_SHUTDOWN", "5s"}});
+  CHECK(p.cfg.graceful_shutdown_ms == 5000);
+  p = parse({"-insecure-no-auth", "-graceful-shutdown-timeout=2s"}, {{"EXECD_API_GRACE_SHUTDOWN", "5s"}});
+  CHECK(p.cfg.graceful_shutdown_ms == 2000);
+  CHECK_FALSE(parse({"-insecure-no-auth"}, {{"EXECD_API_GRACE_SHUTDOWN", "soon"}}).error.empty());
+
+  p = parse({"-insecure-no-auth"}, {{"JUPYTER_HOST", "http://j:8888"},
+                                    {"JUPYTER_TOKEN", "jsecret"},
+                                    {"EXECD_JUPYTER_IDLE_POLL_INTERVAL", "300ms"},
+                                    {"EXECD_LOG_FILE", "/var/log/execd.log"}});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.jupyter_host == "http://j:8888");
+  CHECK(p.cfg.jupyter_token == "jsecret");
+  CHECK(p.cfg.jupyter_idle_poll_interval_ms == 300);
+  CHECK(has_warning(p.cfg, "JUPYTER_HOST is set but ignored"));
+  CHECK(has_warning(p.cfg, "JUPYTER_TOKEN is set but ignored"));
+  CHECK(has_warning(p.cfg, "EXECD_JUPYTER_IDLE_POLL_INTERVAL is set but ignored"));
+  CHECK(has_warning(p.cfg, "EXECD_LOG_FILE is set but ignored"));
+  for (const auto& w : p.cfg.warnings) CHECK(w.find("jsecret") == std::string::npos);
+
+  p = parse({"-insecure-no-auth", "-jupyter-host=http://flag"}, {{"JUPYTER_HOST", "http://env"}});
+  CHECK(p.cfg.jupyter_host == "http://flag");
+  CHECK(p.cfg.warnings.size() == 1);  // one warning per setting, not two
+}
+
+TEST_CASE("config: unknown flags and bad syntax fail with one line") {
+  CHECK(parse({"--no-such-flag"}).error == "unknown flag: --no-such-flag");
+  CHECK(parse({"-no-such-flag=1"}).error == "unknown flag: -no-such-flag=1");
+  CHECK(parse({"---port=1"}).error == "bad flag syntax: ---port=1");
+  CHECK(parse({"-=1"}).error == "bad flag syntax: -=1");
+  CHECK(parse({"positional"}).error == "unexpected argument: positional");
+  CHECK(parse({"-"}).error == "unexpected argument: -");
+  CHECK(parse({"--insecure-no-auth", "--"}).error.empty());  // "--" ends the flags
+  CHECK(parse({"--insecure-no-auth", "--", "x"}).error == "unexpected argument: x");
+  for (const auto& err : {parse({"--no-such-flag"}).error, parse({"--port=x"}).error})
+    CHECK(err.find('\n') == std::string::npos);
+}
+
+TEST_CASE("config: execd's own flags still work") {
+  Parsed p = parse({"--host", "127.0.0.1", "--log-format=json", "--state-dir=/tmp/s", "--framing", "exact",
+                    "--retention=1m", "--log-limit=1024", "--max-body=2048", "--kill-grace=500ms",
+                    "--idle-timeout=0", "--pty-replay-bytes=4096", "--init", "--insecure-no-auth"});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.host == "127.0.0.1");
+  CHECK(p.cfg.log_format == execd::LogFormat::json);
+  CHECK(p.cfg.state_dir == "/tmp/s");
+  CHECK(p.cfg.exact_framing);
+  CHECK(p.cfg.retention_ms == 60000);
+  CHECK(p.cfg.log_limit_bytes == 1024);
+  CHECK(p.cfg.max_body_bytes == 2048);
+  CHECK(p.cfg.kill_grace_ms == 500);
+  CHECK(p.cfg.idle_timeout_ms == 0);
+  CHECK(p.cfg.pty_replay_bytes == 4096);
+  CHECK(p.cfg.init_mode);
+}
