@@ -37,7 +37,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
       commands_(ctx_),
       sessions_(ctx_),
-      ptys_(ctx_) {
+      ptys_(ctx_),
+      metrics_(ctx_) {
   reaper_.start();
   routes_.add_open("GET", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
   routes_.add_open("HEAD", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
@@ -47,6 +48,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   api::add_file_routes(routes_, ctx_);
   api::add_upload_route(routes_, ctx_);
   api::add_download_route(routes_, ctx_);
+  api::add_metrics_routes(routes_, metrics_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -135,6 +137,7 @@ void Daemon::finish() {
     d->ptys_.clear();
     d->sessions_.clear();
     d->commands_.close();
+    d->metrics_.close();
     d->server_.close_handles();
     d->reaper_.stop();
     uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });

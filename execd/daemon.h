@@ -1,6 +1,6 @@
 // execd/daemon: the one object that owns a running execd: the loop it runs
 // on, the reaper, the HTTP server, the route table and every registry
-// (commands, bash sessions, PTY sessions). Built once by main; there are no
+// (commands, bash sessions, PTY sessions) and the metrics sampler. Built once by main; there are no
 // globals. shutdown() (SIGTERM/SIGINT) stops accepting, forwards the signal
 // to every command, shell and terminal, lets open streams drain within the
 // grace period, then kills what is left and lets the loop end.
@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "execd/api/commands.h"
+#include "execd/api/metrics.h"
 #include "execd/api/pty.h"
 #include "execd/api/sessions.h"
 #include "execd/context.h"
@@ -49,6 +50,7 @@ class Daemon {
   api::CommandRegistry commands_;
   api::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
+  api::MetricsService metrics_;
   uv_signal_t sigterm_, sigint_;
   uv_timer_t housekeeping_;
   uint64_t deadline_ = 0;

@@ -24,7 +24,7 @@ namespace {
 
 // Variables that hold execd's own secrets never reach commands.
 bool is_secret(const char* kv) {
-  static const char* kSecrets[] = {"EXECD_ACCESS_TOKEN="};
+  static const char* kSecrets[] = {"EXECD_ACCESS_TOKEN=", "EXECD_ACCESS_TOKEN_FILE=", "JUPYTER_TOKEN="};
   for (const char* s : kSecrets)
     if (strncmp(kv, s, strlen(s)) == 0) return true;
   return false;
@@ -52,7 +52,7 @@ void hide_secrets_from_proc(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     char* a = argv[i];
-    const char* flags[] = {"--access-token", "-access-token"};
+    const char* flags[] = {"--access-token", "-access-token", "--jupyter-token", "-jupyter-token"};
     for (const char* f : flags) {
       size_t n = strlen(f);
       if (strncmp(a, f, n) != 0) continue;
@@ -61,7 +61,8 @@ void hide_secrets_from_proc(int argc, char** argv) {
     }
   }
   for (char** e = environ; *e; ++e)
-    if (strncmp(*e, "EXECD_ACCESS_TOKEN=", 19) == 0) blank(*e + 19);
+    for (const char* secret : {"EXECD_ACCESS_TOKEN=", "JUPYTER_TOKEN="})
+      if (strncmp(*e, secret, strlen(secret)) == 0) blank(*e + strlen(secret));
 }
 
 void setup_logging(const execd::Config& cfg) {
@@ -110,10 +111,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   setup_logging(ctx.config);
+  for (const std::string& w : ctx.config.warnings) spdlog::warn("{}", w);
   if (ctx.config.insecure_no_auth) spdlog::warn("running WITHOUT an access token (--insecure-no-auth)");
 
   hide_secrets_from_proc(argc, argv);
   unsetenv("EXECD_ACCESS_TOKEN");
+  unsetenv("EXECD_ACCESS_TOKEN_FILE");
+  unsetenv("JUPYTER_TOKEN");
   for (char** e = environ; *e; ++e)
     if (!is_secret(*e)) ctx.base_env.emplace_back(*e);
   ctx.shell = execd::pty::find_in_path("bash");

@@ -12,6 +12,7 @@ namespace execd::api {
 class CommandRegistry;
 class SessionRegistry;
 class PtyRegistry;
+class MetricsService;
 
 void add_command_routes(RouteTable& routes, CommandRegistry& commands, SessionRegistry& sessions);
 void add_session_routes(RouteTable& routes, SessionRegistry& sessions);
@@ -19,5 +20,6 @@ void add_pty_routes(RouteTable& routes, PtyRegistry& ptys);
 void add_file_routes(RouteTable& routes, Context& ctx);
 void add_upload_route(RouteTable& routes, Context& ctx);
 void add_download_route(RouteTable& routes, Context& ctx);
+void add_metrics_routes(RouteTable& routes, MetricsService& metrics);
 
 }  // namespace execd::api

@@ -16,6 +16,7 @@
 #include "execd/api/sessions.h"
 #include "protocol/errors.h"
 #include "protocol/requests.h"
+#include "pty/log_cursor.h"
 
 namespace execd::api {
 
@@ -418,17 +419,13 @@ void handle_logs(CommandRegistry& reg, http::Exchange& ex, const std::string& id
     respond_unknown(ex, id);
     return;
   }
-  uint64_t cursor = 0;
-  if (const std::string* c = protocol::query_value(q, "cursor"); c && !c->empty()) {
-    char* end = nullptr;
-    long long v = strtoll(c->c_str(), &end, 10);
-    if (*end != '\0') v = 0;  // Go treats a non-numeric cursor as 0
-    if (v < 0) {
-      ex.respond_error(400, codes::kInvalidRequestBody, "error seek file: negative cursor " + *c);
-      return;
-    }
-    cursor = static_cast<uint64_t>(v);
-  }
+  // As Go: anything that is not a base-10 int64 (overflow included) reads
+  // from 0; a negative cursor is a failed seek.
+  const std::string* raw = protocol::query_value(q, "cursor");
+  std::optional<uint64_t> offset = pty::logs_cursor_offset(raw ? std::optional<std::string_view>(*raw) : std::nullopt);
+  if (!offset)
+    return ex.respond_error(400, codes::kInvalidRequestBody, "error seek file: negative cursor " + *raw);
+  uint64_t cursor = *offset;
   bool truncated = rec->log->truncated();
   auto* waiting = new LogRead;
   await(ex, *waiting);

@@ -15,6 +15,8 @@
 #include "execd/api/awaiter.h"
 #include "execd/api/file_jobs.h"
 #include "execd/http/connection.h"
+#include "fs/expand.h"
+#include "fs/line_range.h"
 #include "fs/paths.h"
 #include "protocol/errors.h"
 #include "protocol/range.h"
@@ -253,9 +255,132 @@ void after_open(uv_work_t* work, int) {
   s->start();
 }
 
+// ---- line-based reads (?offset=&limit=): a chunked text/plain body ----------
+// The reader does blocking reads, so each chunk is read by a pool job; the
+// reader travels with the job and comes back to the sender if it is still
+// there (else the job frees it).
+
+class LineSender;
+
+struct LineJob {
+  uv_work_t work;
+  std::unique_ptr<fs::LineRangeReader> reader;
+  std::string chunk;
+  std::optional<fs::Error> error;
+  Link<LineSender> sender;
+};
+
+class LineSender final : public http::Source {
+ public:
+  static constexpr size_t kChunk = 256 * 1024;
+  LineSender(Exchange& ex, uv_loop_t* loop, std::unique_ptr<fs::LineRangeReader> reader)
+      : ex_(ex), loop_(loop), reader_(std::move(reader)) {}
+  Link<LineJob> job;
+
+  void read_next() {
+    if (job || !reader_) return;
+    auto* j = new LineJob;
+    j->work.data = j;
+    j->reader = std::move(reader_);
+    link(*j, j->sender, *this, job);
+    int rc = uv_queue_work(
+        loop_, &j->work,
+        [](uv_work_t* w) {
+          auto* j = static_cast<LineJob*>(w->data);
+          j->chunk.resize(kChunk);
+          auto n = j->reader->next_chunk(j->chunk.data(), j->chunk.size());
+          if (!n) {
+            j->error = n.error();
+            j->chunk.clear();
+          } else {
+            j->chunk.resize(n.value());
+          }
+        },
+        [](uv_work_t* w, int) {
+          std::unique_ptr<LineJob> j(static_cast<LineJob*>(w->data));
+          if (LineSender* s = j->sender.get()) {
+            j->sender.cut();
+            s->chunk_read(*j);
+          }
+        });
+    if (rc != 0) {
+      delete j;
+      ex_.connection().close();
+    }
+  }
+  void proceed() override { read_next(); }
+
+ private:
+  void chunk_read(LineJob& j) {
+    reader_ = std::move(j.reader);
+    if (j.error) {
+      // The head is out: ending the connection early is the honest failure.
+      spdlog::warn("line read aborted: {}", j.error->message);
+      return ex_.connection().close();
+    }
+    if (j.chunk.empty()) return ex_.end();
+    if (ex_.send(std::move(j.chunk))) read_next();
+  }
+
+  Exchange& ex_;
+  uv_loop_t* loop_;
+  std::unique_ptr<fs::LineRangeReader> reader_;
+};
+
+struct LineOpen : Awaitable {
+  uv_work_t work;
+  std::string path;
+  fs::LineRangeParams params;
+  std::unique_ptr<fs::LineRangeReader> reader;
+  std::optional<fs::Error> error;
+};
+
+void handle_line_download(Context& ctx, Exchange& ex, const std::string& path, fs::LineRangeParams params) {
+  auto* w = new LineOpen;
+  w->work.data = w;
+  w->path = path;
+  w->params = params;
+  int rc = uv_queue_work(
+      ctx.loop, &w->work,
+      [](uv_work_t* work) {
+        auto* w = static_cast<LineOpen*>(work->data);
+        auto expanded = fs::expand_path(w->path, fs::process_env_lookup());
+        if (!expanded) return void(w->error = expanded.error());
+        w->reader = std::make_unique<fs::LineRangeReader>();
+        if (auto st = w->reader->open(expanded.value(), w->params.offset, w->params.limit); !st)
+          w->error = st.error();
+      },
+      [](uv_work_t* work, int) {
+        std::unique_ptr<LineOpen> w(static_cast<LineOpen*>(work->data));
+        Exchange* ex = w->exchange();
+        if (!ex) return;
+        if (w->error) return send_reply(*ex, FileReply::from(*w->error));
+        ex->begin_chunked(200, {"Content-Type: text/plain; charset=utf-8"});
+        auto sender = std::make_unique<LineSender>(*ex, work->loop, std::move(w->reader));
+        LineSender* s = sender.get();
+        ex->attach(std::move(sender));
+        s->read_next();
+      });
+  if (rc != 0) {
+    delete w;
+    return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
+  }
+  await(ex, *w);
+}
+
+std::optional<std::string_view> optional_query(const Exchange& ex, std::string_view name) {
+  const std::string* v = protocol::query_value(ex.query, name);
+  return v ? std::optional<std::string_view>(*v) : std::nullopt;
+}
+
 void handle_download(Context& ctx, Exchange& ex) {
   const std::string* path = protocol::query_value(ex.query, "path");
   if (!path) return ex.respond_error(400, codes::kMissingQuery, "missing query parameter 'path'");
+  const std::string* range_header = ex.header("range");
+  auto lines = fs::parse_line_range_params(optional_query(ex, "offset"), optional_query(ex, "limit"),
+                                           range_header ? std::optional<std::string_view>(*range_header) : std::nullopt);
+  if (!lines) return send_reply(ex, FileReply::from(lines.error()));
+  if (lines.value().requested) return handle_line_download(ctx, ex, *path, lines.value());
   auto* w = new OpenWork;
   w->work.data = w;
   w->path = *path;

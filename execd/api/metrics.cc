@@ -1,0 +1,167 @@
+// execd/api/metrics: see header.
+#include "execd/api/metrics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "execd/api/api.h"
+#include "execd/api/awaiter.h"
+#include "execd/http/connection.h"
+#include "protocol/metrics_json.h"
+
+namespace execd::api {
+
+std::string metrics_body(const pty::MetricsSample& s) {
+  protocol::MetricsJson j;
+  j.cpu_count = s.cpu_count;
+  j.cpu_used_pct = s.cpu_used_pct;
+  j.mem_total_mib = s.mem_total_mib;
+  j.mem_used_mib = s.mem_used_mib;
+  j.timestamp_ms = s.timestamp_ms;
+  return protocol::metrics_json(j);
+}
+
+// A /metrics request waiting for the next sample.
+struct MetricsWaiter : Awaitable {};
+
+// GET /metrics/watch: one line per sample; a client that is behind skips
+// samples (a newer one supersedes them) instead of making execd queue them.
+class MetricsWatch final : public http::Source {
+ public:
+  MetricsWatch(http::Exchange& ex, MetricsService& svc) : ex_(ex), svc_(&svc) {}
+  ~MetricsWatch() override { stop(); }
+  void offer(const pty::MetricsSample& s, uint64_t now) {
+    if (behind_ || now - last_sent_ms_ + 50 < MetricsService::kWatchIntervalMs) return;
+    last_sent_ms_ = now;
+    behind_ = !ex_.send(metrics_body(s) + "\n");
+  }
+  void proceed() override { behind_ = false; }
+  void stop() override {
+    if (svc_) svc_->remove_watcher(*this);
+    svc_ = nullptr;
+  }
+  void service_gone() { svc_ = nullptr; }
+
+ private:
+  http::Exchange& ex_;
+  MetricsService* svc_;
+  uint64_t last_sent_ms_ = 0;
+  bool behind_ = false;
+};
+
+namespace {
+struct SampleJob {
+  uv_work_t work;
+  MetricsService* svc;
+  pty::MetricsSampler* sampler;
+  bool twice;
+  pty::MetricsSample result;
+};
+}  // namespace
+
+MetricsService::MetricsService(Context& ctx) : ctx_(ctx) {
+  uv_timer_init(ctx.loop, &timer_);
+  timer_.data = this;
+}
+
+MetricsService::~MetricsService() = default;
+
+void MetricsService::close() {
+  closed_ = true;
+  for (MetricsWatch* w : watchers_) w->service_gone();
+  watchers_.clear();
+  uv_timer_stop(&timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+}
+
+void MetricsService::answer(http::Exchange& ex) {
+  uint64_t now = uv_now(ctx_.loop);
+  bool quiet = now - last_interest_ms_ > kInterestMs || !latest_;
+  last_interest_ms_ = now;
+  if (latest_ && now - latest_ms_ <= kFreshMs) {
+    ex.respond_json(200, metrics_body(*latest_));
+  } else {
+    auto w = std::make_unique<MetricsWaiter>();
+    await(ex, *w);
+    waiters_.push_back(std::move(w));
+    start_sampling(quiet);
+  }
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&timer_)) && !closed_)
+    uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<MetricsService*>(t->data)->on_timer(); }, kIntervalMs,
+                   kIntervalMs);
+}
+
+void MetricsService::add_watcher(MetricsWatch& w) {
+  watchers_.push_back(&w);
+  last_interest_ms_ = uv_now(ctx_.loop);
+  if (latest_) w.offer(*latest_, uv_now(ctx_.loop));
+  else start_sampling(true);
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&timer_)) && !closed_)
+    uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<MetricsService*>(t->data)->on_timer(); }, kIntervalMs,
+                   kIntervalMs);
+}
+
+void MetricsService::remove_watcher(MetricsWatch& w) {
+  watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), &w), watchers_.end());
+}
+
+void MetricsService::on_timer() {
+  uint64_t now = uv_now(ctx_.loop);
+  if (watchers_.empty() && now - last_interest_ms_ > kInterestMs) {
+    uv_timer_stop(&timer_);  // nobody is looking: no background work
+    return;
+  }
+  start_sampling(false);
+}
+
+void MetricsService::start_sampling(bool twice) {
+  if (in_flight_ || closed_) return;
+  in_flight_ = true;
+  auto* job = new SampleJob{{}, this, &sampler_, twice, {}};
+  job->work.data = job;
+  int rc = uv_queue_work(
+      ctx_.loop, &job->work,
+      [](uv_work_t* w) {
+        auto* j = static_cast<SampleJob*>(w->data);
+        if (j->twice) {
+          // The CPU percentage compares two readings: take a short first one.
+          j->sampler->sample();
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        j->result = j->sampler->sample();
+      },
+      [](uv_work_t* w, int) {
+        std::unique_ptr<SampleJob> j(static_cast<SampleJob*>(w->data));
+        j->svc->sampled(j->result);
+      });
+  if (rc != 0) {
+    delete job;
+    in_flight_ = false;
+  }
+}
+
+void MetricsService::sampled(pty::MetricsSample s) {
+  in_flight_ = false;
+  latest_ = s;
+  latest_ms_ = uv_now(ctx_.loop);
+  auto waiting = std::move(waiters_);
+  waiters_.clear();
+  std::string body = metrics_body(s);
+  for (auto& w : waiting)
+    if (http::Exchange* ex = w->exchange()) ex->respond_json(200, body);
+  for (MetricsWatch* w : std::vector<MetricsWatch*>(watchers_)) w->offer(s, latest_ms_);
+}
+
+void add_metrics_routes(RouteTable& routes, MetricsService& metrics) {
+  routes.add("GET", "/metrics", [&metrics](http::Exchange& ex) { metrics.answer(ex); });
+  routes.add("GET", "/metrics/watch", [&metrics](http::Exchange& ex) {
+    ex.begin_chunked(200, {"Content-Type: text/event-stream", "Cache-Control: no-cache", "X-Accel-Buffering: no"});
+    auto watch = std::make_unique<MetricsWatch>(ex, metrics);
+    MetricsWatch& w = *watch;
+    ex.attach(std::move(watch));
+    metrics.add_watcher(w);
+  });
+}
+
+}  // namespace execd::api

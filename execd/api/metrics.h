@@ -1,0 +1,61 @@
+// execd/api/metrics: GET /metrics and GET /metrics/watch (upstream's JSON
+// shape). The sandbox is measured by pty::MetricsSampler (the cgroup first,
+// /proc where no limit applies), always on the threadpool, one sample at a
+// time. While anyone is interested (a request in the last 30 s, or a
+// watcher) a sample is taken every second in the background, so /metrics
+// answers from a fresh sample at once instead of taking a second per call
+// as upstream does; the first call after a quiet spell waits for two quick
+// readings (the CPU percentage needs two).
+#pragma once
+
+#include <uv.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "execd/context.h"
+#include "execd/http/exchange.h"
+#include "execd/link.h"
+#include "pty/metrics.h"
+
+namespace execd::api {
+
+class MetricsWatch;
+struct MetricsWaiter;
+
+class MetricsService {
+ public:
+  static constexpr uint64_t kIntervalMs = 1000;
+  static constexpr uint64_t kFreshMs = 1500;
+  static constexpr uint64_t kInterestMs = 30000;
+  static constexpr uint64_t kWatchIntervalMs = 2000;
+
+  explicit MetricsService(Context& ctx);
+  ~MetricsService();
+  void close();
+
+  // Answers `ex` with the latest sample (now, or once one is taken).
+  void answer(http::Exchange& ex);
+  void add_watcher(MetricsWatch& w);
+  void remove_watcher(MetricsWatch& w);
+  const std::optional<pty::MetricsSample>& latest() const { return latest_; }
+
+ private:
+  void start_sampling(bool twice);
+  void sampled(pty::MetricsSample s);
+  void on_timer();
+
+  Context& ctx_;
+  pty::MetricsSampler sampler_;
+  std::optional<pty::MetricsSample> latest_;
+  uint64_t latest_ms_ = 0, last_interest_ms_ = 0;
+  bool in_flight_ = false, closed_ = false;
+  uv_timer_t timer_;
+  std::vector<std::unique_ptr<MetricsWaiter>> waiters_;
+  std::vector<MetricsWatch*> watchers_;
+};
+
+std::string metrics_body(const pty::MetricsSample& s);
+
+}  // namespace execd::api
