@@ -27,6 +27,7 @@ import os
 import re
 import socket
 import struct
+import subprocess
 import termios
 import time
 from urllib.parse import quote
@@ -36,7 +37,7 @@ import pytest
 from execd_client import SLOW, TOKEN_HEADER, wait_until
 
 MiB = 1024 * 1024
-TIMEOUT = 10 * SLOW
+TIMEOUT = 5 * SLOW
 LOG_LIMIT = 4 * MiB
 # Loop counts: enough to hit the races reliably, small enough that the whole
 # file stays around a minute against the sanitizer build.
@@ -58,10 +59,27 @@ def crash_report(ex) -> str:
     return text[-3000:]
 
 
-def assert_alive(ex, where: str):
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
+
+
+def assert_alive(ex, where: str, grace: float = 0.0):
+    """execd runs and has reported no sanitizer error. With `grace` (used
+    when a request just failed), first gives a dying execd time to finish its
+    report and exit."""
+    if grace:
+        deadline = time.monotonic() + grace
+        while (ex.proc.poll() is None and time.monotonic() < deadline
+               and not any(m in ex.stderr_text() for m in SANITIZER_MARKERS)):
+            time.sleep(0.02)
+        try:
+            ex.proc.wait(grace)   # a report has begun: let it finish
+        except subprocess.TimeoutExpired:
+            pass
     rc = ex.proc.poll()
     if rc is not None:
         raise AssertionError(f"execd died (exit status {rc}) {where}; stderr:\n{crash_report(ex)}")
+    if any(m in ex.stderr_text() for m in SANITIZER_MARKERS):
+        raise AssertionError(f"execd reported a sanitizer error {where}; stderr:\n{crash_report(ex)}")
 
 
 def assert_serving(ex, where: str = "after the loop"):
@@ -71,7 +89,7 @@ def assert_serving(ex, where: str = "after the loop"):
         assert ex.ping() == 200
         res = ex.run("echo ok", sock_timeout=TIMEOUT)
     except Exception as e:
-        assert_alive(ex, f"{where} (while checking it: {e!r})")
+        assert_alive(ex, f"{where} (while checking it: {e!r})", grace=SLOW)
         raise
     assert res.status == 200, (res.status, res.raw[:300])
     assert res.texts("stdout") == ["ok"], res.events
@@ -89,12 +107,16 @@ def hammer(ex, n: int, once, label: str, settle: bool = True):
         try:
             once(i)
         except Exception as e:
-            assert_alive(ex, f"{where} (the iteration raised {e!r})")
+            assert_alive(ex, f"{where} (the iteration raised {e!r})", grace=SLOW)
             raise
         assert_alive(ex, where)
     if settle:
         settle_down(ex, label)
     assert_serving(ex, f"after {n} iterations of {label}")
+    if settle:
+        # A command whose spawn was still queued may have started only now.
+        settle_down(ex, label)
+        assert_alive(ex, f"after the commands of {label} finished")
 
 
 def settle_down(ex, label: str):
@@ -136,15 +158,16 @@ def live(pid: int) -> bool:
 
 @pytest.fixture
 def ex(execd_factory):
-    """A fresh execd; at teardown it must exit 0 on SIGTERM (when it was still
-    alive: a death during the test already failed it) and every process it
-    had started must be gone."""
+    """A fresh execd; at teardown it must exit 0 on SIGTERM and every process
+    it had started must be gone."""
     e = execd_factory("--log-limit", str(LOG_LIMIT))
     yield e
+    # (a death or a sanitizer report during the test already failed it)
     was_alive = e.proc.poll() is None
+    reported = any(m in e.stderr_text() for m in SANITIZER_MARKERS)
     procs = descendants(e.pid) if was_alive else set()
     rc = e.stop()
-    if was_alive:
+    if was_alive and not reported:
         assert rc == 0, f"execd exited {rc} after SIGTERM; stderr:\n{crash_report(e)}"
     wait_until(lambda: not [p for p in procs if live(p)], 10 * SLOW,
                what=f"execd's processes {sorted(p for p in procs if live(p))} to be gone")
@@ -177,6 +200,14 @@ def alternate(i: int) -> str:
     return "reset" if i % 2 == 0 else "close"
 
 
+def sweep(i: int):
+    """Moves the hang-up across a race window of a few milliseconds (e.g.
+    between execd reading a request and starting its stream). This does not
+    synchronise anything: the test is correct with any delay; the sweep only
+    makes each timing occur within the loop."""
+    time.sleep((i % 16) * 0.003 * SLOW ** 0.5)
+
+
 def request(ex, method: str, path: str, body: bytes = b"", headers: dict | None = None,
             token: str | bool = True, length: int | None = None) -> bytes:
     h = {"Host": "t"}
@@ -207,10 +238,13 @@ def recv_until(s: socket.socket, buf: bytearray, pred, what: str) -> bool:
     while not pred(buf):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}; got {bytes(buf[:300])!r}…")
+        s.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             d = s.recv(65536)
         except ConnectionResetError:
             return False
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what}; got {bytes(buf[:300])!r}…") from None
         if not d:
             return False
         buf += d
@@ -296,6 +330,8 @@ def test_command_foreground(ex, phase, framing):
         s.sendall(command_request(ex, command, exact=framing == "exact"))
         buf = bytearray()
         assert recv_until(s, buf, enough, phase), bytes(buf[-300:])
+        if phase in ("before-head", "racing-head"):
+            sweep(i)
         hang_up(s, alternate(i))
 
     hammer(ex, N, once, f"{phase}/{framing}")
@@ -306,6 +342,7 @@ def test_command_immediate_plain_close(ex):
     def once(i):
         s = dial(ex)
         s.sendall(command_request(ex, "echo x", exact=i % 2 == 1))
+        sweep(i)
         s.close()
 
     hammer(ex, N, once, "immediate close")
@@ -393,6 +430,8 @@ def test_command_background(ex, phase):
         s.sendall(command_request(ex, "echo bg; sleep 0.05", background=True, exact=i % 3 == 0))
         buf = bytearray()
         assert recv_until(s, buf, enough, phase), bytes(buf[-300:])
+        if phase == "before-head":
+            sweep(i)
         hang_up(s, alternate(i))
 
     hammer(ex, N, once, f"background {phase}")
@@ -438,6 +477,8 @@ def test_session_run(ex, phase):
                           {"Content-Type": "application/json"}))
         buf = bytearray()
         assert recv_until(s, buf, enough, phase), bytes(buf[-300:])
+        if phase == "before-head":
+            sweep(i)
         hang_up(s, alternate(i))
         end_session(ex, sid, settle=i % 4 < 2)
 
@@ -510,6 +551,8 @@ def pty_handshake_then_hang_up(ex, sid, i):
     """Known crash: the handshake, then a reset before reading the 101."""
     s = dial(ex)
     s.sendall(ws_handshake(ex, sid, "?pty=0" if i % 3 == 2 else ""))
+    if i % 4 == 3:
+        sweep(i)
     hang_up(s, alternate(i))
 
 
@@ -527,10 +570,16 @@ def pty_after_connected(ex, sid, i):
 
 
 def pty_stdin_exit(ex, sid, i):
-    """Known crash: attach, send `exit`, reset at once."""
-    s, _ = attach(ex, sid)
+    """Known crash: attach, send `exit`, hang up at once (or once the
+    terminal has echoed it, or across a sweep) so the shell's exit and the
+    hang-up reach execd together."""
+    s, buf = attach(ex, sid)
     s.sendall(stdin(b"exit\n"))
-    hang_up(s, alternate(i))
+    if i % 3 == 1:
+        recv_until(s, buf, lambda b: b"exit\r\n" in b, "the echo of exit")
+    elif i % 3 == 2:
+        sweep(i)
+    hang_up(s, alternate(i // 3))
 
 
 def pty_handshake_and_exit_together(ex, sid, i):
@@ -621,7 +670,15 @@ def test_pty_reattach_after_resets(ex):
     sid = new_pty(ex)
 
     def once(i):
-        [pty_handshake_then_hang_up, pty_after_101, pty_after_connected][i % 3](ex, sid, i)
+        # (takeover: execd may not have noticed the previous hang-up yet)
+        s = dial(ex)
+        s.sendall(ws_handshake(ex, sid, "?takeover=1"))
+        buf = bytearray()
+        if i % 3:
+            assert recv_until(s, buf, lambda b: has_head(b) and (i % 3 == 1 or b'"connected"' in b),
+                              "101 and connected"), bytes(buf)
+            assert status_of(buf) == 101, bytes(buf[:300])
+        hang_up(s, alternate(i))
 
     hammer(ex, N, once, "pty reattach", settle=False)
     s, buf = attach(ex, sid, "?takeover=1")
@@ -746,7 +803,7 @@ def test_logs(ex, phase):
             wait_write_pending(ex, s, "logs")
         else:
             buf = bytearray()
-            assert recv_until(s, buf, enough, phase), bytes(buf[:300])
+            assert recv_until(s, buf, enough, f"{phase} of the logs of {cid} (iteration {i})"), bytes(buf[:300])
         hang_up(s, alternate(i // 2))
 
     try:
