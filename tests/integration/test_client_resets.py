@@ -42,6 +42,7 @@ LOG_LIMIT = 4 * MiB
 # Loop counts: enough to hit the races reliably, small enough that the whole
 # file stays around a minute against the sanitizer build.
 N = 40
+N_RACE = 80     # hang-ups swept across a race window
 N_HEAVY = 16
 BIG_OUTPUT = "head -c 50000000 /dev/zero | base64"   # 67 MB of base64 lines
 
@@ -205,7 +206,7 @@ def sweep(i: int):
     between execd reading a request and starting its stream). This does not
     synchronise anything: the test is correct with any delay; the sweep only
     makes each timing occur within the loop."""
-    time.sleep((i % 16) * 0.003 * SLOW ** 0.5)
+    time.sleep((i % 20) * 0.001 * SLOW ** 0.5)
 
 
 def request(ex, method: str, path: str, body: bytes = b"", headers: dict | None = None,
@@ -334,18 +335,18 @@ def test_command_foreground(ex, phase, framing):
             sweep(i)
         hang_up(s, alternate(i))
 
-    hammer(ex, N, once, f"{phase}/{framing}")
+    hammer(ex, N_RACE if phase in ("before-head", "racing-head") else N, once, f"{phase}/{framing}")
 
 
 def test_command_immediate_plain_close(ex):
     """Known crash: POST /command and close at once (FIN, not RST)."""
     def once(i):
         s = dial(ex)
-        s.sendall(command_request(ex, "echo x", exact=i % 2 == 1))
+        s.sendall(command_request(ex, "echo x; sleep 0.02; echo y" if i % 3 else "echo x", exact=i % 2 == 1))
         sweep(i)
         s.close()
 
-    hammer(ex, N, once, "immediate close")
+    hammer(ex, N_RACE, once, "immediate close")
 
 
 @pytest.mark.parametrize("framing", ["compat", "exact"])
@@ -434,7 +435,7 @@ def test_command_background(ex, phase):
             sweep(i)
         hang_up(s, alternate(i))
 
-    hammer(ex, N, once, f"background {phase}")
+    hammer(ex, N_RACE if phase == "before-head" else N, once, f"background {phase}")
 
 
 # ---- /session/{id}/run --------------------------------------------------------------------------------
@@ -482,7 +483,7 @@ def test_session_run(ex, phase):
         hang_up(s, alternate(i))
         end_session(ex, sid, settle=i % 4 < 2)
 
-    hammer(ex, N_HEAVY if phase == "mid-body" else N // 2, once, f"session {phase}")
+    hammer(ex, {"mid-body": N_HEAVY, "before-head": N_RACE}.get(phase, N // 2), once, f"session {phase}")
 
 
 def test_session_run_reset_while_write_pending(ex):
