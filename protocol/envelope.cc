@@ -2,6 +2,8 @@
 #include "protocol/envelope.h"
 
 #include "protocol/base64.h"
+
+#include <simdjson.h>
 #include "protocol/json_text.h"
 
 namespace execd::protocol {
@@ -166,7 +168,11 @@ void EventEncoder::exact_chunk(std::string& out, OutputStream s, const uint8_t* 
   // Valid runs become text events; an invalid run extends until valid text
   // resumes for a while, so binary output does not shatter into tiny events.
   constexpr size_t kMinTextRun = 32;
-  size_t i = 0;
+  // The common case, a whole chunk of valid text, checked at SIMD speed once
+  // (never per run: on binary data that would be quadratic).
+  bool all_text = body > 0 && simdjson::validate_utf8(reinterpret_cast<const char*>(data), body);
+  if (all_text) exact_event(out, s, data, body, true, ts);
+  size_t i = all_text ? body : 0;
   while (i < body) {
     size_t valid = utf8_valid_prefix(data + i, body - i);
     if (valid > 0) {

@@ -1,7 +1,6 @@
 // protocol/json_text: see header.
 #include "protocol/json_text.h"
 
-#include <simdjson.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -154,8 +153,6 @@ void append_json_string(std::string& out, std::string_view s) { append_string_im
 void append_json_string_lossy(std::string& out, std::string_view s) { append_string_impl<true>(out, s); }
 
 size_t utf8_valid_prefix(const uint8_t* data, size_t len) {
-  // The common case, a whole chunk of valid text, at SIMD speed.
-  if (simdjson::validate_utf8(reinterpret_cast<const char*>(data), len)) return len;
   size_t i = 0;
   while (i < len) {
     // Fast path over ASCII, 8 bytes at a time.
