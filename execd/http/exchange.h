@@ -39,7 +39,7 @@ class Source {
   // The exchange is going away before the source ended it (the peer left,
   // the daemon is stopping). Must not touch the exchange afterwards.
   virtual void stop() {}
-  // Periodic (the server's tick, at most every second): keepalives, deadlines.
+  // Periodic (the server tick, every 250 ms): keepalives, deadlines.
   virtual void tick(uint64_t now_ms) {}
   // Streamed request bodies (routes that ask for it at head time).
   virtual void on_body(const char* data, size_t len) {}

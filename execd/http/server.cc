@@ -41,9 +41,10 @@ Server::Server(uv_loop_t* loop, const ConnectionLimits& limits, HeadHandler on_h
   idle_.data = this;
   uv_timer_init(loop, &tick_);
   tick_.data = this;
-  uint64_t period = 1000;
-  if (limits.idle_timeout_ms) period = std::clamp<uint64_t>(limits.idle_timeout_ms / 4, 50, 1000);
-  uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Server*>(t->data)->on_tick(); }, period, period);
+  // Fine enough for 3 s keepalives to land within 250 ms of their time; it
+  // runs only while there are connections, so an idle daemon never wakes.
+  tick_ms_ = kMaxTickMs;
+  if (limits.idle_timeout_ms) tick_ms_ = std::clamp<uint64_t>(limits.idle_timeout_ms / 4, 50, kMaxTickMs);
   uv_unref(reinterpret_cast<uv_handle_t*>(&tick_));
 }
 
@@ -102,6 +103,7 @@ void Server::on_acceptable() {
       }
       accept_paused_ = true;
       uv_poll_stop(&listen_poll_);
+      uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Server*>(t->data)->on_tick(); }, tick_ms_, tick_ms_);
       return;
     }
     int one = 1;
@@ -113,6 +115,8 @@ void Server::on_acceptable() {
       continue;
     }
     connections_.insert(conn);
+    if (connections_.size() == 1 || accept_paused_)
+      uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Server*>(t->data)->on_tick(); }, tick_ms_, tick_ms_);
     conn->start(transport, peer_name(addr));
   }
 }
@@ -154,6 +158,7 @@ void Server::run_safe_point() {
 
 void Server::on_connection_closed(Connection& conn) {
   connections_.erase(&conn);
+  if (connections_.empty() && !accept_paused_ && handles_open_) uv_timer_stop(&tick_);
   due_.erase(std::remove(due_.begin(), due_.end(), &conn), due_.end());
   delete &conn;
 }
