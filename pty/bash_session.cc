@@ -92,30 +92,50 @@ bool BashSession::start(const std::string& shell, const std::vector<std::string>
   return true;
 }
 
-BashSession::RunStatus BashSession::run(const std::string& command, const std::string& cwd, int64_t timeout_ms,
-                                        BashListener* listener, std::string& error) {
-  if (!alive()) return RunStatus::dead;
-  if (run_active_) return RunStatus::busy;
-  // Whatever background jobs wrote since the last run is not this run's.
-  cmd_->set_paused(false);
-  cmd_->drain_output();
+std::string BashSession::next_run_file() {
+  return scratch_dir_ + "/" + name_ + "-" + std::to_string(++run_counter_) + ".sh";
+}
 
-  run_file_ = scratch_dir_ + "/" + name_ + "-" + std::to_string(++run_counter_) + ".sh";
-  int fd = ::open(run_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+BashSession::PreparedRun BashSession::prepare_run(std::string file, pid_t shell_pid, const std::string& command,
+                                                  int64_t timeout_ms) {
+  PreparedRun p;
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
-    error = "cannot write the run script: " + std::string(strerror(errno));
-    run_file_.clear();
-    return RunStatus::failed;
+    p.error = "cannot write the run script: " + std::string(strerror(errno));
+    return p;
   }
   std::string body = command;
   if (body.empty() || body.back() != '\n') body += '\n';
   bool ok = write_all(fd, body);
   ::close(fd);
   if (!ok) {
-    error = "cannot write the run script";
-    cleanup_run_file();
-    return RunStatus::failed;
+    p.error = "cannot write the run script";
+    ::unlink(file.c_str());
+    return p;
   }
+  p.file = file;
+  if (timeout_ms > 0 && shell_pid > 0) p.preexisting = session_processes(shell_pid);
+  return p;
+}
+
+void BashSession::discard(const PreparedRun& prepared) {
+  if (!prepared.file.empty()) ::unlink(prepared.file.c_str());
+}
+
+BashSession::RunStatus BashSession::run(PreparedRun prepared, const std::string& cwd, int64_t timeout_ms,
+                                        BashListener* listener, std::string& error) {
+  if (!alive() || run_active_ || prepared.file.empty()) {
+    discard(prepared);
+    if (prepared.file.empty()) {
+      error = prepared.error;
+      return RunStatus::failed;
+    }
+    return alive() ? RunStatus::busy : RunStatus::dead;
+  }
+  // Whatever background jobs wrote since the last run is not this run's.
+  cmd_->set_paused(false);
+  cmd_->drain_output();
+  run_file_ = prepared.file;
   std::string line = "{ ";
   if (!cwd.empty()) line += "\\builtin cd -- " + shell_quote(cwd) + " && ";
   line += "\\builtin source " + shell_quote(run_file_) + "; } </dev/null 3>&-\n";
@@ -130,7 +150,7 @@ BashSession::RunStatus BashSession::run(const std::string& command, const std::s
   run_start_ns_ = uv_hrtime();
   preexisting_.clear();
   if (timeout_ms > 0) {
-    for (pid_t p : session_processes(pid_)) preexisting_.insert(p);
+    preexisting_.insert(prepared.preexisting.begin(), prepared.preexisting.end());
     uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<BashSession*>(t->data)->on_timer(); },
                    static_cast<uint64_t>(timeout_ms), 0);
     timer_running_ = true;

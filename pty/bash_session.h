@@ -72,8 +72,25 @@ class BashSession : public CommandSink {
   bool busy() const { return run_active_; }
 
   enum class RunStatus { started, busy, dead, failed };
-  RunStatus run(const std::string& command, const std::string& cwd, int64_t timeout_ms, BashListener* listener,
+
+  // What a run needs from the file system and /proc, made ready off the loop
+  // (prepare_run blocks: it writes the run's script file and, with a
+  // timeout, lists the session's processes so that the timeout spares them).
+  struct PreparedRun {
+    std::string file;              // the script; empty when preparation failed
+    std::string error;
+    std::vector<pid_t> preexisting;
+  };
+  // On the loop: where the next run's script goes, and the shell's pid.
+  std::string next_run_file();
+  pid_t shell_pid() const { return pid_; }
+  // Blocking and touching no session: call it on the threadpool with what
+  // the two calls above returned, then run() on the loop.
+  static PreparedRun prepare_run(std::string file, pid_t shell_pid, const std::string& command, int64_t timeout_ms);
+  RunStatus run(PreparedRun prepared, const std::string& cwd, int64_t timeout_ms, BashListener* listener,
                 std::string& error);
+  // Drops a prepared run that will not be started.
+  static void discard(const PreparedRun& prepared);
   // The client left: the run continues, its output is dropped.
   void detach_listener();
   // Stops the current run the way its timeout would; the shell survives.

@@ -210,23 +210,55 @@ void handle_create(SessionRegistry& reg, Exchange& ex) {
       });
 }
 
+// Refuses a run the session cannot take now; nullptr if it can.
+const char* refuse_run(SessionRegistry& reg, Exchange& ex, const std::string& id) {
+  SessionEntry* e = reg.find(id);
+  if (!e) return respond_unknown(ex, id), "";
+  if (e->dead || !e->shell || !e->shell->alive())
+    return ex.respond_error(410, "SESSION_EXITED", "session " + id + " has exited; delete it and create a new one"), "";
+  if (e->shell->busy())
+    return ex.respond_error(409, "SESSION_BUSY", "session " + id + " is already running a command"), "";
+  return nullptr;
+}
+
+// The run's script is written (and, with a timeout, the session's processes
+// listed) on the threadpool; the run starts back on the loop.
 void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const std::string& command,
                const std::string& cwd, int64_t timeout_ms) {
-  SessionEntry* e = reg.find(id);
-  if (!e) return respond_unknown(ex, id);
-  if (e->dead || !e->shell || !e->shell->alive())
-    return ex.respond_error(410, "SESSION_EXITED", "session " + id + " has exited; delete it and create a new one");
-  if (e->shell->busy()) return ex.respond_error(409, "SESSION_BUSY", "session " + id + " is already running a command");
-  auto run = std::make_unique<SessionRun>(e->shell);
-  std::string err;
-  auto status = e->shell->run(command, cwd, timeout_ms, run.get(), err);
-  if (status != pty::BashSession::RunStatus::started)
-    return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
-  e->run = std::move(run);
-  auto stream = std::make_unique<ExecutionStream>(ex, framing_for(reg.ctx(), ex));
-  ExecutionStream& s = *stream;
-  ex.attach(std::move(stream));
-  s.start(*e->run, id);
+  if (refuse_run(reg, ex, id)) return;
+  struct Job {
+    pty::BashSession::PreparedRun prepared;
+    std::string problem;
+  };
+  auto job = std::make_shared<Job>();
+  pty::BashSession* shell = reg.find(id)->shell;
+  run_blocking(
+      reg.ctx().loop, ex,
+      [job, file = shell->next_run_file(), pid = shell->shell_pid(), command, cwd, timeout_ms] {
+        if (!cwd.empty()) {
+          struct stat st;
+          if (stat(cwd.c_str(), &st) != 0) return void(job->problem = "working directory does not exist: " + cwd);
+          if (!S_ISDIR(st.st_mode)) return void(job->problem = "working directory is not a directory: " + cwd);
+        }
+        job->prepared = pty::BashSession::prepare_run(file, pid, command, timeout_ms);
+      },
+      [&reg, job, id, cwd, timeout_ms](Exchange& ex) {
+        if (!job->problem.empty())
+          return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + job->problem);
+        // The session may have gone or become busy while the job ran.
+        if (refuse_run(reg, ex, id)) return pty::BashSession::discard(job->prepared);
+        SessionEntry* e = reg.find(id);
+        auto run = std::make_unique<SessionRun>(e->shell);
+        std::string err;
+        auto status = e->shell->run(std::move(job->prepared), cwd, timeout_ms, run.get(), err);
+        if (status != pty::BashSession::RunStatus::started)
+          return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
+        e->run = std::move(run);
+        auto stream = std::make_unique<ExecutionStream>(ex, framing_for(reg.ctx(), ex));
+        ExecutionStream& s = *stream;
+        ex.attach(std::move(stream));
+        s.start(*e->run, id);
+      });
 }
 
 void handle_run(SessionRegistry& reg, Exchange& ex) {
@@ -248,21 +280,7 @@ void handle_run(SessionRegistry& reg, Exchange& ex) {
     timeout_ms = it->get<int64_t>();
     if (timeout_ms < 0) return bad("timeout must be >= 0");
   }
-  if (!reg.find(id)) return respond_unknown(ex, id);
-  if (cwd.empty()) return start_run(reg, ex, id, command, cwd, timeout_ms);
-  // The cwd is checked on the threadpool (stat may block).
-  auto problem = std::make_shared<std::string>();
-  run_blocking(
-      reg.ctx().loop, ex,
-      [problem, cwd] {
-        struct stat st;
-        if (stat(cwd.c_str(), &st) != 0) *problem = "working directory does not exist: " + cwd;
-        else if (!S_ISDIR(st.st_mode)) *problem = "working directory is not a directory: " + cwd;
-      },
-      [&reg, problem, id, command, cwd, timeout_ms](Exchange& ex) {
-        if (!problem->empty()) return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + *problem);
-        start_run(reg, ex, id, command, cwd, timeout_ms);
-      });
+  start_run(reg, ex, id, command, cwd, timeout_ms);
 }
 
 }  // namespace
