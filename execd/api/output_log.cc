@@ -116,7 +116,10 @@ void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
     if (!err) r->buf.resize(static_cast<size_t>(req->result));
     uv_fs_req_cleanup(req);
     r->read_fn(err, err ? std::string() : std::move(r->buf));
+    // Output that arrived while the read was in flight waits in pending_:
+    // write it now, or every later read would wait for it forever.
     if (log.removed_) log.remove();
+    else log.pump();
   });
 }
 
