@@ -67,24 +67,27 @@ void SocketTransport::update() {
 }
 
 void SocketTransport::on_poll(int status, int events) {
-  if (status < 0) {
-    // The socket failed (ECONNRESET and friends): reading says so.
+  const bool failed = status < 0;
+  if (failed) {
+    // libuv reports a socket error (a reset, EPOLLERR) once and stops the
+    // handle: read what is left, then the error, and never wait for more.
+    polled_ = 0;
     events = UV_READABLE;
   }
   if ((events & UV_WRITABLE) && writable_) {
     events_.on_transport_writable();
     if (closing_) return;
   }
-  if (!(events & (UV_READABLE | UV_DISCONNECT)) || !readable_) return;
-  for (int i = 0; i < kReadsPerWake && readable_ && !closing_; ++i) {
+  if (!(events & (UV_READABLE | UV_DISCONNECT)) || (!readable_ && !failed)) return;
+  for (int i = 0; (i < kReadsPerWake || failed) && (readable_ || failed) && !closing_; ++i) {
     ssize_t n = ::read(fd_, g_read_buffer, kReadBufferSize);
     if (n > 0) {
       events_.on_transport_data(g_read_buffer, static_cast<size_t>(n));
-      if (static_cast<size_t>(n) < kReadBufferSize) return;
+      if (static_cast<size_t>(n) < kReadBufferSize && !failed) return;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return;
+    if (n < 0 && errno == EAGAIN && !failed) return;
     readable_ = false;
     update();
     events_.on_transport_eof();
