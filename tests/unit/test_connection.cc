@@ -364,3 +364,38 @@ TEST_CASE("Connection: a malformed request is answered 400 and the connection cl
   r.finish_close();
   CHECK(r.host.connection_closed);
 }
+
+#include "execd/link.h"
+
+namespace {
+struct Producer;
+struct Consumer {
+  execd::Link<Producer> producer;
+};
+struct Producer {
+  execd::Link<Consumer> consumer;
+};
+}  // namespace
+
+TEST_CASE("Link: either end cuts both, and destroying an end cuts it") {
+  Producer p;
+  {
+    Consumer c;
+    execd::link(c, c.producer, p, p.consumer);
+    CHECK(c.producer.get() == &p);
+    CHECK(p.consumer.get() == &c);
+    p.consumer.cut();
+    CHECK_FALSE(c.producer);
+    CHECK_FALSE(p.consumer);
+    execd::link(c, c.producer, p, p.consumer);
+    CHECK(p.consumer);
+  }  // c destroyed
+  CHECK_FALSE(p.consumer);
+  CHECK(p.consumer.get() == nullptr);
+  // Relinking cuts what an end held before.
+  Consumer a, b;
+  execd::link(a, a.producer, p, p.consumer);
+  execd::link(b, b.producer, p, p.consumer);
+  CHECK_FALSE(a.producer);
+  CHECK(p.consumer.get() == &b);
+}
