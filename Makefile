@@ -62,7 +62,7 @@ test-image: build venv
 	EXECD_IMAGE_TEST=1 $(VENV)/bin/pytest -q -rs tests/image
 
 bench: build static venv
-	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor --static $(BUILD)/execd-static
+	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor --client $(BUILD)/stream_client --static $(BUILD)/execd-static
 	$(VENV)/bin/python tests/bench/bench_files.py --execd $(BUILD)/execd
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/python tests/bench/bench_pty.py
 

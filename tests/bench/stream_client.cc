@@ -5,6 +5,11 @@
 // count and digest with the terminal event's structured result.
 //
 //   stream_client PORT TOKEN COMMAND  ->  {"ok":true,"stdout_bytes":N,"seconds":S}
+//
+// With --rtt N it instead runs POST /command {"command":"true"} N times over
+// one keep-alive connection and prints the latency percentiles (a client
+// with next to no cost of its own, for the round-trip benchmark):
+//   stream_client --rtt N PORT TOKEN  ->  {"p50_us":...,"p99_us":...,"errors":E}
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,7 +18,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,8 +55,49 @@ std::string hex(const unsigned char* d, size_t n) {
 
 }  // namespace
 
+int connect_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("connect");
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+// One keep-alive connection, N sequential `true` commands; a response ends
+// with the last chunk after the terminal event.
+int rtt(int n, int port, const std::string& token) {
+  std::string body = "{\"command\":\"true\"}";
+  std::string req = "POST /command HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-EXECD-ACCESS-TOKEN: " +
+                    token + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  int fd = connect_loopback(port);
+  std::vector<double> us;
+  int errors = 0;
+  std::string buf(65536, '\0');
+  for (int i = 0; i < n + 20; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) die("write");
+    std::string got;
+    while (got.size() < 5 || got.compare(got.size() - 5, 5, "0\r\n\r\n") != 0) {
+      ssize_t r = read(fd, buf.data(), buf.size());
+      if (r <= 0) die("read");
+      got.append(buf.data(), static_cast<size_t>(r));
+    }
+    double dt = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (got.find("\"execution_complete\"") == std::string::npos) ++errors;
+    if (i >= 20) us.push_back(dt);  // warm-up
+  }
+  std::sort(us.begin(), us.end());
+  printf("{\"p50_us\":%.1f,\"p99_us\":%.1f,\"errors\":%d}\n", us[us.size() / 2], us[us.size() * 99 / 100], errors);
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 4) die("usage: stream_client PORT TOKEN COMMAND");
+  if (argc == 5 && std::string(argv[1]) == "--rtt") return rtt(atoi(argv[2]), atoi(argv[3]), argv[4]);
+  if (argc != 4) die("usage: stream_client PORT TOKEN COMMAND | stream_client --rtt N PORT TOKEN");
   int port = atoi(argv[1]);
   std::string body = "{\"command\":" + json_quote(argv[3]) + "}";
   std::string req = "POST /command HTTP/1.1\r\nHost: bench\r\nConnection: close\r\nAccept: application/x-ndjson\r\n"
