@@ -56,10 +56,10 @@ integration: build build-asan venv
 	EXECD_BIN=$(CURDIR)/$(ASAN_BUILD)/execd EXECD_SANITIZED=1 $(VENV)/bin/pytest -q tests/integration
 
 test: unit integration
-	$(VENV)/bin/pytest -q -rs tests/image
+	JOBS=$(JOBS) $(VENV)/bin/pytest -q -rs tests/image
 
 test-image: build venv
-	EXECD_IMAGE_TEST=1 $(VENV)/bin/pytest -q -rs tests/image
+	JOBS=$(JOBS) EXECD_IMAGE_TEST=1 $(VENV)/bin/pytest -q -rs tests/image
 
 bench: build static venv
 	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor --client $(BUILD)/stream_client --static $(BUILD)/execd-static

@@ -21,6 +21,9 @@ What it does, with no image registry available:
 Containers only ever use `--network host` or `--network none`; all traffic
 goes to 127.0.0.1.
 
+The engine, base image and build helpers are shared with test_server.py
+(conftest.py, dockerenv.py).
+
 When docker cannot be made to work (not root, no apt, dockerd fails) the
 tests skip and say why; with EXECD_IMAGE_TEST=1 (`make test-image`) they fail
 instead.
@@ -32,11 +35,8 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.error
@@ -47,248 +47,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-MANDATORY = os.environ.get("EXECD_IMAGE_TEST", "") not in ("", "0", "no", "false")
-CACHE = Path(os.environ.get("EXECD_TEST_CACHE", "/var/cache/execd-test"))
-MIRROR = os.environ.get("EXECD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-SECURITY_MIRROR = os.environ.get(
-    "EXECD_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
+from dockerenv import (ROOT, TIMINGS, Dockerd, build_execd_target, docker_build, free_port, sh,
+                       unavailable)
+
 IMAGE = "execd-test:latest"
-BASE_TAGS = ("debian:bookworm", "debian:bookworm-slim")
 TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
 STOP_TIMEOUT = 20          # seconds docker stop waits before SIGKILL
 EXECD_GRACE_MS = 5000      # execd --graceful-shutdown-timeout in the stop test
-
-os.environ["PATH"] = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-
-TIMINGS: dict[str, float] = {}
-
-
-def unavailable(reason: str):
-    if MANDATORY:
-        pytest.fail(f"image test cannot run: {reason}", pytrace=False)
-    pytest.skip(f"image test skipped: {reason} (set EXECD_IMAGE_TEST=1 to make this an error)")
-
-
-def sh(cmd, *, timeout=600, check=True, env=None, **kw) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
-    if check and r.returncode != 0:
-        raise AssertionError(
-            f"command failed ({r.returncode}): {' '.join(map(str, cmd))}\n"
-            f"stdout:\n{r.stdout[-4000:]}\nstderr:\n{r.stderr[-4000:]}")
-    return r
-
-
-# ---------------------------------------------------------------------------
-# docker engine
-# ---------------------------------------------------------------------------
-
-def ensure_tools() -> None:
-    if os.geteuid() != 0:
-        unavailable("needs root (dockerd, debootstrap)")
-    need = ("dockerd", "containerd", "runc", "debootstrap")
-    missing = [t for t in need if not shutil.which(t)]
-    if not missing and docker_client():
-        return
-    if not shutil.which("apt-get"):
-        unavailable(f"{', '.join(missing) or 'docker'} missing and no apt-get to install them")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "docker.io", "debootstrap"]
-    r = sh(cmd, check=False, env=env, timeout=900)
-    if r.returncode != 0:
-        sh(["apt-get", "update"], check=False, env=env, timeout=600)
-        r = sh(cmd, check=False, env=env, timeout=900)
-    missing = [t for t in need if not shutil.which(t)]
-    if r.returncode != 0 or missing or not docker_client():
-        unavailable(f"could not install docker.io/debootstrap: {r.stderr.strip()[-500:]}")
-
-
-def docker_client() -> str | None:
-    # Prefer the client packaged with the engine (same API version).
-    if os.path.exists("/usr/bin/docker"):
-        return "/usr/bin/docker"
-    return shutil.which("docker")
-
-
-class Dockerd:
-    """A private docker engine, started and stopped by this test."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-        self.exec_root = Path(tempfile.mkdtemp(prefix="execd-dk-", dir="/tmp"))
-        self.sock = self.exec_root / "docker.sock"
-        self.log_path = self.exec_root / "dockerd.log"
-        self.env = dict(os.environ, DOCKER_HOST=f"unix://{self.sock}", DOCKER_BUILDKIT="0")
-        self.env.pop("DOCKER_CONTEXT", None)
-        self.client = docker_client()
-
-    def start(self, data_root: Path) -> bool:
-        data_root.mkdir(parents=True, exist_ok=True)
-        cmd = ["dockerd", "--bridge=none", "--iptables=false", "--ip-forward=false",
-               "--ip-masq=false", "--data-root", str(data_root),
-               "--exec-root", str(self.exec_root / "exec"), "-H", f"unix://{self.sock}",
-               "--pidfile", str(self.exec_root / "dockerd.pid")]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            if self.sock.exists():
-                r = self.run("version", "--format", "{{.Server.Version}}", check=False, timeout=10)
-                if r.returncode == 0:
-                    return True
-            time.sleep(0.3)
-        self.stop()
-        return False
-
-    def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def run(self, *args, check=True, timeout=600, **kw) -> subprocess.CompletedProcess:
-        return sh([self.client, *map(str, args)], check=check, timeout=timeout, env=self.env, **kw)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            ids = self.run("ps", "-aq", "--filter", "label=execd-test", check=False).stdout.split()
-            if ids:
-                self.run("rm", "-f", *ids, check=False, timeout=60)
-            self.proc.send_signal(signal.SIGTERM)        # by PID, never by name
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
-        # dockerd 20.10 leaves its netns bind mount behind; unmount whatever
-        # is still mounted below our exec root so it can be removed.
-        try:
-            with open("/proc/self/mounts") as f:
-                mounts = [line.split()[1] for line in f]
-        except OSError:
-            mounts = []
-        for m in sorted((m for m in mounts if m.startswith(str(self.exec_root) + "/")),
-                        reverse=True):
-            sh(["umount", "-l", m], check=False, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def report(request):
-    yield TIMINGS
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    if tr and TIMINGS:
-        tr.write_line("")
-        tr.write_line("execd image test timings: " + ", ".join(
-            f"{k} {v:.1f}s" for k, v in TIMINGS.items()))
-
-
-@pytest.fixture(scope="module")
-def dockerd(report):
-    ensure_tools()
-    d = Dockerd()
-    persistent = CACHE / "docker-data"
-    if not d.start(persistent):
-        tail = d.log_tail()
-        d.stop()
-        # A stale persistent data root (e.g. after a crash) is the usual cause:
-        # try once with a fresh one.
-        fresh = Path(tempfile.mkdtemp(prefix="execd-dk-data-", dir=str(CACHE)))
-        if not d.start(fresh):
-            d.stop()
-            unavailable(f"dockerd did not start:\n{tail}\n{d.log_tail()}")
-    try:
-        yield d
-    finally:
-        d.run("image", "prune", "-f", check=False, timeout=120)
-        d.stop()
-        shutil.rmtree(d.exec_root, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------------
-# base image and the execd image
-# ---------------------------------------------------------------------------
-
-DEBIAN_SOURCES = f"""Types: deb
-URIs: {MIRROR}
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: {SECURITY_MIRROR}
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-"""
-
-
-def base_rootfs_tar() -> Path:
-    tar = CACHE / "bookworm-minbase.tar"
-    if tar.exists() and tar.stat().st_size > 0:
-        return tar
-    CACHE.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="debootstrap-", dir=str(CACHE)))
-    try:
-        rootfs = tmp / "rootfs"
-        t0 = time.monotonic()
-        r = sh(["debootstrap", "--variant=minbase", "bookworm", str(rootfs), MIRROR],
-               check=False, timeout=1800)
-        if r.returncode != 0:
-            unavailable(f"debootstrap failed: {r.stdout[-1500:]}{r.stderr[-1500:]}")
-        TIMINGS["debootstrap"] = time.monotonic() - t0
-        # Look like the official image: deb822 sources incl. updates and
-        # security, no package lists or downloaded .debs.
-        (rootfs / "etc/apt/sources.list").unlink(missing_ok=True)
-        (rootfs / "etc/apt/sources.list.d").mkdir(parents=True, exist_ok=True)
-        (rootfs / "etc/apt/sources.list.d/debian.sources").write_text(DEBIAN_SOURCES)
-        for d in ("var/lib/apt/lists", "var/cache/apt/archives"):
-            for p in (rootfs / d).glob("*"):
-                if p.is_file():
-                    p.unlink()
-        sh(["tar", "-C", str(rootfs), "-cf", str(tmp / "rootfs.tar"), "."], timeout=600)
-        os.replace(tmp / "rootfs.tar", tar)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return tar
-
-
-@pytest.fixture(scope="module")
-def base_image(dockerd):
-    tar = base_rootfs_tar()
-    stamp = f"{tar.stat().st_size}-{int(tar.stat().st_mtime)}"
-    r = dockerd.run("image", "inspect", "--format",
-                    '{{ index .Config.Labels "execd-test.rootfs" }}', BASE_TAGS[0], check=False)
-    if r.returncode != 0 or r.stdout.strip() != stamp:
-        t0 = time.monotonic()
-        dockerd.run("import", "--change", 'CMD ["bash"]',
-                    "--change", f"LABEL execd-test.rootfs={stamp}", str(tar), BASE_TAGS[0],
-                    timeout=600)
-        TIMINGS["docker import"] = time.monotonic() - t0
-    for tag in BASE_TAGS[1:]:
-        dockerd.run("tag", BASE_TAGS[0], tag)
-    return BASE_TAGS[0]
-
-
-def docker_build(dockerd, context: Path, tag: str, dockerfile: Path | None = None,
-                 timeout: int = 3600) -> None:
-    args = ["build", "--network", "host", "-t", tag, "--label", "execd-test=1"]
-    if dockerfile:
-        args += ["-f", str(dockerfile)]
-    log = Path(tempfile.mkstemp(prefix="docker-build-", suffix=".log")[1])
-    with open(log, "w") as out:
-        r = subprocess.run([dockerd.client, *args, str(context)], env=dockerd.env,
-                           stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
-    if r.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-80:])
-        pytest.fail(f"docker build of {tag} failed (full log {log}):\n{tail}", pytrace=False)
-    log.unlink()
 
 
 _FAILED: dict[str, str] = {}
@@ -302,7 +67,7 @@ def execd_image(dockerd, base_image):
     context = Path(os.environ.get("EXECD_IMAGE_CONTEXT", ROOT))
     t0 = time.monotonic()
     try:
-        docker_build(dockerd, context, IMAGE, context / "image" / "Dockerfile")
+        build_execd_target(dockerd, context, IMAGE)
     except pytest.fail.Exception as e:
         _FAILED["execd_image"] = str(e)
         raise
@@ -325,12 +90,6 @@ def static_binary(dockerd, execd_image, tmp_path_factory) -> Path:
 # ---------------------------------------------------------------------------
 # containers and the SDK
 # ---------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def ping(port: int, token: str | None, timeout: float = 2.0) -> int:
     req = urllib.request.Request(f"http://127.0.0.1:{port}/ping")
