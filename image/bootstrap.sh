@@ -32,7 +32,7 @@
 #   EXECD                   execd binary (default /opt/opensandbox/execd)
 #   EXECD_ARGS              extra execd arguments, split on whitespace
 #   EXECD_ACCESS_TOKEN      the token (execd reads it from its environment)
-#   EXECD_ACCESS_TOKEN_FILE file holding the token (passed as --access-token-file)
+#   EXECD_ACCESS_TOKEN_FILE file holding the token (read by execd; EXECD_ACCESS_TOKEN wins)
 #   EXECD_REQUIRE_TOKEN     1/true/yes/on: refuse to run execd without a token
 #   EXECD_ENVS              env file execd re-reads for every command
 #   EXECD_LOG_FILE          append execd's stderr (its log) to this file
@@ -221,15 +221,8 @@ set -f
 scan_execd_args $EXECD_ARGS
 set +f
 
-if [ -n "${EXECD_ACCESS_TOKEN:-}" ] && [ -n "${EXECD_ACCESS_TOKEN_FILE:-}" ]; then
-    log "refusing to start: both EXECD_ACCESS_TOKEN and EXECD_ACCESS_TOKEN_FILE are set; set only one"
-    exit 78
-fi
-token_file_arg=
-if [ -n "${EXECD_ACCESS_TOKEN_FILE:-}" ] && [ -z "$token_in_args" ]; then
-    token_file_arg=$EXECD_ACCESS_TOKEN_FILE
-fi
-
+# execd reads EXECD_ACCESS_TOKEN and EXECD_ACCESS_TOKEN_FILE itself, in that
+# order after its flags (first found wins), so both pass through unchanged.
 insecure_arg=
 if [ -z "${EXECD_ACCESS_TOKEN:-}" ] && [ -z "${EXECD_ACCESS_TOKEN_FILE:-}" ] && [ -z "$token_in_args" ]; then
     if truthy "${EXECD_REQUIRE_TOKEN:-}"; then
@@ -261,7 +254,6 @@ fi
 
 # start_execd ARGS...: start execd in the background, $execd_pid.
 start_execd() {
-    [ -n "$token_file_arg" ] && set -- "$@" --access-token-file "$token_file_arg"
     [ -n "$insecure_arg" ] && set -- "$@" "$insecure_arg"
     if [ -n "${EXECD_LOG_FILE:-}" ]; then
         $launcher "$EXECD" "$@" 2>>"$EXECD_LOG_FILE" &

@@ -122,12 +122,13 @@ def test_token_env_is_enforced(run):
     assert not warnings(r.stderr) and "s3cret" not in r.stderr
 
 
-def test_token_file_env_becomes_flag(run):
+def test_token_file_env_passes_through(run):
     tok = run.tmp / "my token"
     tok.write_text("s3cret\n")
-    r = run("true", env={"EXECD_ACCESS_TOKEN_FILE": str(tok)})
+    r = run("true", env={"EXECD_ACCESS_TOKEN_FILE": str(tok), "EXECD_REQUIRE_TOKEN": "1"})
     assert r.returncode == 0, r.stderr
-    assert run.args() == ["--access-token-file", str(tok)]
+    assert run.args() == []  # execd reads the variable itself
+    assert run.execd_env()["EXECD_ACCESS_TOKEN_FILE"] == str(tok)
     assert not warnings(r.stderr)
 
 
@@ -155,10 +156,11 @@ def test_require_token_zero_is_off(run):
     assert r.returncode == 0 and run.args() == ["--insecure-no-auth"]
 
 
-def test_both_token_envs_refused(run):
+def test_both_token_envs_pass_through(run):
+    # execd's own precedence decides (EXECD_ACCESS_TOKEN first).
     r = run("true", env={"EXECD_ACCESS_TOKEN": "a", "EXECD_ACCESS_TOKEN_FILE": "/run/t"})
-    assert r.returncode == 78 and not run.started()
-    assert "only one" in r.stderr
+    assert r.returncode == 0 and run.args() == []
+    assert not warnings(r.stderr)
 
 
 def test_explicit_insecure_flag_not_duplicated(run):
