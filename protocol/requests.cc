@@ -79,4 +79,73 @@ std::variant<CommandRequest, DecodeError> decode_command_request(std::string_vie
   return req;
 }
 
+namespace {
+
+// The body as a JSON object (or why not). An empty body is an empty object
+// when `empty_ok`.
+const char* parse_object(std::string_view body, bool empty_ok, simdjson::dom::object& obj) {
+  static const std::string_view kEmpty = "{}";
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    if (!empty_ok) return "invalid JSON body";
+    body = kEmpty;
+  }
+  simdjson::dom::element root;
+  if (shared_parser().parse(body.data(), body.size()).get(root) || root.get(obj)) return "invalid JSON body";
+  return nullptr;
+}
+
+// Sets `out` from an optional string field; false if it is not a string.
+bool optional_string(simdjson::dom::element v, std::string& out) {
+  if (v.is_null()) return true;
+  std::string_view sv;
+  if (v.get(sv)) return false;
+  out.assign(sv);
+  return true;
+}
+
+}  // namespace
+
+std::variant<SessionCreateRequest, DecodeError> decode_session_create(std::string_view body) {
+  simdjson::dom::object obj;
+  if (const char* err = parse_object(body, true, obj)) return DecodeError{err};
+  SessionCreateRequest req;
+  for (auto field : obj)
+    if (field.key == "cwd" && !optional_string(field.value, req.cwd)) return DecodeError{"cwd must be a string"};
+  return req;
+}
+
+std::variant<SessionRunRequest, DecodeError> decode_session_run(std::string_view body) {
+  simdjson::dom::object obj;
+  if (const char* err = parse_object(body, false, obj)) return DecodeError{err};
+  SessionRunRequest req;
+  for (auto field : obj) {
+    std::string_view key = field.key;
+    simdjson::dom::element v = field.value;
+    if (key == "command") {
+      if (!optional_string(v, req.command)) return DecodeError{"command must be a string"};
+    } else if (key == "cwd") {
+      if (!optional_string(v, req.cwd)) return DecodeError{"cwd must be a string"};
+    } else if (key == "timeout" && !v.is_null()) {
+      int64_t t;
+      if (v.get(t)) return DecodeError{"timeout must be an integer (ms)"};
+      if (t < 0) return DecodeError{"timeout must be >= 0"};
+      req.timeout_ms = t;
+    }
+  }
+  if (req.command.empty()) return DecodeError{"command is required"};
+  return req;
+}
+
+std::variant<PtyCreateRequest, DecodeError> decode_pty_create(std::string_view body) {
+  simdjson::dom::object obj;
+  if (const char* err = parse_object(body, true, obj)) return DecodeError{err};
+  PtyCreateRequest req;
+  for (auto field : obj) {
+    if ((field.key == "cwd" && !optional_string(field.value, req.cwd)) ||
+        (field.key == "command" && !optional_string(field.value, req.command)))
+      return DecodeError{"cwd and command must be strings"};
+  }
+  return req;
+}
+
 }  // namespace execd::protocol

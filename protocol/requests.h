@@ -33,4 +33,26 @@ struct DecodeError {
 // uid/gid unsigned 32-bit, envs an object of strings.
 std::variant<CommandRequest, DecodeError> decode_command_request(std::string_view body);
 
+// POST /session: optional body {"cwd"}. The DecodeError message is the bare
+// reason ("invalid JSON body", "cwd must be a string"); the route words it.
+struct SessionCreateRequest {
+  std::string cwd;
+};
+std::variant<SessionCreateRequest, DecodeError> decode_session_create(std::string_view body);
+
+// POST /session/{id}/run: {"command" (required), "cwd", "timeout" (ms >= 0)}.
+struct SessionRunRequest {
+  std::string command;
+  std::string cwd;
+  int64_t timeout_ms = 0;
+};
+std::variant<SessionRunRequest, DecodeError> decode_session_run(std::string_view body);
+
+// POST /pty: optional body {"cwd", "command"}.
+struct PtyCreateRequest {
+  std::string cwd;
+  std::string command;
+};
+std::variant<PtyCreateRequest, DecodeError> decode_pty_create(std::string_view body);
+
 }  // namespace execd::protocol

@@ -2,6 +2,9 @@
 #include "execd/api/file_jobs.h"
 
 #include "execd/api/awaiter.h"
+#include "execd/context.h"
+#include "fs/atomic_file.h"
+#include "fs/paths.h"
 
 #include <memory>
 #include <sstream>
@@ -109,6 +112,16 @@ void run_blocking(uv_loop_t* loop, http::Exchange& ex, std::function<void()> blo
     return;
   }
   await(ex, *w);
+}
+
+WorkingDir make_working_dir(const std::vector<std::string>& env, const std::string& requested) {
+  WorkingDir dir;
+  if (requested.empty()) return dir;
+  auto expanded = fs::expand_path(requested, [&](std::string_view n) { return env_lookup(env, n); });
+  if (!expanded) return dir.error = expanded.error().message, dir;
+  if (auto made = fs::make_directory_tree(expanded.value()); !made) return dir.error = made.error().message, dir;
+  dir.path = expanded.value();
+  return dir;
 }
 
 std::string dump_json(const nlohmann::json& value) {

@@ -49,6 +49,14 @@ void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()
 void run_blocking(uv_loop_t* loop, http::Exchange& ex, std::function<void()> blocking,
                   std::function<void(http::Exchange&)> then);
 
+// A session's or terminal's working directory: `$VAR` and `~` expanded with
+// `env`, then created (mkdir -p). Blocking: call it on the threadpool. Empty
+// stays empty; on failure `error` says why.
+struct WorkingDir {
+  std::string path, error;
+};
+WorkingDir make_working_dir(const std::vector<std::string>& env, const std::string& requested);
+
 // Sends a reply on the loop thread.
 void send_reply(http::Exchange& ex, const FileReply& reply);
 

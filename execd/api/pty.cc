@@ -12,11 +12,10 @@
 #include "execd/api/file_jobs.h"
 #include "execd/http/websocket.h"
 #include "execd/link.h"
-#include "fs/atomic_file.h"
-#include "fs/expand.h"
 #include "fs/paths.h"
 #include "protocol/errors.h"
 #include "protocol/pty_frames.h"
+#include "protocol/requests.h"
 #include "protocol/websocket.h"
 #include "pty/pty_session.h"
 
@@ -212,42 +211,20 @@ void respond_not_found(Exchange& ex, const std::string& id) {
 }
 
 void handle_create(PtyRegistry& reg, Exchange& ex) {
-  std::string cwd_in, command;
-  const std::string& body = ex.request().body;
-  if (!body.empty()) {
-    auto j = nlohmann::json::parse(body, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request: invalid JSON body");
-    auto str = [&](const char* key, std::string& out) -> bool {
-      auto it = j.find(key);
-      if (it == j.end() || it->is_null()) return true;
-      if (!it->is_string()) return false;
-      out = it->get<std::string>();
-      return true;
-    };
-    if (!str("cwd", cwd_in) || !str("command", command))
-      return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request: cwd and command must be strings");
-  }
-  struct Prepared {
-    std::string cwd, error;
-  };
-  auto prepared = std::make_shared<Prepared>();
+  auto decoded = protocol::decode_pty_create(ex.request().body);
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
+    return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request: " + err->message);
+  std::string cwd_in = std::get<protocol::PtyCreateRequest>(decoded).cwd;
+  std::string command = std::get<protocol::PtyCreateRequest>(decoded).command;
+  auto prepared = std::make_shared<WorkingDir>();
   const Context& ctx = reg.ctx();
   run_blocking(
-      ctx.loop, ex,
-      [prepared, cwd_in, env = ctx.base_env] {
-        if (cwd_in.empty()) return;
-        auto expanded = fs::expand_path(cwd_in, [&](std::string_view n) { return env_lookup(env, n); });
-        if (!expanded) return void(prepared->error = expanded.error().message);
-        if (auto made = fs::make_directory_tree(expanded.value()); !made)
-          return void(prepared->error = made.error().message);
-        prepared->cwd = expanded.value();
-      },
+      ctx.loop, ex, [prepared, cwd_in, env = ctx.base_env] { *prepared = make_working_dir(env, cwd_in); },
       [&reg, prepared, command](Exchange& ex) {
         if (!prepared->error.empty())
           return ex.respond_error(500, codes::kRuntimeError, "error creating pty session: " + prepared->error);
         PtyEntry* e = reg.create();
-        e->cwd = prepared->cwd;
+        e->cwd = prepared->path;
         e->command = command;
         nlohmann::ordered_json j;
         j["session_id"] = e->id;

@@ -11,15 +11,15 @@
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
+#include <variant>
 
 #include "execd/api/api.h"
 #include "execd/api/execution_stream.h"
 #include "execd/api/file_jobs.h"
-#include "fs/atomic_file.h"
-#include "fs/expand.h"
 #include "fs/paths.h"
 #include "protocol/envelope.h"
 #include "protocol/errors.h"
+#include "protocol/requests.h"
 #include "pty/bash_session.h"
 #include "pty/digest.h"
 
@@ -170,38 +170,19 @@ void respond_unknown(Exchange& ex, const std::string& id) {
 }
 
 void handle_create(SessionRegistry& reg, Exchange& ex) {
-  std::string cwd_in;
-  const std::string& body = ex.request().body;
-  if (!body.empty()) {
-    auto j = nlohmann::json::parse(body, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. invalid JSON body");
-    if (auto it = j.find("cwd"); it != j.end() && !it->is_null()) {
-      if (!it->is_string())
-        return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. cwd must be a string");
-      cwd_in = it->get<std::string>();
-    }
-  }
+  auto decoded = protocol::decode_session_create(ex.request().body);
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
+    return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. " + err->message);
+  std::string cwd_in = std::get<protocol::SessionCreateRequest>(decoded).cwd;
   // `$VAR` and `~` expand with execd's environment; the directory is created
   // (mkdir -p) on the threadpool.
-  struct Prepared {
-    std::string cwd, error;
-  };
-  auto prepared = std::make_shared<Prepared>();
+  auto prepared = std::make_shared<WorkingDir>();
   const Context& ctx = reg.ctx();
   run_blocking(
-      ctx.loop, ex,
-      [prepared, cwd_in, env = ctx.base_env] {
-        if (cwd_in.empty()) return;
-        auto expanded = fs::expand_path(cwd_in, [&](std::string_view n) { return env_lookup(env, n); });
-        if (!expanded) return void(prepared->error = expanded.error().message);
-        if (auto made = fs::make_directory_tree(expanded.value()); !made)
-          return void(prepared->error = made.error().message);
-        prepared->cwd = expanded.value();
-      },
+      ctx.loop, ex, [prepared, cwd_in, env = ctx.base_env] { *prepared = make_working_dir(env, cwd_in); },
       [&reg, prepared](Exchange& ex) {
         std::string err = prepared->error;
-        SessionEntry* e = err.empty() ? reg.create(prepared->cwd, err) : nullptr;
+        SessionEntry* e = err.empty() ? reg.create(prepared->path, err) : nullptr;
         if (!e) return ex.respond_error(500, codes::kRuntimeError, "error creating session. " + err);
         spdlog::info("bash session {} started", e->id);
         nlohmann::ordered_json j;
@@ -263,23 +244,12 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
 
 void handle_run(SessionRegistry& reg, Exchange& ex) {
   const std::string id = ex.params.get("id");
-  auto bad = [&](const std::string& m) { ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + m); };
-  auto j = nlohmann::json::parse(ex.request().body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return bad("invalid JSON body");
-  std::string command, cwd;
-  int64_t timeout_ms = 0;
-  if (auto it = j.find("command"); it != j.end() && it->is_string()) command = it->get<std::string>();
-  else if (it != j.end() && !it->is_null()) return bad("command must be a string");
-  if (command.empty()) return bad("command is required");
-  if (auto it = j.find("cwd"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) return bad("cwd must be a string");
-    cwd = it->get<std::string>();
-  }
-  if (auto it = j.find("timeout"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer() && !it->is_number_unsigned()) return bad("timeout must be an integer (ms)");
-    timeout_ms = it->get<int64_t>();
-    if (timeout_ms < 0) return bad("timeout must be >= 0");
-  }
+  auto decoded = protocol::decode_session_run(ex.request().body);
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
+    return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + err->message);
+  auto& r = std::get<protocol::SessionRunRequest>(decoded);
+  std::string command = std::move(r.command), cwd = std::move(r.cwd);
+  int64_t timeout_ms = r.timeout_ms;
   start_run(reg, ex, id, command, cwd, timeout_ms);
 }
 

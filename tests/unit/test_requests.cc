@@ -114,3 +114,33 @@ TEST_CASE("path expansion follows Go's os.Expand") {
   CHECK(expand("$NOPE/$ALSO") == "ERR:path references undefined environment variables: ALSO,NOPE");
   CHECK(expand("$NOPE/a", true) == "/a");
 }
+
+TEST_CASE("session and pty request bodies") {
+  using namespace execd::protocol;
+  auto create = decode_session_create("");
+  REQUIRE(std::holds_alternative<SessionCreateRequest>(create));
+  CHECK(std::get<SessionCreateRequest>(create).cwd.empty());
+  CHECK(std::get<SessionCreateRequest>(decode_session_create(R"({"cwd":"/tmp/x","other":1})")).cwd == "/tmp/x");
+  CHECK(std::get<DecodeError>(decode_session_create(R"({"cwd":3})")).message == "cwd must be a string");
+  CHECK(std::get<DecodeError>(decode_session_create("[1]")).message == "invalid JSON body");
+  CHECK(std::get<DecodeError>(decode_session_create("{")).message == "invalid JSON body");
+
+  auto run = decode_session_run(R"({"command":"ls","cwd":null,"timeout":1500})");
+  REQUIRE(std::holds_alternative<SessionRunRequest>(run));
+  CHECK(std::get<SessionRunRequest>(run).command == "ls");
+  CHECK(std::get<SessionRunRequest>(run).timeout_ms == 1500);
+  CHECK(std::get<DecodeError>(decode_session_run("")).message == "invalid JSON body");
+  CHECK(std::get<DecodeError>(decode_session_run("{}")).message == "command is required");
+  CHECK(std::get<DecodeError>(decode_session_run(R"({"command":1})")).message == "command must be a string");
+  CHECK(std::get<DecodeError>(decode_session_run(R"({"command":"x","timeout":1.5})")).message ==
+        "timeout must be an integer (ms)");
+  CHECK(std::get<DecodeError>(decode_session_run(R"({"command":"x","timeout":-1})")).message ==
+        "timeout must be >= 0");
+
+  auto pty = decode_pty_create(R"({"command":"top","cwd":"~"})");
+  REQUIRE(std::holds_alternative<PtyCreateRequest>(pty));
+  CHECK(std::get<PtyCreateRequest>(pty).command == "top");
+  CHECK(std::get<PtyCreateRequest>(pty).cwd == "~");
+  CHECK(std::holds_alternative<PtyCreateRequest>(decode_pty_create("  ")));
+  CHECK(std::get<DecodeError>(decode_pty_create(R"({"command":[]})")).message == "cwd and command must be strings");
+}
