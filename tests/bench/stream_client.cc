@@ -103,12 +103,7 @@ int main(int argc, char** argv) {
   std::string req = "POST /command HTTP/1.1\r\nHost: bench\r\nConnection: close\r\nAccept: application/x-ndjson\r\n"
                     "Content-Type: application/json\r\nX-EXECD-ACCESS-TOKEN: " +
                     std::string(argv[2]) + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("connect");
+  int fd = connect_loopback(port);
   auto t0 = std::chrono::steady_clock::now();
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) die("write");
 

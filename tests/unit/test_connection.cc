@@ -118,6 +118,23 @@ struct GreedySource : Source {
   void stop() override { ++stops; }
 };
 
+// Routes every request to a chunked response fed by a GreedySource of 8 MiB;
+// the returned pointer is set once the request is in.
+GreedySource*& stream_greedily(Rig& r) {
+  static GreedySource* src;
+  src = nullptr;
+  r.host.on_head = [](Exchange& ex) {
+    ex.on_complete = [](Exchange& e) {
+      e.begin_chunked(200, {});
+      auto s = std::make_unique<GreedySource>(e, 8u << 20);
+      src = s.get();
+      e.attach(std::move(s));
+      src->pump();
+    };
+  };
+  return src;
+}
+
 }  // namespace
 
 TEST_CASE("WriteQueue: gather, partial consume, water marks, file ranges") {
@@ -198,16 +215,7 @@ TEST_CASE("Connection: partial writes are completed when the peer drains") {
 
 TEST_CASE("Connection: backpressure at the high and low water marks") {
   Rig r;
-  GreedySource* src = nullptr;
-  r.host.on_head = [&](Exchange& ex) {
-    ex.on_complete = [&](Exchange& e) {
-      e.begin_chunked(200, {});
-      auto s = std::make_unique<GreedySource>(e, 8u << 20);
-      src = s.get();
-      e.attach(std::move(s));
-      src->pump();
-    };
-  };
+  GreedySource*& src = stream_greedily(r);
   r.t->budget = 0;
   r.start();
   r.feed(get("/stream"));
@@ -236,16 +244,7 @@ TEST_CASE("Connection: backpressure at the high and low water marks") {
 
 TEST_CASE("Connection: a close while a write is pending stops the source once, at the safe point") {
   Rig r;
-  GreedySource* src = nullptr;
-  r.host.on_head = [&](Exchange& ex) {
-    ex.on_complete = [&](Exchange& e) {
-      e.begin_chunked(200, {});
-      auto s = std::make_unique<GreedySource>(e, 8u << 20);
-      src = s.get();
-      e.attach(std::move(s));
-      src->pump();
-    };
-  };
+  GreedySource*& src = stream_greedily(r);
   r.t->budget = 100;
   r.start();
   r.feed(get("/stream"));
