@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "pty/pty_session.h"
 
@@ -175,10 +176,51 @@ void BashSession::on_timer() {
     return;
   }
   // The trap first, so a shell waiting for a child runs it as soon as the
-  // child dies; then the run's processes.
+  // child dies; then the run's processes, found by a /proc scan on the
+  // threadpool (it reads a file per process: not for the loop thread).
   kill(pid_, SIGUSR1);
-  for (pid_t p : session_processes(pid_))
-    if (p != pid_ && !preexisting_.count(p)) kill(p, SIGKILL);
+  start_kill_scan();
+}
+
+namespace {
+struct KillScan {
+  uv_work_t work;
+  BashSession* session;
+  pid_t shell;
+  std::set<pid_t> spare;
+};
+}  // namespace
+
+void BashSession::start_kill_scan() {
+  auto* job = new KillScan{{}, this, pid_, preexisting_};
+  job->work.data = job;
+  int rc = uv_queue_work(
+      loop_, &job->work,
+      [](uv_work_t* w) {
+        auto* j = static_cast<KillScan*>(w->data);
+        for (pid_t p : session_processes(j->shell))
+          if (p != j->shell && !j->spare.count(p)) kill(p, SIGKILL);
+      },
+      [](uv_work_t* w, int) {
+        std::unique_ptr<KillScan> j(static_cast<KillScan*>(w->data));
+        j->session->kill_scan_done();
+      });
+  if (rc != 0) {
+    delete job;
+    kill_scan_done();
+    return;
+  }
+  ++scans_in_flight_;
+}
+
+void BashSession::kill_scan_done() {
+  if (scans_in_flight_ > 0) --scans_in_flight_;
+  if (destroyed_) {
+    if (scans_in_flight_ == 0 && timer_closed_) delete this;
+    return;
+  }
+  if (!run_active_ || shell_exited_) return;
+  // Again in 50 ms: each trap `return` pops one function level.
   uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<BashSession*>(t->data)->on_timer(); }, 50, 0);
   timer_running_ = true;
 }
@@ -321,8 +363,12 @@ void BashSession::destroy() {
   release_shell();
   cleanup_run_file();
   stop_timer();
-  uv_close(reinterpret_cast<uv_handle_t*>(&timer_),
-           [](uv_handle_t* h) { delete static_cast<BashSession*>(h->data); });
+  // Freed once the timer is closed and no /proc scan job still points here.
+  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), [](uv_handle_t* h) {
+    auto* self = static_cast<BashSession*>(h->data);
+    self->timer_closed_ = true;
+    if (self->scans_in_flight_ == 0) delete self;
+  });
 }
 
 }  // namespace execd::pty

@@ -19,11 +19,12 @@
 //
 // Timeout: the shell traps SIGUSR1 with `return` plus a DEBUG trap (with
 // `set -T`) that keeps returning, which unwinds every function and the
-// sourced file without running another user command; on expiry execd sends SIGUSR1 and SIGKILLs every process of the
-// shell's session that did not exist when the run started (so background jobs
-// of earlier runs survive), repeating every 50 ms (each `return` pops one
-// function level). If the run has not reported after the grace period the
-// shell itself is killed and the session dies.
+// sourced file without running another user command; on expiry execd sends
+// SIGUSR1 and SIGKILLs every process of the shell's session that did not
+// exist when the run started (so background jobs of earlier runs survive),
+// found by a /proc scan on the threadpool, repeating every 50 ms (each
+// `return` pops one function level). If the run has not reported after the
+// grace period the shell itself is killed and the session dies.
 #pragma once
 
 #include <sys/types.h>
@@ -115,6 +116,8 @@ class BashSession : public CommandSink {
   void try_complete();
   void complete(RunOutcome outcome);
   void on_timer();
+  void start_kill_scan();
+  void kill_scan_done();
   void stop_timer();
   void cleanup_run_file();
   // Lets go of the shell's process handle and its status pipe.
@@ -126,7 +129,8 @@ class BashSession : public CommandSink {
   Command* cmd_ = nullptr;
   OutputPump* status_ = nullptr;
   uv_timer_t timer_;
-  bool timer_running_ = false, destroyed_ = false;
+  bool timer_running_ = false, destroyed_ = false, timer_closed_ = false;
+  int scans_in_flight_ = 0;  // /proc kill scans on the threadpool (see on_timer)
   pid_t pid_ = -1;
   bool shell_exited_ = false, gone_reported_ = false;
   std::optional<Outcome> shell_outcome_;
