@@ -388,11 +388,11 @@ def test_token_sandbox_metrics(tok_sandbox):
 
 
 def test_token_sandbox_read_file_lines(tok_sandbox):
-    """read_file(offset=, limit=): line-based download, lines joined by \n without a final one (as upstream)."""
+    """read_file(offset=, limit=): line-based download, lines joined by newlines without a final one (as upstream)."""
     sb, _ = tok_sandbox
     sb.files.write_file("/tmp/lines.txt", "".join(f"line{i}\n" for i in range(1, 11)))
     assert sb.files.read_file("/tmp/lines.txt", offset=3, limit=2) == "line3\nline4"
-    assert sb.files.read_file("/tmp/lines.txt", offset=9) == "line9\nline10\n"
+    assert sb.files.read_file("/tmp/lines.txt", offset=9) == "line9\nline10"
 
 
 def test_kill(tok_sandbox, dockerd):
