@@ -29,7 +29,7 @@ using http::Exchange;
 namespace {
 
 // Read ahead this much of the file on the pool before the loop sends it.
-constexpr uint64_t kWindowBytes = 8ull << 20;
+constexpr uint64_t kWindowBytes = 32ull << 20;
 
 bool is_attr_char(unsigned char c) {
   // RFC 8187 attr-char

@@ -11,8 +11,8 @@ namespace execd::http {
 
 namespace {
 // One flush writes at most this much before letting the loop serve others.
-constexpr size_t kMaxBytesPerFlush = 8u << 20;
-constexpr size_t kSendfileSlice = 4u << 20;
+constexpr size_t kMaxBytesPerFlush = 32u << 20;
+constexpr size_t kSendfileSlice = 16u << 20;
 }  // namespace
 
 Connection::Connection(ConnectionHost& host, const ConnectionLimits& limits)
