@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <variant>
 
 #include "execd/api/api.h"
@@ -60,12 +61,11 @@ class SessionRun final : public pty::BashListener, public ExecutionProducer {
     if (shell_) shell_->set_paused(paused);
   }
   void client_gone() override {
-    // The run goes on; its output is dropped.
-    if (shell_) {
-      shell_->set_paused(false);
-      shell_->detach_listener();
-    }
+    // The run goes on; its output is dropped. (Detaching unpauses the shell,
+    // which may complete the run at once: forget the shell first.)
+    pty::BashSession* shell = shell_;
     shell_ = nullptr;
+    if (shell) shell->detach_listener();
   }
   // The session is going away with the run.
   void forget_shell() { shell_ = nullptr; }
@@ -210,6 +210,8 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
   struct Job {
     pty::BashSession::PreparedRun prepared;
     std::string problem;
+    // A run that never starts (the client left, the session went) leaves no script.
+    ~Job() { pty::BashSession::discard(prepared); }
   };
   auto job = std::make_shared<Job>();
   pty::BashSession* shell = reg.find(id)->shell;
@@ -227,11 +229,11 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
         if (!job->problem.empty())
           return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + job->problem);
         // The session may have gone or become busy while the job ran.
-        if (refuse_run(reg, ex, id)) return pty::BashSession::discard(job->prepared);
+        if (refuse_run(reg, ex, id)) return;
         SessionEntry* e = reg.find(id);
         auto run = std::make_unique<SessionRun>(e->shell);
         std::string err;
-        auto status = e->shell->run(std::move(job->prepared), cwd, timeout_ms, run.get(), err);
+        auto status = e->shell->run(std::exchange(job->prepared, {}), cwd, timeout_ms, run.get(), err);
         if (status != pty::BashSession::RunStatus::started)
           return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
         e->run = std::move(run);

@@ -12,7 +12,7 @@ OpenFile::~OpenFile() {
 void WriteQueue::append(std::string&& data) {
   if (data.empty()) return;
   bytes_ += data.size();
-  if (!segments_.empty() && !segments_.back().file && data.size() < kCoalesceBelow &&
+  if (!empty() && !segments_.back().file && data.size() < kCoalesceBelow &&
       segments_.back().data.size() + data.size() <= segments_.back().data.capacity()) {
     segments_.back().data.append(data);
     recycle(std::move(data));
@@ -25,7 +25,7 @@ void WriteQueue::append(std::string&& data) {
 
 void WriteQueue::append(std::string_view data) {
   if (data.empty()) return;
-  if (!segments_.empty() && !segments_.back().file && data.size() < kCoalesceBelow) {
+  if (!empty() && !segments_.back().file && data.size() < kCoalesceBelow) {
     bytes_ += data.size();
     segments_.back().data.append(data);
     return;
@@ -47,7 +47,8 @@ void WriteQueue::append_file(SharedFile file, uint64_t offset, uint64_t length) 
 
 int WriteQueue::gather(struct iovec* iov, int max) const {
   int n = 0;
-  for (const Segment& s : segments_) {
+  for (size_t i = head_; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
     if (n >= max || s.file) break;
     iov[n].iov_base = const_cast<char*>(s.data.data() + s.start);
     iov[n].iov_len = s.data.size() - s.start;
@@ -58,14 +59,14 @@ int WriteQueue::gather(struct iovec* iov, int max) const {
 
 void WriteQueue::consume(size_t n) {
   bytes_ -= n;
-  while (n > 0 && !segments_.empty()) {
-    Segment& s = segments_.front();
+  while (n > 0 && !empty()) {
+    Segment& s = segments_[head_];
     if (s.file) {
       uint64_t take = n < s.length ? n : s.length;
       s.offset += take;
       s.length -= take;
       n -= static_cast<size_t>(take);
-      if (s.length == 0) segments_.pop_front();
+      if (s.length == 0) pop_front();
       continue;
     }
     size_t left = s.data.size() - s.start;
@@ -75,12 +76,24 @@ void WriteQueue::consume(size_t n) {
     }
     n -= left;
     recycle(std::move(s.data));
-    segments_.pop_front();
+    pop_front();
+  }
+}
+
+void WriteQueue::pop_front() {
+  segments_[head_] = Segment();
+  if (++head_ == segments_.size()) {
+    segments_.clear();
+    head_ = 0;
+  } else if (head_ >= 32 && head_ * 2 >= segments_.size()) {
+    segments_.erase(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
   }
 }
 
 void WriteQueue::clear() {
-  segments_.clear();
+  segments_ = {};
+  head_ = 0;
   bytes_ = 0;
 }
 

@@ -13,7 +13,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,15 +43,15 @@ class WriteQueue {
   void append_file(SharedFile file, uint64_t offset, uint64_t length);
 
   size_t bytes() const { return bytes_; }
-  bool empty() const { return segments_.empty(); }
+  bool empty() const { return head_ == segments_.size(); }
   bool above_high_water() const { return bytes_ >= kHighWater; }
   bool below_low_water() const { return bytes_ < kLowWater; }
 
   // The head is a file range: its descriptor, position and remaining length.
-  bool head_is_file() const { return !segments_.empty() && segments_.front().file; }
-  int head_fd() const { return segments_.front().file->fd; }
-  uint64_t head_file_offset() const { return segments_.front().offset; }
-  uint64_t head_file_remaining() const { return segments_.front().length; }
+  bool head_is_file() const { return !empty() && segments_[head_].file; }
+  int head_fd() const { return segments_[head_].file->fd; }
+  uint64_t head_file_offset() const { return segments_[head_].offset; }
+  uint64_t head_file_remaining() const { return segments_[head_].length; }
 
   // Fills `iov` with up to `max` buffers from the head, stopping before the
   // first file range. Returns the count.
@@ -65,7 +64,10 @@ class WriteQueue {
   // An empty string with capacity from a spent buffer, if one is left.
   std::string take_buffer();
   // Frees the spent buffers kept for reuse (the stream that used them ended).
-  void drop_spares() { spare_ = {}; }
+  void drop_spares() {
+    spare_ = {};
+    if (empty()) segments_ = {};
+  }
 
  private:
   struct Segment {
@@ -78,7 +80,11 @@ class WriteQueue {
   static constexpr size_t kSpareBuffers = 4;
   void recycle(std::string&& s);
 
-  std::deque<Segment> segments_;
+  void pop_front();
+  // Segments from head_ on are queued; a vector (not a deque, which
+  // allocates a block up front) keeps an idle connection's queue empty.
+  std::vector<Segment> segments_;
+  size_t head_ = 0;
   std::vector<std::string> spare_;
   size_t bytes_ = 0;
 };
