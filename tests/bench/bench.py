@@ -133,13 +133,17 @@ def bench_throughput(binary, size_spec, client, rounds=3):
 
 
 # ---------------------------------------------------------------- idle RSS / start-up
+def ping_once(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    c.request("GET", "/ping")
+    c.getresponse().read()
+    c.close()
+
+
 def bench_idle_rss(binary):
     d = Daemon(binary)
     try:
-        c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=5)
-        c.request("GET", "/ping")
-        c.getresponse().read()
-        c.close()
+        ping_once(d.port)
         return vm_rss_kib(d.proc.pid)
     finally:
         d.stop()
@@ -249,10 +253,7 @@ def bench_rss_after_burst(binary, n):
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 8 * n + 1000)), hard))
     d = Daemon(binary)
     try:
-        c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=5)
-        c.request("GET", "/ping")
-        c.getresponse().read()
-        c.close()
+        ping_once(d.port)
         idle = vm_rss_kib(d.proc.pid)
         # "Warm" idle: after one command, whose first SHA-256 maps libcrypto's
         # code pages (file-backed) that every later command uses too.

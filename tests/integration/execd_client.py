@@ -73,8 +73,8 @@ def pids_with_cmdline(needle: str) -> list[int]:
     return pids
 
 
-def children_of(pid: int) -> list[tuple[int, str]]:
-    """(pid, state) of every process whose parent is `pid`."""
+def process_table() -> list[tuple[int, str, int]]:
+    """(pid, state, ppid) of every process, from /proc."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -86,10 +86,13 @@ def children_of(pid: int) -> list[tuple[int, str]]:
             continue
         # comm may contain spaces/parens: split after the last ')'
         rest = stat[stat.rfind(")") + 2:].split()
-        state, ppid = rest[0], int(rest[1])
-        if ppid == pid:
-            out.append((int(d), state))
+        out.append((int(d), rest[0], int(rest[1])))
     return out
+
+
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every process whose parent is `pid`."""
+    return [(p, state) for p, state, ppid in process_table() if ppid == pid]
 
 
 class StderrPump(threading.Thread):

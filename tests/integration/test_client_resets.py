@@ -38,7 +38,7 @@ from urllib.parse import quote
 
 import pytest
 
-from execd_client import SLOW, TOKEN_HEADER, wait_until
+from execd_client import SLOW, TOKEN_HEADER, process_table, wait_until
 
 MiB = 1024 * 1024
 TIMEOUT = 5 * SLOW
@@ -134,16 +134,8 @@ def settle_down(ex, label: str):
 
 def descendants(pid: int) -> set[int]:
     kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        kids.setdefault(ppid, []).append(int(d))
+    for p, _state, ppid in process_table():
+        kids.setdefault(ppid, []).append(p)
     out, todo = set(), [pid]
     while todo:
         for k in kids.get(todo.pop(), []):
