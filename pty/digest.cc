@@ -5,7 +5,16 @@
 
 namespace execd::pty {
 
-OutputDigest::OutputDigest() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+namespace {
+// Fetched once: EVP_sha256() makes every init look the algorithm up in the
+// provider tables again (two digests per command, on the loop thread).
+const EVP_MD* sha256() {
+  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  return md ? md : EVP_sha256();
+}
+}  // namespace
+
+OutputDigest::OutputDigest() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, sha256(), nullptr); }
 
 OutputDigest::~OutputDigest() { EVP_MD_CTX_free(ctx_); }
 

@@ -19,8 +19,11 @@ void ExecutionStream::drop_producer() {
 
 void ExecutionStream::start(ExecutionProducer& p, std::string_view id) {
   link(*this, producer, p, p.stream);
-  ex_.begin_chunked(200, {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
-                          "X-Accel-Buffering: no"});
+  // The head goes out with init and the first ping, in one write.
+  ex_.begin_chunked(200,
+                    {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
+                     "X-Accel-Buffering: no"},
+                    /*flush_now=*/false);
   std::string buf = ex_.take_buffer();
   int64_t now = unix_ms();
   enc_.init(buf, id, now);
@@ -45,8 +48,7 @@ void ExecutionStream::finish(const protocol::ExecutionResult& result) {
   enc_.flush(buf, protocol::OutputStream::out, now);
   enc_.flush(buf, protocol::OutputStream::err, now);
   enc_.terminal(buf, result, now);
-  ex_.send(std::move(buf));
-  ex_.end();
+  ex_.end(std::move(buf));
 }
 
 void ExecutionStream::finish_background() {
@@ -55,8 +57,7 @@ void ExecutionStream::finish_background() {
   producer.cut();
   std::string buf = "{\"type\":\"execution_complete\",\"timestamp\":" + std::to_string(unix_ms()) + "}";
   buf += enc_.framing() == protocol::Framing::exact ? "\n" : "\n\n";
-  ex_.send(std::move(buf));
-  ex_.end();
+  ex_.end(std::move(buf));
 }
 
 void ExecutionStream::proceed() {

@@ -29,35 +29,38 @@ void Exchange::respond_error(int status, std::string_view code, std::string_view
   respond_json(status, protocol::error_body(code, message));
 }
 
-void Exchange::begin_chunked(int status, std::vector<std::string> headers) {
+void Exchange::begin_chunked(int status, std::vector<std::string> headers, bool flush_now) {
   headers.emplace_back("Transfer-Encoding: chunked");
   chunked_ = true;
-  begin_sized(status, std::move(headers));
+  begin_sized(status, std::move(headers), flush_now);
 }
 
-void Exchange::begin_sized(int status, std::vector<std::string> headers) {
+void Exchange::begin_sized(int status, std::vector<std::string> headers, bool flush_now) {
   if (finished_ || head_sent_) return;
   if (!conn_.keep_alive()) headers.emplace_back("Connection: close");
   head_sent_ = true;
   if (conn_.closing()) return;
   conn_.queue().append(protocol::response_head(status, headers));
-  conn_.flush();
+  if (flush_now) conn_.flush();
+}
+
+void Exchange::queue_body(std::string&& data) {
+  if (data.empty()) return;
+  WriteQueue& q = conn_.queue();
+  if (chunked_) {
+    char head[24];
+    int n = snprintf(head, sizeof head, "%zx\r\n", data.size());
+    q.append(std::string_view(head, static_cast<size_t>(n)));
+    q.append(std::move(data));
+    q.append(std::string_view("\r\n"));
+  } else {
+    q.append(std::move(data));
+  }
 }
 
 bool Exchange::send(std::string&& data) {
   if (finished_ || conn_.closing()) return false;
-  if (!data.empty()) {
-    WriteQueue& q = conn_.queue();
-    if (chunked_) {
-      char head[24];
-      int n = snprintf(head, sizeof head, "%zx\r\n", data.size());
-      q.append(std::string_view(head, static_cast<size_t>(n)));
-      q.append(std::move(data));
-      q.append(std::string_view("\r\n"));
-    } else {
-      q.append(std::move(data));
-    }
-  }
+  queue_body(std::move(data));
   bool more = conn_.flush();
   if (!more) source_waiting_ = true;
   return more;
@@ -81,6 +84,16 @@ void Exchange::end() {
   if (finished_) return;
   if (chunked_ && !conn_.closing()) {
     conn_.queue().append(protocol::kLastChunk);
+    conn_.flush();
+  }
+  finish();
+}
+
+void Exchange::end(std::string&& last_data) {
+  if (finished_) return;
+  if (!conn_.closing()) {
+    queue_body(std::move(last_data));
+    if (chunked_) conn_.queue().append(protocol::kLastChunk);
     conn_.flush();
   }
   finish();

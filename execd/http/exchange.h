@@ -90,16 +90,20 @@ class Exchange {
   void respond_empty(int status = 200) { respond(status, "", ""); }
 
   // --- streamed responses ---
-  // Chunked body of unknown length.
-  void begin_chunked(int status, std::vector<std::string> headers);
+  // Chunked body of unknown length. The head is queued; it goes out with the
+  // first send(), or at once when `flush_now`.
+  void begin_chunked(int status, std::vector<std::string> headers, bool flush_now = true);
   // A head whose `headers` carry Content-Length; the body follows.
-  void begin_sized(int status, std::vector<std::string> headers);
+  void begin_sized(int status, std::vector<std::string> headers, bool flush_now = true);
   // Body bytes. False: the queue is above its high-water mark (or the peer is
   // gone); wait for Source::proceed() before sending more.
   bool send(std::string&& data);
   bool send(std::string_view data);
   bool send_file(SharedFile file, uint64_t offset, uint64_t length);
   void end();
+  // The last body bytes and the end of the response in one write (a client
+  // waiting for the end wakes once, not twice).
+  void end(std::string&& last_data);
   // A spent write buffer to encode into (saves an allocation per send).
   std::string take_buffer();
 
@@ -124,6 +128,7 @@ class Exchange {
 
  private:
   friend class Connection;
+  void queue_body(std::string&& data);
   void finish();
   void stop();
 
