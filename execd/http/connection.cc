@@ -85,9 +85,7 @@ void Connection::process_input(const char* data, size_t len) {
   size_t used = 0;
   while (used < in.size() && !close_requested_ && !parser_done_ && !(exchange_ && exchange_->request_complete_)) {
     size_t consumed = 0;
-    parsing_ = true;
     auto result = parser_.feed(in.data() + used, in.size() - used, consumed);
-    parsing_ = false;
     used += consumed;
     if (close_requested_) return;  // everything is dropped at the safe point
     if (result == protocol::RequestParser::Result::paused) {

@@ -117,7 +117,6 @@ class Connection final : public TransportEvents, private protocol::RequestVisito
   std::string peer_;
   uint64_t idle_since_ms_ = 0, linger_since_ms_ = 0;
   bool keep_alive_ = true;
-  bool parsing_ = false;             // inside parser_.feed()
   bool scheduled_ = false;           // run_deferred() is due
   bool close_requested_ = false;     // close() was called
   bool transport_closed_ = false;    // transport_->close() was called
