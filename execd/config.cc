@@ -22,7 +22,13 @@ const char* const kUsage =
     "  --insecure-no-auth              run without a token (logs a warning)\n"
     "  --log-level LEVEL               trace|debug|info|warn|error|off, or Go's 0-7 (default info)\n"
     "  --log-format text|json          log line format (default text)\n"
-    "  --state-dir DIR                 retained command output (default $TMPDIR/execd-<pid>)\n"
+    "  --state-dir DIR                 command records, retained output and the journal\n"
+    "                                  (default /var/lib/execd, created 0700; kept across restarts)\n"
+    "  --journal-max-bytes BYTES       rotate the execution journal past this size; one rotated\n"
+    "                                  file is kept (default 16777216)\n"
+    "  --no-journal                    do not keep the execution journal\n"
+    "  --stdin-timeout D               a stdin write waits this long for a command that does not\n"
+    "                                  read before answering 503 (default 30s)\n"
     "  --framing compat|exact          stream framing for every request (default compat;\n"
     "                                  a request may ask for exact with Accept: application/x-ndjson)\n"
     "  --graceful-shutdown-timeout D   drain time on SIGTERM (default 1s; env EXECD_API_GRACE_SHUTDOWN)\n"
@@ -266,6 +272,18 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     } else if (name == "insecure-no-auth") {
       if (!bool_value()) return bad_bool();
       cfg.insecure_no_auth = flag_value;
+    } else if (name == "no-journal") {
+      if (!bool_value()) return bad_bool();
+      cfg.journal = !flag_value;
+    } else if (name == "journal-max-bytes") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 4096, int64_t(1) << 40, n))
+        return "--journal-max-bytes needs a byte count >= 4096";
+      cfg.journal_max_bytes = n;
+    } else if (name == "stdin-timeout") {
+      int64_t ms;
+      if (!need_value() || (ms = parse_duration_ms(value)) < 0) return "--stdin-timeout needs a duration like 500ms or 30s";
+      cfg.stdin_timeout_ms = ms;
     } else if (name == "init") {
       if (!bool_value()) return bad_bool();
       cfg.init_mode = flag_value;
@@ -293,6 +311,7 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     } else if (name == "state-dir") {
       if (!need_value() || value.empty()) return "--state-dir needs a directory";
       cfg.state_dir = value;
+      cfg.state_dir_given = true;
     } else if (name == "framing") {
       if (!need_value() || (value != "compat" && value != "exact")) return "--framing must be compat or exact";
       cfg.exact_framing = value == "exact";

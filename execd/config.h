@@ -10,6 +10,9 @@ namespace execd {
 
 enum class LogFormat { text, json };
 
+// Persistent across restarts and sandbox pause/resume (the root filesystem).
+inline constexpr const char* kDefaultStateDir = "/var/lib/execd";
+
 struct Config {
   std::string host = "0.0.0.0";
   int port = 44772;
@@ -17,7 +20,7 @@ struct Config {
   bool insecure_no_auth = false;
   std::string log_level = "info";
   LogFormat log_format = LogFormat::text;
-  std::string state_dir;          // default: $TMPDIR/execd-<pid>
+  std::string state_dir;          // default: kDefaultStateDir
   bool exact_framing = false;     // --framing exact
   int64_t graceful_shutdown_ms = 1000;
   int64_t retention_ms = 15 * 60 * 1000;  // finished command records and output
@@ -28,6 +31,10 @@ struct Config {
   size_t max_records = 4096;              // finished records kept at most
   int64_t pty_replay_bytes = 1ll << 20;   // replay ring per PTY session
   bool init_mode = false;                 // PID-1 duties
+  bool state_dir_given = false;           // --state-dir on the command line
+  bool journal = true;                    // --no-journal turns it off
+  int64_t journal_max_bytes = 16ll << 20; // rotate past this size
+  int64_t stdin_timeout_ms = 30 * 1000;   // a stdin write blocked this long: 503
   bool show_help = false, show_version = false;
 
   // Where access_token came from: "--access-token", "--access-token-file",

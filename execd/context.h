@@ -12,6 +12,10 @@
 
 namespace execd {
 
+namespace api {
+class Journal;
+}
+
 struct Context {
   uv_loop_t* loop = nullptr;
   pty::Reaper* reaper = nullptr;
@@ -20,6 +24,8 @@ struct Context {
   std::vector<std::string> base_env;
   std::string shell;  // bash, else sh
   bool shutting_down = false;
+  // The execution journal (always set by the Daemon; disabled with --no-journal).
+  api::Journal* journal = nullptr;
 };
 
 // Milliseconds since the Unix epoch (event timestamps).

@@ -35,6 +35,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
       reaper_(loop),
       routes_(ctx_.config.access_token),
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
+      journal_(ctx_),
       commands_(ctx_),
       sessions_(ctx_),
       ptys_(ctx_),
@@ -49,6 +50,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   api::add_upload_route(routes_, ctx_);
   api::add_download_route(routes_, ctx_);
   api::add_metrics_routes(routes_, metrics_);
+  api::add_journal_routes(routes_, journal_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -137,6 +139,7 @@ void Daemon::finish() {
     d->ptys_.clear();
     d->sessions_.clear();
     d->commands_.close();
+    d->journal_.close();
     d->metrics_.close();
     d->server_.close_handles();
     d->reaper_.stop();

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "execd/api/commands.h"
+#include "execd/api/journal.h"
 #include "execd/api/metrics.h"
 #include "execd/api/pty.h"
 #include "execd/api/sessions.h"
@@ -47,6 +48,7 @@ class Daemon {
   pty::Reaper reaper_;
   RouteTable routes_;
   http::Server server_;
+  api::Journal journal_;  // before the registries: reloading records writes to it
   api::CommandRegistry commands_;
   api::SessionRegistry sessions_;
   api::PtyRegistry ptys_;

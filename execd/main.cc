@@ -5,6 +5,9 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,6 +96,30 @@ bool make_dirs(const std::string& path) {
   return true;
 }
 
+// Holds an exclusive lock on <dir>/lock for the life of the process (the
+// descriptor is close-on-exec: a command must not keep it after execd dies).
+int lock_state_dir(const std::string& dir) {
+  int fd = open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  chmod(dir.c_str(), 0700);
+  return fd;
+}
+
+void remove_dir_files(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlink((dir + "/" + e->d_name).c_str());
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,13 +151,32 @@ int main(int argc, char** argv) {
   if (ctx.shell.empty()) ctx.shell = execd::pty::find_in_path("sh");
   if (ctx.shell.empty()) ctx.shell = "/bin/sh";
 
+  // The state dir belongs to one execd at a time (a second one would take
+  // the first one's running commands for lost ones): a lock file says whose.
+  // Without --state-dir, a default that cannot be created or is taken falls
+  // back to a private directory that goes away with this process.
+  bool ephemeral_state = false;
   if (ctx.config.state_dir.empty()) {
-    const char* tmp = getenv("TMPDIR");
-    ctx.config.state_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/execd-" + std::to_string(getpid());
+    ctx.config.state_dir = execd::kDefaultStateDir;
+    if (!make_dirs(ctx.config.state_dir) || lock_state_dir(ctx.config.state_dir) < 0) {
+      const char* tmp = getenv("TMPDIR");
+      std::string fallback = std::string(tmp && *tmp ? tmp : "/tmp") + "/execd-" + std::to_string(getpid());
+      spdlog::warn("state dir {} unusable ({}): records and the journal go to {} and do not survive a restart",
+                   ctx.config.state_dir, strerror(errno), fallback);
+      ctx.config.state_dir = fallback;
+      ephemeral_state = true;
+    }
   }
-  if (!make_dirs(ctx.config.state_dir)) {
-    fprintf(stderr, "execd: cannot create --state-dir %s: %s\n", ctx.config.state_dir.c_str(), strerror(errno));
-    return 1;
+  if (ephemeral_state || ctx.config.state_dir_given) {
+    if (!make_dirs(ctx.config.state_dir)) {
+      fprintf(stderr, "execd: cannot create --state-dir %s: %s\n", ctx.config.state_dir.c_str(), strerror(errno));
+      return 1;
+    }
+    if (lock_state_dir(ctx.config.state_dir) < 0) {
+      fprintf(stderr, "execd: --state-dir %s: %s\n", ctx.config.state_dir.c_str(),
+              errno == EWOULDBLOCK ? "in use by another execd" : strerror(errno));
+      return 1;
+    }
   }
 
   // Every command holds a few descriptors; use all the kernel allows us.
@@ -160,7 +206,7 @@ int main(int argc, char** argv) {
                  daemon.bound_port(), cfg.state_dir, cfg.exact_framing ? "exact" : "compat",
                  cfg.init_mode ? ", init mode" : "");
     daemon.run();
-    rmdir(cfg.state_dir.c_str());
+    if (ephemeral_state) remove_dir_files(cfg.state_dir);
   }
   uv_loop_close(loop);
   spdlog::info("execd stopped");

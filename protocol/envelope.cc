@@ -58,6 +58,22 @@ void EventEncoder::init(std::string& out, std::string_view id, int64_t ts) const
   end_event(out);
 }
 
+void EventEncoder::gap(std::string& out, OutputStream s, uint64_t requested, uint64_t available_from, int64_t ts) {
+  // Whatever a stream held back belongs before the gap.
+  flush(out, s, ts);
+  out += "{\"type\":\"gap\",\"stream\":\"";
+  out += stream_name(s);
+  out += "\",\"requested\":";
+  append_int(out, static_cast<int64_t>(requested));
+  out += ",\"available_from\":";
+  append_int(out, static_cast<int64_t>(available_from));
+  out += ",\"timestamp\":";
+  append_int(out, ts);
+  out += '}';
+  end_event(out);
+  streams_[static_cast<int>(s)].offset = available_from;
+}
+
 void EventEncoder::ping(std::string& out, int64_t ts) const {
   out += "{\"type\":\"ping\",\"text\":\"pong\",\"timestamp\":";
   append_int(out, ts);

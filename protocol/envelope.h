@@ -54,6 +54,11 @@ class EventEncoder {
   }
 
   void init(std::string& out, std::string_view id, int64_t ts_ms) const;
+  // A resumed stream: the next output of `s` is at byte `offset` (exact framing).
+  void start_at(OutputStream s, uint64_t offset) { streams_[static_cast<int>(s)].offset = offset; }
+  // {"type":"gap","stream":...,"requested":N,"available_from":M}: bytes
+  // [requested, available_from) of a stream are no longer retained.
+  void gap(std::string& out, OutputStream s, uint64_t requested, uint64_t available_from, int64_t ts_ms);
   void ping(std::string& out, int64_t ts_ms) const;
   void output(std::string& out, OutputStream s, const uint8_t* data, size_t len, int64_t ts_ms);
   // Emits whatever a stream still holds back (partial line, UTF-8 tail).

@@ -1,6 +1,8 @@
 // protocol/requests: see header.
 #include "protocol/requests.h"
 
+#include "protocol/resume.h"
+
 #include <simdjson.h>
 
 namespace execd::protocol {
@@ -36,11 +38,18 @@ std::variant<CommandRequest, DecodeError> decode_command_request(std::string_vie
       if (is_null) continue;
       if (v.get(s)) return DecodeError{type_error(key, "a string")};
       (key == "command" ? req.command : req.cwd).assign(s);
-    } else if (key == "background" || key == "tty") {
+    } else if (key == "background" || key == "tty" || key == "stdin") {
       bool b;
       if (is_null) continue;
       if (v.get(b)) return DecodeError{type_error(key, "a boolean")};
-      (key == "background" ? req.background : req.tty) = b;
+      (key == "background" ? req.background : key == "tty" ? req.tty : req.stdin_open) = b;
+    } else if (key == "id") {
+      std::string_view s;
+      if (is_null) continue;
+      if (v.get(s)) return DecodeError{type_error(key, "a string")};
+      if (!valid_client_id(s))
+        return DecodeError{"invalid request, validation error: id must match [A-Za-z0-9._-]{1,128}"};
+      req.id.assign(s);
     } else if (key == "timeout") {
       int64_t t;
       if (is_null) continue;

@@ -23,6 +23,8 @@ struct CommandRequest {
   bool tty = false;
   uint16_t rows = 24;
   uint16_t cols = 80;
+  std::string id;           // client-chosen (idempotent start); empty: execd picks one
+  bool stdin_open = false;  // "stdin": true keeps stdin open for POST /command/{id}/stdin
 };
 
 struct DecodeError {

@@ -1,6 +1,8 @@
 // pty/command: see header.
 #include "pty/command.h"
 
+#include <fcntl.h>
+
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
@@ -209,6 +211,14 @@ void Command::set_paused(bool paused) {
     if (!p) continue;
     if (paused) p->pause(); else p->resume();
   }
+}
+
+int Command::take_stdin() {
+  if (stdin_fd_ < 0) return -1;
+  if (is_pty_) return fcntl(stdin_fd_, F_DUPFD_CLOEXEC, 3);
+  int fd = stdin_fd_;
+  stdin_fd_ = -1;
+  return fd;
 }
 
 void Command::release() {

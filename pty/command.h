@@ -64,6 +64,9 @@ class Command {
   bool finished() const { return finished_; }
   bool is_pty() const { return is_pty_; }
   int stdin_fd() const { return stdin_fd_; }
+  // Hands the stdin pipe's write end to the caller (who closes it for EOF);
+  // a PTY's master is duplicated instead. -1 if there is none.
+  int take_stdin();
 
   // Backpressure from the sink: stop/start reading the process's output.
   void set_paused(bool paused);

@@ -1,18 +1,26 @@
 // execd/api/commands: see header.
 #include "execd/api/commands.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "fs/expand.h"
 #include "execd/api/api.h"
 #include "execd/api/awaiter.h"
+#include "execd/api/journal.h"
+#include "execd/http/connection.h"
 #include "execd/api/sessions.h"
 #include "protocol/errors.h"
 #include "protocol/requests.h"
@@ -24,20 +32,351 @@ using protocol::ApiError;
 namespace codes = protocol::codes;
 
 // ---------------------------------------------------------------------------
+// Resume readers: GET /command/{id}/stream and repeated starts with the same
+// id. Each is its own Source: it replays from the retained log (reads on the
+// threadpool), then follows live. Falling behind while live sends it back to
+// the log, so the command never waits for it, unless the output has grown
+// past the log (nothing to replay from): then, and only then, it holds the
+// command back like the original stream does.
+
+class ResumeReader final : public http::Source {
+ public:
+  static constexpr size_t kReadChunk = 256 << 10;
+
+  ResumeReader(http::Exchange& ex, CommandRecord& rec, protocol::Framing framing, uint64_t out_from,
+               uint64_t err_from, bool attach)
+      : ex_(ex), rec_(&rec), enc_(framing), attach_(attach), self_(std::make_shared<ResumeReader*>(this)) {
+    want_[0] = out_from;
+    want_[1] = err_from;
+    rec.readers.insert(this);
+  }
+  ~ResumeReader() override {
+    *self_ = nullptr;
+    detach();
+  }
+
+  // The command runs (or ran): head, init, gap events, then the output.
+  void begin() {
+    if (mode_ != Mode::pending || !rec_) return;
+    ex_.begin_chunked(200,
+                      {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
+                       "X-Accel-Buffering: no"},
+                      /*flush_now=*/false);
+    std::string buf = ex_.take_buffer();
+    int64_t now = unix_ms();
+    enc_.init(buf, rec_->id, now);
+    enc_.ping(buf, now);
+    last_ping_ms_ = ex_.connection().host().now_ms();
+    if (attach_ && rec_->background) {
+      // The original stream of a background command said only this much.
+      buf += "{\"type\":\"execution_complete\",\"timestamp\":" + std::to_string(now) + "}";
+      buf += enc_.framing() == protocol::Framing::exact ? "\n" : "\n\n";
+      mode_ = Mode::done;
+      detach();
+      return ex_.end(std::move(buf));
+    }
+    for (int s = 0; s < 2; ++s) {
+      auto plan = protocol::plan_resume(want_[s], rec_->index.stored(s), rec_->produced[s]);
+      if (plan.gap) enc_.gap(buf, static_cast<protocol::OutputStream>(s), want_[s], plan.from, now);
+      want_[s] = plan.from;
+      enc_.start_at(static_cast<protocol::OutputStream>(s), want_[s]);
+    }
+    comb_ = std::min(rec_->index.locate(0, want_[0]), rec_->index.locate(1, want_[1]));
+    if (!ex_.send(std::move(buf))) {
+      mode_ = Mode::waiting;
+      return;
+    }
+    pump();
+  }
+
+  // The start was refused before anything ran: the same answer as the first.
+  void reject(const protocol::ApiError& e) {
+    if (mode_ != Mode::pending) return;
+    mode_ = Mode::done;
+    detach();
+    ex_.respond_error(e.status, e.code, e.message);
+  }
+
+  void on_output(int s, uint64_t stream_at, const uint8_t* data, size_t len, uint64_t stored) {
+    if (mode_ != Mode::live && mode_ != Mode::holding) return;
+    std::string buf = ex_.take_buffer();
+    deliver(s, stream_at, data, len, buf);
+    comb_ += stored;
+    if (buf.empty() || ex_.send(std::move(buf))) return;
+    if (mode_ == Mode::holding) return;
+    if (stored == len && rec_->log && rec_->log->room() > 0) {
+      mode_ = Mode::waiting;  // the rest is in the log: catch up from there
+    } else {
+      mode_ = Mode::holding;  // nothing to replay from: hold the command
+      held_ = true;
+      rec_->hold(+1);
+    }
+  }
+
+  void on_done() {
+    if (mode_ == Mode::live || mode_ == Mode::holding) finish();
+  }
+
+  void proceed() override {
+    if (mode_ == Mode::waiting) return pump();
+    if (mode_ == Mode::holding) {
+      mode_ = Mode::live;
+      release_hold();
+    }
+  }
+  void stop() override {
+    mode_ = Mode::done;
+    *self_ = nullptr;
+    detach();
+  }
+  void tick(uint64_t now_ms) override {
+    if (mode_ == Mode::pending || mode_ == Mode::done || now_ms - last_ping_ms_ < ExecutionStream::kPingIntervalMs)
+      return;
+    last_ping_ms_ = now_ms;
+    std::string buf;
+    enc_.ping(buf, unix_ms());
+    ex_.send(std::move(buf));
+  }
+
+ private:
+  enum class Mode { pending, reading, waiting, live, holding, done };
+
+  void pump() {
+    if (!rec_ || mode_ == Mode::done) return;
+    mode_ = Mode::reading;
+    uint64_t end = rec_->index.end();
+    if (comb_ < end && rec_->log) {
+      uint64_t n = std::min<uint64_t>(end - comb_, kReadChunk);
+      std::weak_ptr<ResumeReader*> self = self_;
+      rec_->log->read(comb_, static_cast<size_t>(n), [self](int err, std::string data) {
+        if (auto p = self.lock(); p && *p) (*p)->read_done(err, std::move(data));
+      });
+      return;
+    }
+    comb_ = end;
+    // Everything stored has been given out. Output the log could not keep
+    // (past --log-limit) while this reader was catching up is gone: say so.
+    std::string buf = ex_.take_buffer();
+    int64_t now = unix_ms();
+    for (int s = 0; s < 2; ++s) {
+      uint64_t total = rec_->done() ? rec_->result_bytes(s) : rec_->produced[s];
+      if (want_[s] < total) {
+        enc_.gap(buf, static_cast<protocol::OutputStream>(s), want_[s], total, now);
+        want_[s] = total;
+      }
+    }
+    if (rec_->done()) return finish(std::move(buf));
+    mode_ = Mode::live;
+    if (!buf.empty() && !ex_.send(std::move(buf))) mode_ = Mode::waiting;
+  }
+
+  void read_done(int err, std::string data) {
+    if (!rec_ || mode_ != Mode::reading) return;
+    if (err) {
+      spdlog::warn("command {}: reading the retained output failed: {}", rec_->id, uv_strerror(err));
+      mode_ = Mode::done;
+      detach();
+      return ex_.end();
+    }
+    if (data.empty()) {
+      comb_ = rec_->index.end();  // the file holds less than the index says
+      return pump();
+    }
+    std::string buf = ex_.take_buffer();
+    for (const auto& piece : rec_->index.pieces(comb_, comb_ + data.size()))
+      deliver(piece.stream, piece.stream_at, reinterpret_cast<const uint8_t*>(data.data()) + (piece.at - comb_),
+              piece.len, buf);
+    comb_ += data.size();
+    if (!buf.empty() && !ex_.send(std::move(buf))) {
+      mode_ = Mode::waiting;
+      return;
+    }
+    pump();
+  }
+
+  void deliver(int s, uint64_t at, const uint8_t* data, uint64_t n, std::string& buf) {
+    if (at + n <= want_[s]) return;
+    auto os = static_cast<protocol::OutputStream>(s);
+    if (at > want_[s]) enc_.gap(buf, os, want_[s], at, unix_ms());
+    uint64_t skip = want_[s] > at ? want_[s] - at : 0;
+    enc_.output(buf, os, data + skip, static_cast<size_t>(n - skip), unix_ms());
+    want_[s] = at + n;
+  }
+
+  void finish(std::string buf = {}) {
+    if (!rec_) return;
+    protocol::ExecutionResult r = rec_->result();
+    mode_ = Mode::done;
+    detach();
+    int64_t now = unix_ms();
+    enc_.flush(buf, protocol::OutputStream::out, now);
+    enc_.flush(buf, protocol::OutputStream::err, now);
+    enc_.terminal(buf, r, now);
+    ex_.end(std::move(buf));
+  }
+
+  void release_hold() {
+    if (held_ && rec_) rec_->hold(-1);
+    held_ = false;
+  }
+  void detach() {
+    if (!rec_) return;
+    release_hold();
+    rec_->readers.erase(this);
+    rec_ = nullptr;
+  }
+
+  http::Exchange& ex_;
+  CommandRecord* rec_;
+  protocol::EventEncoder enc_;
+  bool attach_;
+  std::shared_ptr<ResumeReader*> self_;
+  Mode mode_ = Mode::pending;
+  uint64_t want_[2] = {0, 0};
+  uint64_t comb_ = 0;
+  bool held_ = false;
+  uint64_t last_ping_ms_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// stdin: POST /command/{id}/stdin streams its body into the command's stdin.
+// The body is paused while more than kStdinQueue bytes wait for the command
+// to read them; a write paused longer than --stdin-timeout answers 503 with
+// the offset reached, so the client can retry with ?offset=.
+
+class StdinBody final : public http::Source {
+ public:
+  static constexpr size_t kStdinQueue = 256 << 10;
+
+  StdinBody(http::Exchange& ex, CommandRecord& rec, uint64_t skip, bool eof, int64_t timeout_ms)
+      : ex_(ex), rec_(&rec), skip_(skip), eof_(eof), timeout_ms_(timeout_ms) {
+    rec.stdin_body = this;
+  }
+  ~StdinBody() override { detach(); }
+
+  void on_body(const char* data, size_t len) override {
+    if (!rec_ || !rec_->stdin_writer) return;
+    if (skip_ >= len) {
+      skip_ -= len;
+      return;
+    }
+    data += skip_;
+    len -= static_cast<size_t>(skip_);
+    skip_ = 0;
+    CommandRecord* rec = rec_;
+    rec->stdin_accepted += len;
+    // May fail at once (the command closed its stdin), which ends this write.
+    rec->stdin_writer->write(data, len);
+    if (!rec_) return;
+    if (!paused_ && rec->stdin_writer && rec->stdin_writer->queued() > kStdinQueue) {
+      paused_ = true;
+      paused_since_ms_ = ex_.connection().host().now_ms();
+      ex_.pause_body();
+    }
+  }
+
+  // The command took everything queued.
+  void drained() {
+    if (!paused_) return;
+    paused_ = false;
+    ex_.resume_body();
+  }
+
+  void complete() {
+    if (!rec_) return;
+    CommandRecord* rec = rec_;
+    detach();
+    if (eof_) close_stdin(*rec);
+    respond_offset(ex_, *rec);
+  }
+
+  void fail(int status, std::string_view code, const std::string& message) {
+    if (!rec_) return;
+    uint64_t offset = rec_->stdin_accepted;
+    detach();
+    nlohmann::ordered_json j;
+    j["code"] = code;
+    j["message"] = message;
+    j["offset"] = offset;
+    if (paused_) ex_.resume_body();
+    ex_.respond_json(status, j.dump());
+  }
+
+  void stop() override { detach(); }
+  void tick(uint64_t now_ms) override {
+    if (rec_ && paused_ && timeout_ms_ >= 0 && now_ms - paused_since_ms_ >= static_cast<uint64_t>(timeout_ms_))
+      fail(503, codes::kRuntimeError, "the command is not reading its stdin (waited " + std::to_string(timeout_ms_) + " ms)");
+  }
+
+  static void respond_offset(http::Exchange& ex, const CommandRecord& rec) {
+    ex.respond_json(200, "{\"offset\":" + std::to_string(rec.stdin_accepted) + "}");
+  }
+  static void close_stdin(CommandRecord& rec) {
+    if (!rec.stdin_eof && rec.tty && rec.stdin_writer) rec.stdin_writer->write("\x04", 1);
+    if (rec.tty) {
+      rec.stdin_eof = true;
+      return;  // the terminal stays: the command may still print
+    }
+    rec.stdin_eof = true;
+    if (rec.stdin_writer && rec.stdin_writer->queued() == 0) {
+      rec.stdin_writer->close();
+      rec.stdin_writer = nullptr;
+    }
+  }
+
+ private:
+  void detach() {
+    if (rec_ && rec_->stdin_body == this) rec_->stdin_body = nullptr;
+    rec_ = nullptr;
+  }
+  http::Exchange& ex_;
+  CommandRecord* rec_;
+  uint64_t skip_;
+  bool eof_;
+  int64_t timeout_ms_;
+  bool paused_ = false;
+  uint64_t paused_since_ms_ = 0;
+};
+
+// ---------------------------------------------------------------------------
 // Records
 
 CommandRecord::~CommandRecord() {
   if (cmd) cmd->release();
+  if (stdin_writer) stdin_writer->close();
 }
 
 void CommandRecord::on_output(pty::Stream s, const uint8_t* data, size_t len) {
+  int si = static_cast<int>(s);
+  uint64_t stored = log ? std::min<uint64_t>(len, log->room()) : 0;
   if (log) log->append(data, len);
+  if (stored) {
+    index.add(static_cast<uint8_t>(si), stored);
+    std::string entry = protocol::OutputIndex::encode_entry(static_cast<uint8_t>(si), stored);
+    if (index_log) index_log->append(reinterpret_cast<const uint8_t*>(entry.data()), entry.size());
+  }
+  uint64_t at = produced[si];
+  produced[si] += len;
   if (stream) stream->output(static_cast<protocol::OutputStream>(s), data, len);
+  if (!readers.empty()) {
+    std::vector<ResumeReader*> rs(readers.begin(), readers.end());
+    for (ResumeReader* r : rs)
+      if (readers.count(r)) r->on_output(si, at, data, len, stored);
+  }
   if (log && log->over_budget()) update_pause();
 }
 
 void CommandRecord::update_pause() {
-  if (cmd) cmd->set_paused(client_paused || (log && log->over_budget()));
+  if (cmd) cmd->set_paused(client_paused || holds > 0 || (log && log->over_budget()));
+}
+
+void CommandRecord::hold(int delta) {
+  holds += delta;
+  update_pause();
+}
+
+bool CommandRecord::in_use() const {
+  return !readers.empty() || persisting || stdin_body || (log && log->busy()) || (index_log && index_log->busy());
 }
 
 void CommandRecord::set_client_paused(bool paused) {
@@ -57,10 +396,20 @@ void CommandRecord::on_finished(const pty::Outcome& o) {
   registry.finished(this);
 }
 
+uint64_t CommandRecord::result_bytes(int s) const {
+  protocol::ExecutionResult r = result();
+  return s == 0 ? r.stdout_bytes : r.stderr_bytes;
+}
+
 protocol::ExecutionResult CommandRecord::result() const {
+  if (final_result) return *final_result;
   protocol::ExecutionResult r;
   r.start_error = start_error;
-  if (!outcome) return r;
+  if (!outcome) {
+    r.stdout_bytes = produced[0];
+    r.stderr_bytes = produced[1];
+    return r;
+  }
   const pty::Outcome& o = *outcome;
   r.exit_code = o.exit_code;
   set_signal(r, o.signal);
@@ -81,13 +430,17 @@ std::string CommandRecord::status_json() const {
   nlohmann::ordered_json j;
   j["id"] = id;
   j["content"] = content;
-  bool running = !outcome && start_error.empty();
+  bool running = !done();
   j["running"] = running;
-  if (!running) {
-    protocol::ExecutionResult r = result();
-    if (!start_error.empty()) {
+  protocol::ExecutionResult r = result();
+  if (lost) {
+    // Honest: execd went away while it ran; how it ended is unknown.
+    j["lost"] = true;
+    j["error"] = "lost: execd stopped while the command was running";
+  } else if (!running) {
+    if (!r.start_error.empty()) {
       j["exit_code"] = 255;
-      j["error"] = start_error;
+      j["error"] = r.start_error;
     } else if (r.exit_code) {
       j["exit_code"] = *r.exit_code;
       if (*r.exit_code != 0) j["error"] = "exit status " + std::to_string(*r.exit_code);
@@ -100,17 +453,117 @@ std::string CommandRecord::status_json() const {
   if (finished_ns) j["finished_at"] = rfc3339_nano(finished_ns);
   // Beyond the Go daemon: the structured result once finished.
   j["background"] = background;
-  if (outcome) {
-    protocol::ExecutionResult r = result();
+  if (done() && r.start_error.empty() && !lost) {
     j["signal"] = r.signal.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.signal);
     j["timed_out"] = r.timed_out;
     j["interrupted"] = r.interrupted;
     j["execution_time"] = r.execution_time_ms;
     j["stdout_bytes"] = r.stdout_bytes;
     j["stderr_bytes"] = r.stderr_bytes;
+    j["stdout_sha256"] = r.stdout_sha256;
+    j["stderr_sha256"] = r.stderr_sha256;
+  } else if (lost) {
+    j["stdout_bytes"] = r.stdout_bytes;
+    j["stderr_bytes"] = r.stderr_bytes;
   }
+  if (stdin_open) j["stdin_offset"] = stdin_accepted;
+  if (reloaded) j["reloaded"] = true;
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
+
+protocol::StoredCommand CommandRecord::stored() const {
+  protocol::StoredCommand s;
+  s.id = id;
+  s.content = content;
+  s.fingerprint = fingerprint;
+  s.background = background;
+  s.tty = tty;
+  s.stdin_open = stdin_open;
+  s.started_ns = started_ns;
+  s.finished_ns = finished_ns;
+  s.pgid = pgid;
+  s.boot_id = boot_id;
+  s.start_ticks = start_ticks;
+  s.finished = done();
+  s.lost = lost;
+  s.result = result();
+  s.output_total = produced[0] + produced[1];
+  return s;
+}
+
+namespace {
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string boot_id() {
+  std::string b = read_small_file("/proc/sys/kernel/random/boot_id");
+  while (!b.empty() && (b.back() == '\n' || b.back() == ' ')) b.pop_back();
+  return b;
+}
+
+// Field 22 of /proc/<pid>/stat: the process's start time in clock ticks.
+uint64_t process_start_ticks(int64_t pid) {
+  std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  size_t close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close_paren + 2));
+  std::string field;
+  // Fields from 3 (state) on; starttime is field 22.
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return 0;
+}
+
+struct PersistJob {
+  uv_work_t work;
+  CommandRegistry* reg;
+  std::string id, path, data;
+  int err = 0;
+};
+
+// write, fsync, rename, fsync the directory: a reader of the state dir sees
+// the old record or the new one, never half of one.
+void write_record(uv_work_t* w) {
+  auto* j = static_cast<PersistJob*>(w->data);
+  std::string tmp = j->path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    j->err = errno;
+    return;
+  }
+  size_t done = 0;
+  while (done < j->data.size()) {
+    ssize_t n = write(fd, j->data.data() + done, j->data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      j->err = errno ? errno : EIO;
+      close(fd);
+      unlink(tmp.c_str());
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) j->err = errno;
+  close(fd);
+  if (j->err || rename(tmp.c_str(), j->path.c_str()) != 0) {
+    if (!j->err) j->err = errno;
+    unlink(tmp.c_str());
+    return;
+  }
+  std::string dir = j->path.substr(0, j->path.rfind('/'));
+  int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+}
+
+}  // namespace
 
 CommandRegistry::CommandRegistry(Context& ctx) : ctx_(ctx) {
   uv_timer_init(ctx.loop, &sweep_timer_);
@@ -118,27 +571,141 @@ CommandRegistry::CommandRegistry(Context& ctx) : ctx_(ctx) {
   sweep_period_ = static_cast<uint64_t>(std::clamp<int64_t>(ctx.config.retention_ms / 4, 100, 10000));
   uv_timer_start(&sweep_timer_, on_sweep, sweep_period_, sweep_period_);
   uv_unref(reinterpret_cast<uv_handle_t*>(&sweep_timer_));
+  load();
 }
 
 CommandRegistry::~CommandRegistry() = default;
 
 void CommandRegistry::close() {
+  closed_ = true;
   uv_close(reinterpret_cast<uv_handle_t*>(&sweep_timer_), nullptr);
   for (auto& [id, rec] : records_) {
     if (rec->cmd) rec->cmd->release();
     rec->cmd = nullptr;
-    if (rec->log) rec->log->remove();
+    if (rec->stdin_writer) rec->stdin_writer->close();
+    rec->stdin_writer = nullptr;
+    // The files stay: a restarted execd answers for them.
   }
 }
 
-CommandRecord* CommandRegistry::create(std::string content, bool background) {
+void CommandRegistry::remove_files(const std::string& id) {
+  for (const char* ext : {".record", ".output", ".index", ".record.tmp"})
+    unlink((ctx_.config.state_dir + "/" + id + ext).c_str());
+}
+
+// Start-up: every record the last execd left in the state dir, before the
+// loop serves anyone (blocking reads are fine here).
+void CommandRegistry::load() {
+  const std::string& dir = ctx_.config.state_dir;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) names.emplace_back(e->d_name);
+  closedir(d);
+  auto ends_with = [](const std::string& s, std::string_view suffix) {
+    return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  std::set<std::string> known;
+  size_t torn = 0, lost = 0, expired = 0;
+  std::string boot = boot_id();
+  int64_t now = unix_ns();
+  std::vector<std::unique_ptr<CommandRecord>> loaded;
+  for (const std::string& name : names) {
+    if (ends_with(name, ".record.tmp")) {
+      unlink((dir + "/" + name).c_str());  // a write that never finished
+      continue;
+    }
+    if (!ends_with(name, ".record")) continue;
+    std::string id = name.substr(0, name.size() - 7);
+    auto stored = protocol::decode_stored_command(read_small_file(dir + "/" + name));
+    if (!stored || stored->id != id) {
+      ++torn;
+      remove_files(id);
+      continue;
+    }
+    auto rec = std::make_unique<CommandRecord>(*this);
+    rec->reloaded = true;
+    rec->id = stored->id;
+    rec->content = stored->content;
+    rec->fingerprint = stored->fingerprint;
+    rec->background = stored->background;
+    rec->tty = stored->tty;
+    rec->stdin_open = stored->stdin_open;
+    rec->started_ns = stored->started_ns;
+    rec->finished_ns = stored->finished_ns;
+    rec->pgid = stored->pgid;
+    rec->boot_id = stored->boot_id;
+    rec->start_ticks = stored->start_ticks;
+    rec->lost = stored->lost;
+    // The output: the log file and its index, as far as both got.
+    std::string log_path = dir + "/" + id + ".output";
+    int fd = open(log_path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    uint64_t size = fd >= 0 && fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    rec->index = protocol::OutputIndex::decode(read_small_file(dir + "/" + id + ".index"), size);
+    rec->log = std::make_unique<OutputLog>(ctx_.loop, log_path, static_cast<uint64_t>(ctx_.config.log_limit_bytes));
+    if (fd >= 0) rec->log->adopt(fd, size, std::max(stored->output_total, size));
+    protocol::ExecutionResult r = stored->result;
+    if (!stored->finished) {
+      // It was running when execd went away: end its process group (if the
+      // same process still leads it) and say so.
+      ++lost;
+      if (stored->pgid > 0 && stored->boot_id == boot && stored->start_ticks != 0 &&
+          process_start_ticks(stored->pgid) == stored->start_ticks) {
+        spdlog::warn("command {} was running when execd stopped: ending its process group {}", id, stored->pgid);
+        kill(-static_cast<pid_t>(stored->pgid), SIGKILL);
+      }
+      rec->lost = true;
+      rec->finished_ns = now;
+      r = {};
+      r.start_error = "lost: execd stopped while the command was running";
+      r.stdout_bytes = rec->index.stored(0);
+      r.stderr_bytes = rec->index.stored(1);
+    }
+    rec->produced[0] = r.stdout_bytes;
+    rec->produced[1] = r.stderr_bytes;
+    rec->final_result = r;
+    if (now - rec->finished_ns >= ctx_.config.retention_ms * 1000000) {
+      ++expired;
+      rec.reset();
+      remove_files(id);
+      continue;
+    }
+    known.insert(id);
+    loaded.push_back(std::move(rec));
+  }
+  // Output and index files whose record is gone (swept while execd was down,
+  // or a record that never got written).
+  for (const std::string& name : names)
+    for (std::string_view ext : {".output", ".index"})
+      if (ends_with(name, ext) && !known.count(name.substr(0, name.size() - ext.size())))
+        unlink((dir + "/" + name).c_str());
+  std::sort(loaded.begin(), loaded.end(), [](const auto& a, const auto& b) { return a->finished_ns < b->finished_ns; });
+  for (auto& rec : loaded) {
+    CommandRecord* raw = rec.get();
+    finished_order_.push_back(raw->id);
+    records_[raw->id] = std::move(rec);
+    if (raw->lost && !raw->persisting) {
+      persist(raw);
+      journal_finished(raw);
+    }
+  }
+  if (!loaded.empty() || torn || expired)
+    spdlog::info("state dir {}: {} command records reloaded ({} lost), {} expired, {} torn records skipped", dir,
+                 loaded.size(), lost, expired, torn);
+  if (finished_order_.size() > ctx_.config.max_records) uv_timer_start(&sweep_timer_, on_sweep, 0, sweep_period_);
+}
+
+CommandRecord* CommandRegistry::create(std::string id, std::string content, bool background) {
   auto rec = std::make_unique<CommandRecord>(*this);
-  rec->id = random_id32();
+  rec->id = id.empty() ? random_id32() : std::move(id);
   rec->content = std::move(content);
   rec->background = background;
   rec->started_ns = unix_ns();
   rec->log = std::make_unique<OutputLog>(ctx_.loop, ctx_.config.state_dir + "/" + rec->id + ".output",
                                          static_cast<uint64_t>(ctx_.config.log_limit_bytes));
+  rec->index_log = std::make_unique<OutputLog>(ctx_.loop, ctx_.config.state_dir + "/" + rec->id + ".index",
+                                               UINT64_MAX / 2);
   CommandRecord* raw = rec.get();
   raw->log->set_on_written([raw] { raw->update_pause(); });
   records_[raw->id] = std::move(rec);
@@ -151,6 +718,74 @@ CommandRecord* CommandRegistry::find(const std::string& id) {
   return it == records_.end() ? nullptr : it->second.get();
 }
 
+void CommandRegistry::discard(CommandRecord* r, const protocol::ApiError& why) {
+  --running_;
+  std::vector<ResumeReader*> rs(r->readers.begin(), r->readers.end());
+  for (ResumeReader* reader : rs) reader->reject(why);
+  std::string id = r->id;
+  if (r->log) r->log->remove();
+  if (r->index_log) r->index_log->remove();
+  auto it = records_.find(id);
+  // Nothing ran, so nothing was written: no log request can be in flight.
+  if (it != records_.end()) records_.erase(it);
+}
+
+void CommandRegistry::persist(CommandRecord* r) {
+  if (r->persisting) {
+    r->dirty = true;
+    return;
+  }
+  r->persisting = true;
+  r->dirty = false;
+  auto* job = new PersistJob{{}, this, r->id, ctx_.config.state_dir + "/" + r->id + ".record",
+                             protocol::encode_stored_command(r->stored())};
+  job->work.data = job;
+  int rc = uv_queue_work(ctx_.loop, &job->work, write_record, [](uv_work_t* w, int) {
+    std::unique_ptr<PersistJob> j(static_cast<PersistJob*>(w->data));
+    if (j->err) spdlog::warn("cannot write command record {}: {}", j->path, strerror(j->err));
+    CommandRecord* rec = j->reg->find(j->id);
+    if (!rec) return;
+    rec->persisting = false;
+    if (rec->dirty) j->reg->persist(rec);
+  });
+  if (rc != 0) {
+    r->persisting = false;
+    delete job;
+  }
+}
+
+void CommandRegistry::journal_finished(CommandRecord* r) {
+  if (!ctx_.journal || !ctx_.journal->enabled()) return;
+  protocol::ExecutionResult res = r->result();
+  nlohmann::ordered_json e;
+  e["type"] = "command";
+  e["time"] = rfc3339_nano(r->finished_ns ? r->finished_ns : unix_ns());
+  e["id"] = r->id;
+  e["command"] = r->content;
+  e["cwd"] = r->cwd;
+  e["uid"] = r->uid ? nlohmann::ordered_json(*r->uid) : nlohmann::ordered_json(getuid());
+  if (r->gid) e["gid"] = *r->gid;
+  e["background"] = r->background;
+  e["tty"] = r->tty;
+  e["started_at"] = rfc3339_nano(r->started_ns);
+  e["finished_at"] = rfc3339_nano(r->finished_ns);
+  nlohmann::ordered_json out;
+  out["exit_code"] = res.exit_code ? nlohmann::ordered_json(*res.exit_code) : nlohmann::ordered_json();
+  out["signal"] = res.signal.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(res.signal);
+  out["timed_out"] = res.timed_out;
+  out["interrupted"] = res.interrupted;
+  out["lost"] = r->lost;
+  if (!res.start_error.empty()) out["error"] = res.start_error;
+  out["execution_time_ms"] = res.execution_time_ms;
+  out["stdout_bytes"] = res.stdout_bytes;
+  out["stderr_bytes"] = res.stderr_bytes;
+  out["stdout_sha256"] = res.stdout_sha256;
+  out["stderr_sha256"] = res.stderr_sha256;
+  if (r->stdin_open) out["stdin_bytes"] = r->stdin_accepted;
+  e["result"] = out;
+  ctx_.journal->append(e);
+}
+
 void CommandRegistry::finished(CommandRecord* r) {
   --running_;
   if (r->cmd) {
@@ -158,6 +793,18 @@ void CommandRegistry::finished(CommandRecord* r) {
     r->cmd = nullptr;
   }
   if (r->finished_ns == 0) r->finished_ns = unix_ns();
+  if (r->stdin_body) r->stdin_body->fail(409, codes::kRuntimeError, "the command has finished");
+  if (r->stdin_writer) {
+    r->stdin_writer->close();
+    r->stdin_writer = nullptr;
+  }
+  persist(r);
+  journal_finished(r);
+  if (!r->readers.empty()) {
+    std::vector<ResumeReader*> rs(r->readers.begin(), r->readers.end());
+    for (ResumeReader* reader : rs)
+      if (r->readers.count(reader)) reader->on_done();
+  }
   finished_order_.push_back(r->id);
   // Swept from the timer, never from inside the command's own callback.
   if (finished_order_.size() > ctx_.config.max_records) uv_timer_start(&sweep_timer_, on_sweep, 0, sweep_period_);
@@ -173,11 +820,21 @@ void CommandRegistry::sweep() {
     }
     bool expired = now - it->second->finished_ns >= ctx_.config.retention_ms * 1000000;
     if (!expired && finished_order_.size() <= ctx_.config.max_records) break;
-    // A read or write of the retained log in flight points at it: next sweep.
-    if (it->second->log && it->second->log->busy()) break;
+    // Readers, a record write, or a read or write of the retained log in
+    // flight point at it: next sweep.
+    if (it->second->in_use()) break;
     if (it->second->log) it->second->log->remove();
+    if (it->second->index_log) it->second->index_log->remove();
+    std::string id = it->first;
     records_.erase(it);
     finished_order_.pop_front();
+    for (const char* ext : {".record", ".index", ".output"}) {
+      auto* req = new uv_fs_t;
+      uv_fs_unlink(ctx_.loop, req, (ctx_.config.state_dir + "/" + id + ext).c_str(), [](uv_fs_t* q) {
+        uv_fs_req_cleanup(q);
+        delete q;
+      });
+    }
   }
 }
 
@@ -192,11 +849,13 @@ void CommandRegistry::signal_all(int sig) {
 
 namespace {
 
+
 struct PrepareWork : Awaitable {
   uv_work_t work;
   CommandRegistry* reg;
   protocol::CommandRequest req;
   protocol::Framing framing;
+  std::string id;  // the reserved record
   // results
   pty::SpawnOptions opts;
   std::optional<ApiError> error;
@@ -311,37 +970,86 @@ bool needs_pool(const Context& ctx, const protocol::CommandRequest& req) {
   return req.uid || !req.cwd.empty() || (envs_file && *envs_file);
 }
 
-void start_command(CommandRegistry& reg, http::Exchange& ex, PrepareWork& w) {
-  if (w.error) return ex.respond_error(w.error->status, w.error->code, w.error->message);
+
+void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
   Context& ctx = reg.ctx();
-  if (ctx.shutting_down) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
-  CommandRecord* rec = reg.create(w.req.command, w.req.background);
+  CommandRecord* rec = reg.find(w.id);
+  if (!rec || !rec->starting()) return;  // cannot happen: a reserved record stays until it starts
+  if (!w.error && ctx.shutting_down) w.error = ApiError{503, std::string(codes::kRuntimeError), "execd is shutting down"};
+  if (w.error) {
+    reg.discard(rec, *w.error);
+    if (ex) ex->respond_error(w.error->status, w.error->code, w.error->message);
+    return;
+  }
   pty::CommandLimits limits;
   limits.timeout_ms = w.req.timeout_ms;
   limits.kill_grace_ms = ctx.config.kill_grace_ms;
   std::string error;
-  auto stream = std::make_unique<ExecutionStream>(ex, w.framing);
-  ExecutionStream& s = *stream;
-  ex.attach(std::move(stream));
-  s.start(*rec, rec->id);
+  if (ex) {
+    auto stream = std::make_unique<ExecutionStream>(*ex, w.framing);
+    ExecutionStream& s = *stream;
+    ex->attach(std::move(stream));
+    s.start(*rec, rec->id);
+  }
+  if (w.req.stdin_open && !w.req.tty) w.opts.pipe_stdin = true;
   rec->cmd = pty::Command::start(ctx.loop, *ctx.reaper, w.opts, limits, rec, error);
+  // Attached starts and early resume readers begin now, with the original.
+  auto begin_readers = [rec] {
+    std::vector<ResumeReader*> rs(rec->readers.begin(), rec->readers.end());
+    for (ResumeReader* r : rs)
+      if (rec->readers.count(r)) r->begin();
+  };
   if (!rec->cmd) {
     // Contract 3.4: a start failure is still a 200 stream with init, then an error.
     spdlog::warn("command {} failed to start: {}", rec->id, error);
     rec->start_error = error;
+    rec->final_result = rec->result();
     rec->finished_ns = unix_ns();
-    s.finish(rec->result());
+    if (ExecutionStream* s = rec->stream.get()) s->finish(rec->result());
+    begin_readers();
     reg.finished(rec);
     return;
   }
+  rec->pgid = rec->cmd->pid();
+  rec->start_ticks = process_start_ticks(rec->pgid);
+  rec->boot_id = boot_id();
+  if (w.req.stdin_open) {
+    // The pipe's write end is ours now: closed when the client says eof (or
+    // the command ends). With a PTY, eof is the terminal's ^D.
+    int fd = rec->cmd->take_stdin();
+    if (fd >= 0) {
+      rec->stdin_writer = pty::FdWriter::open(
+          ctx.loop, fd,
+          [rec] {
+            if (rec->stdin_body) rec->stdin_body->drained();
+            if (rec->stdin_eof) StdinBody::close_stdin(*rec);
+          },
+          [rec](int err) {
+            spdlog::info("command {}: stdin closed by the command ({})", rec->id, strerror(err));
+            if (rec->stdin_body) rec->stdin_body->fail(409, codes::kRuntimeError, "the command closed its stdin");
+            // Closed from the loop later: we are inside the writer's callback.
+            rec->stdin_eof = true;
+          });
+    }
+  }
+  reg.persist(rec);
   spdlog::info("command {} started: pid {}{}", rec->id, rec->cmd->pid(), w.req.background ? " (background)" : "");
-  if (w.req.background) s.finish_background();
+  if (w.req.background)
+    if (ExecutionStream* s = rec->stream.get()) s->finish_background();
+  begin_readers();
 }
 
 void after_prepare(uv_work_t* work, int) {
   std::unique_ptr<PrepareWork> w(static_cast<PrepareWork*>(work->data));
-  if (http::Exchange* ex = w->exchange()) start_command(*w->reg, *ex, *w);
-  // else: the client left before anything started
+  // A client that left before anything started: a command it named still
+  // starts (its retry attaches to it); one it did not name never will.
+  http::Exchange* ex = w->exchange();
+  if (!ex && w->req.id.empty()) {
+    if (CommandRecord* rec = w->reg->find(w->id))
+      w->reg->discard(rec, ApiError{499, std::string(codes::kRuntimeError), "the client left"});
+    return;
+  }
+  start_command(*w->reg, ex, *w);
 }
 
 void handle_run(CommandRegistry& reg, http::Exchange& ex) {
@@ -353,13 +1061,42 @@ void handle_run(CommandRegistry& reg, http::Exchange& ex) {
   w->reg = &reg;
   w->req = std::move(std::get<protocol::CommandRequest>(decoded));
   w->framing = framing_for(reg.ctx(), ex);
+  if (reg.ctx().shutting_down) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
+  std::string fingerprint = protocol::request_fingerprint(w->req);
+  if (!w->req.id.empty()) {
+    if (CommandRecord* existing = reg.find(w->req.id)) {
+      // A retried start: the same request attaches to the run, a different
+      // one is refused.
+      if (existing->fingerprint != fingerprint)
+        return ex.respond_error(409, "COMMAND_ID_CONFLICT",
+                                "command id " + w->req.id + " is already used by a different request");
+      auto reader = std::make_unique<ResumeReader>(ex, *existing, w->framing, 0, 0, /*attach=*/true);
+      ResumeReader& r = *reader;
+      ex.attach(std::move(reader));
+      if (!existing->starting()) r.begin();
+      return;
+    }
+  }
+  // The id is reserved now, before anything that takes time.
+  CommandRecord* rec = reg.create(w->req.id, w->req.command, w->req.background);
+  rec->fingerprint = fingerprint;
+  rec->cwd = w->req.cwd;
+  rec->uid = w->req.uid;
+  rec->gid = w->req.gid;
+  rec->tty = w->req.tty;
+  rec->stdin_open = w->req.stdin_open;
+  w->id = rec->id;
   if (!needs_pool(reg.ctx(), w->req)) {
     // Nothing that blocks: prepare on the loop and save two thread hops.
     prepare(&w->work);
-    return start_command(reg, ex, *w);
+    return start_command(reg, &ex, *w);
   }
   int rc = uv_queue_work(reg.ctx().loop, &w->work, prepare, after_prepare);
-  if (rc != 0) return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
+  if (rc != 0) {
+    ApiError e{500, std::string(codes::kRuntimeError), std::string("cannot queue work: ") + uv_strerror(rc)};
+    reg.discard(rec, e);
+    return ex.respond_error(e.status, e.code, e.message);
+  }
   await(ex, *w.release());
 }
 
@@ -441,6 +1178,75 @@ void handle_logs(CommandRegistry& reg, http::Exchange& ex, const std::string& id
   });
 }
 
+// GET /command/{id}/stream?stdout=N&stderr=M: always exact framing (offsets
+// are byte offsets of the streams).
+void handle_stream(CommandRegistry& reg, http::Exchange& ex, const std::string& id) {
+  CommandRecord* rec = reg.find(id);
+  if (!rec) return respond_unknown(ex, id);
+  uint64_t from[2] = {0, 0};
+  const char* names[2] = {"stdout", "stderr"};
+  for (int s = 0; s < 2; ++s) {
+    const std::string* raw = protocol::query_value(ex.query, names[s]);
+    if (!raw) continue;
+    auto v = protocol::parse_offset(*raw);
+    if (!v) return ex.respond_error(400, codes::kInvalidRequestBody, std::string(names[s]) + " must be a byte offset");
+    if (rec->done() && *v > rec->result_bytes(s))
+      return ex.respond_error(400, codes::kInvalidRequestBody,
+                              std::string(names[s]) + " offset " + std::to_string(*v) + " is past the end (" +
+                                  std::to_string(rec->result_bytes(s)) + " bytes)");
+    from[s] = *v;
+  }
+  auto reader = std::make_unique<ResumeReader>(ex, *rec, protocol::Framing::exact, from[0], from[1], false);
+  ResumeReader& r = *reader;
+  ex.attach(std::move(reader));
+  if (!rec->starting()) r.begin();
+}
+
+// POST /command/{id}/stdin[?offset=N][&eof=true], at head time: decide
+// whether the body is wanted, and attach the Source that takes it.
+void stdin_head(CommandRegistry& reg, http::Exchange& ex) {
+  const std::string id = ex.params.get("id");
+  auto refuse = [&ex](int status, std::string code, std::string message) {
+    ex.on_complete = [status, code, message](http::Exchange& e) { e.respond_error(status, code, message); };
+  };
+  CommandRecord* rec = reg.find(id);
+  if (!rec) return refuse(404, std::string(codes::kInvalidRequestBody), "command not found: " + id);
+  if (!rec->stdin_open)
+    return refuse(409, "STDIN_NOT_OPEN", "command " + id + " was not started with \"stdin\": true");
+  std::optional<uint64_t> offset;
+  if (const std::string* raw = protocol::query_value(ex.query, "offset")) {
+    offset = protocol::parse_offset(*raw);
+    if (!offset) return refuse(400, std::string(codes::kInvalidRequestBody), "offset must be a byte count");
+  }
+  const std::string* eof_raw = protocol::query_value(ex.query, "eof");
+  bool eof = eof_raw && (*eof_raw == "true" || *eof_raw == "1");
+  auto plan = protocol::plan_stdin_write(rec->stdin_accepted, offset);
+  if (plan.gap)
+    return refuse(409, "STDIN_OFFSET_GAP",
+                  "offset " + std::to_string(*offset) + " is past the " + std::to_string(rec->stdin_accepted) +
+                      " bytes accepted so far");
+  if (rec->stdin_body) return refuse(409, "STDIN_BUSY", "another stdin write to " + id + " is in progress");
+  if (!rec->stdin_writer || rec->stdin_eof) {
+    // Closed already (eof, the command ended or closed it): a retry that
+    // brings nothing new still learns the offset.
+    const std::string* len = ex.header("content-length");
+    bool empty_body = !len || *len == "0";
+    if ((empty_body || plan.skip > 0) && rec->stdin_eof) {
+      uint64_t accepted = rec->stdin_accepted;
+      ex.on_complete = [accepted](http::Exchange& e) {
+        e.respond_json(200, "{\"offset\":" + std::to_string(accepted) + "}");
+      };
+      return;
+    }
+    return refuse(409, "STDIN_CLOSED", "the stdin of command " + id + " is closed");
+  }
+  ex.attach(std::make_unique<StdinBody>(ex, *rec, plan.skip, eof, reg.ctx().config.stdin_timeout_ms));
+}
+
+void stdin_complete(http::Exchange& ex) {
+  if (auto* body = dynamic_cast<StdinBody*>(ex.source())) body->complete();
+}
+
 }  // namespace
 
 void add_command_routes(RouteTable& routes, CommandRegistry& commands, SessionRegistry& sessions) {
@@ -451,6 +1257,10 @@ void add_command_routes(RouteTable& routes, CommandRegistry& commands, SessionRe
              [&commands](http::Exchange& ex) { handle_status(commands, ex, ex.params.get("id")); });
   routes.add("GET", "/command/:id/logs",
              [&commands](http::Exchange& ex) { handle_logs(commands, ex, ex.params.get("id")); });
+  routes.add("GET", "/command/:id/stream",
+             [&commands](http::Exchange& ex) { handle_stream(commands, ex, ex.params.get("id")); });
+  routes.add_streaming(
+      "POST", "/command/:id/stdin", [&commands](http::Exchange& ex) { stdin_head(commands, ex); }, stdin_complete);
 }
 
 }  // namespace execd::api

@@ -1,8 +1,15 @@
 // execd/api/commands: the /command API. A CommandRecord is one execution,
-// owned by the registry from spawn until its retention expires (and its
-// retained log is idle). It fans the process's output out to its retained
-// log and to at most one live stream, linked to it: the stream may go at any
-// time, the command keeps running and its output stays readable.
+// owned by the registry from spawn until its retention expires (and nothing
+// reads or writes its files). It fans the process's output out to its
+// retained log (with a per-stream index beside it), to at most one original
+// stream (linked to it: the stream may go at any time, the command keeps
+// running and its output stays readable) and to any number of resume
+// readers (GET /command/{id}/stream, or a repeated start with the same id),
+// which replay from the log and then follow live, each at its own pace.
+//
+// Records persist in the state dir (<id>.record, protocol/command_record) at
+// start and at finish, so a restarted execd reloads them; one that was still
+// running is reported lost and its process group is ended.
 #pragma once
 
 #include <uv.h>
@@ -11,17 +18,24 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "execd/api/execution_stream.h"
 #include "execd/api/output_log.h"
 #include "execd/context.h"
+#include "protocol/command_record.h"
 #include "protocol/envelope.h"
+#include "protocol/errors.h"
+#include "protocol/resume.h"
 #include "pty/command.h"
+#include "pty/pty_session.h"
 
 namespace execd::api {
 
 class CommandRegistry;
+class ResumeReader;
+class StdinBody;
 
 class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
  public:
@@ -36,18 +50,43 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   void client_gone() override;
 
   void update_pause();
+  // Finished, failed to start, or lost: the result below is final.
+  bool done() const { return outcome.has_value() || final_result.has_value(); }
+  bool starting() const { return !done() && !cmd && !reloaded; }
   protocol::ExecutionResult result() const;
+  uint64_t result_bytes(int s) const;
   std::string status_json() const;
+  protocol::StoredCommand stored() const;
+  // Resume readers holding the command back (their output is past the log).
+  void hold(int delta);
+  bool in_use() const;
 
   CommandRegistry& registry;
-  std::string id, content;
-  bool background = false;
+  std::string id, content, fingerprint, cwd;
+  std::optional<uint32_t> uid, gid;
+  bool background = false, tty = false, stdin_open = false;
+  bool reloaded = false, lost = false;
   int64_t started_ns = 0, finished_ns = 0;
   pty::Command* cmd = nullptr;  // released when the command finishes
   std::optional<pty::Outcome> outcome;
+  std::optional<protocol::ExecutionResult> final_result;  // reloaded, or never started
   std::string start_error;
-  std::unique_ptr<OutputLog> log;
+  std::unique_ptr<OutputLog> log, index_log;
+  protocol::OutputIndex index;
+  uint64_t produced[2] = {0, 0};
   bool client_paused = false;
+  int holds = 0;
+  std::set<ResumeReader*> readers;
+  // Persistence: one write in flight; `dirty` asks for another after it.
+  bool persisting = false, dirty = false;
+  int64_t pgid = 0;
+  std::string boot_id;
+  uint64_t start_ticks = 0;
+  // stdin (POST /command/{id}/stdin)
+  pty::FdWriter* stdin_writer = nullptr;
+  uint64_t stdin_accepted = 0;
+  bool stdin_eof = false;
+  StdinBody* stdin_body = nullptr;  // the write in progress
 };
 
 class CommandRegistry {
@@ -56,9 +95,13 @@ class CommandRegistry {
   ~CommandRegistry();
   Context& ctx() { return ctx_; }
 
-  CommandRecord* create(std::string content, bool background);
+  // `id` empty: a fresh random one.
+  CommandRecord* create(std::string id, std::string content, bool background);
   CommandRecord* find(const std::string& id);
   void finished(CommandRecord* r);
+  // A reserved record whose start was refused before it ran: forgotten.
+  void discard(CommandRecord* r, const protocol::ApiError& why);
+  void persist(CommandRecord* r);
   size_t running() const { return running_; }
   // Shutdown: every running command's process group gets `sig`.
   void signal_all(int sig);
@@ -66,7 +109,10 @@ class CommandRegistry {
   void close();
 
  private:
+  void load();
   void sweep();
+  void remove_files(const std::string& id);
+  void journal_finished(CommandRecord* r);
   static void on_sweep(uv_timer_t* t) { static_cast<CommandRegistry*>(t->data)->sweep(); }
   Context& ctx_;
   uint64_t sweep_period_ = 1000;
@@ -74,6 +120,7 @@ class CommandRegistry {
   std::deque<std::string> finished_order_;
   size_t running_ = 0;
   uv_timer_t sweep_timer_;
+  bool closed_ = false;
 };
 
 }  // namespace execd::api

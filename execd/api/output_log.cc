@@ -15,10 +15,17 @@ struct FsReq {
 };
 }  // namespace
 
+void OutputLog::adopt(int fd, uint64_t size, uint64_t produced) {
+  fd_ = fd;
+  durable_ = size;
+  total_ = produced > size ? produced : size;
+  adopted_ = true;
+}
+
 void OutputLog::append(const uint8_t* data, size_t len) {
   uint64_t room = total_ < limit_ ? limit_ - total_ : 0;
   total_ += len;
-  if (room == 0 || failed_ || removed_) return;
+  if (room == 0 || failed_ || removed_ || adopted_) return;
   pending_.append(reinterpret_cast<const char*>(data), len < room ? len : static_cast<size_t>(room));
   pump();
 }
@@ -82,7 +89,7 @@ void OutputLog::pump() {
 
 void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {
   uint64_t stored = total_ < limit_ ? total_ : limit_;
-  if (durable_ < stored && !failed_ && !removed_) {
+  if (durable_ < stored && !failed_ && !removed_ && !adopted_) {
     waiting_reads_.push_back({stored, offset, max, std::move(fn)});
     return;
   }

@@ -30,7 +30,12 @@ class OutputLog {
   // Filesystem requests are in flight: the log must stay.
   bool busy() const { return ops_ > 0; }
 
+  // A log left by an earlier execd: `fd` holds `size` stored bytes of the
+  // `produced` the command wrote. Read-only from now on.
+  void adopt(int fd, uint64_t size, uint64_t produced);
   void append(const uint8_t* data, size_t len);
+  // Bytes of the next append() that will be stored (the rest is only counted).
+  uint64_t room() const { return total_ < limit_ && !failed_ && !removed_ && !adopted_ ? limit_ - total_ : 0; }
   uint64_t readable_bytes() const { return durable_; }
   uint64_t total_bytes() const { return total_; }
   bool truncated() const { return total_ > limit_; }
@@ -63,7 +68,7 @@ class OutputLog {
   std::string path_;
   uint64_t limit_;
   int fd_ = -1;
-  bool opening_ = false, failed_ = false, removed_ = false;
+  bool opening_ = false, failed_ = false, removed_ = false, adopted_ = false;
   std::string pending_, inflight_;
   uint64_t total_ = 0;    // bytes offered
   uint64_t durable_ = 0;  // bytes written to the file

@@ -1,0 +1,410 @@
+// execd/api/journal: see header.
+#include "execd/api/journal.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "execd/api/awaiter.h"
+#include "protocol/errors.h"
+#include "protocol/resume.h"
+#include "pty/digest.h"
+
+namespace execd::api {
+
+namespace codes = protocol::codes;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+Journal::Journal(Context& ctx) : ctx_(ctx) {
+  ctx.journal = this;
+  path_ = ctx.config.state_dir + "/journal.jsonl";
+  rotated_path_ = ctx.config.state_dir + "/journal.1.jsonl";
+  if (!ctx.config.journal) return;
+  // Start-up, before the loop serves anyone: reading synchronously is fine.
+  std::string text = read_file(path_);
+  bool torn = false;
+  auto lines = protocol::split_lines(text, &torn);
+  if (torn) {
+    size_t keep = text.size() - lines.back().size();
+    spdlog::warn("journal {}: cutting a torn last line ({} bytes) left by a crash", path_, lines.back().size());
+    if (truncate(path_.c_str(), static_cast<off_t>(keep)) != 0)
+      spdlog::warn("journal {}: cannot cut the torn line: {}", path_, strerror(errno));
+    lines.pop_back();
+    text.resize(keep);
+  }
+  std::string_view last;
+  if (!lines.empty()) last = lines.back();
+  else {
+    // A fresh file after a rotation: the chain goes on from the old one.
+    std::string old = read_file(rotated_path_);
+    auto old_lines = protocol::split_lines(old);
+    if (!old_lines.empty()) {
+      head_.seq = protocol::journal_line_seq(old_lines.back()).value_or(0);
+      head_.hash = protocol::sha256_hex(old_lines.back());
+    }
+  }
+  if (!last.empty()) {
+    auto seq = protocol::journal_line_seq(last);
+    if (!seq) spdlog::warn("journal {}: the last line is not a journal entry; GET /journal/verify will say so", path_);
+    head_.seq = seq.value_or(lines.size());
+    head_.hash = protocol::sha256_hex(last);
+  }
+  size_ = text.size();
+  fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd_ < 0) spdlog::warn("cannot open the journal {}: {}; no journal kept", path_, strerror(errno));
+}
+
+Journal::~Journal() {
+  close();
+  ctx_.journal = nullptr;
+}
+
+void Journal::close() {
+  if (fd_ < 0) return;
+  fsync(fd_);
+  ::close(fd_);
+  fd_ = -1;
+}
+
+std::vector<std::string> Journal::files() const { return {rotated_path_, path_}; }
+
+void Journal::rotate() {
+  fsync(fd_);
+  ::close(fd_);
+  fd_ = -1;
+  if (rename(path_.c_str(), rotated_path_.c_str()) != 0)
+    spdlog::warn("journal rotation: cannot rename {}: {}", path_, strerror(errno));
+  fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd_ < 0) spdlog::warn("journal rotation: cannot open {}: {}; no journal kept", path_, strerror(errno));
+  size_ = 0;
+  spdlog::info("journal rotated at seq {}", head_.seq);
+}
+
+// ---------------------------------------------------------------------------
+// Reading: a threadpool job collects the lines after `after` from the files.
+
+namespace {
+
+struct CollectJob {
+  uv_work_t work;
+  std::vector<std::string> files;
+  uint64_t after = 0;
+  size_t max_bytes = 1 << 20;
+  uint64_t size_cap = 0;  // bytes of the last file to look at
+  // results
+  std::string text;
+  uint64_t last = 0;
+};
+
+void collect(uv_work_t* w) {
+  auto* j = static_cast<CollectJob*>(w->data);
+  j->last = j->after;
+  bool started = false;
+  for (size_t i = 0; i < j->files.size(); ++i) {
+    std::string text = read_file(j->files[i]);
+    if (i + 1 == j->files.size() && text.size() > j->size_cap) text.resize(j->size_cap);
+    for (std::string_view line : protocol::split_lines(text)) {
+      auto seq = protocol::journal_line_seq(line);
+      if (!seq || *seq <= j->last) continue;
+      // Contiguous after the first line given out (a reader whose position
+      // rotated away starts at the oldest entry kept).
+      if (started && *seq != j->last + 1) return;
+      started = true;
+      j->text.append(line);
+      j->text.push_back('\n');
+      j->last = *seq;
+      if (j->text.size() >= j->max_bytes) return;
+    }
+  }
+}
+
+}  // namespace
+
+class JournalReader final : public http::Source {
+ public:
+  JournalReader(http::Exchange& ex, Journal& j, uint64_t since, bool follow)
+      : ex_(ex), journal_(j), last_(since), follow_(follow) {}
+  ~JournalReader() override { journal_.unfollow(this); }
+
+  void start() {
+    ex_.begin_chunked(200, {"Content-Type: application/x-ndjson", "Cache-Control: no-cache", "X-Accel-Buffering: no"});
+    catch_up();
+  }
+
+  void on_entry(uint64_t seq, const std::string& line) {
+    if (mode_ != Mode::live || seq != last_ + 1) return;
+    last_ = seq;
+    if (!ex_.send(std::string_view(line))) {
+      journal_.unfollow(this);
+      mode_ = Mode::waiting;
+    }
+  }
+
+  void proceed() override {
+    if (mode_ == Mode::waiting) catch_up();
+  }
+  void stop() override {
+    stopped_ = true;
+    journal_.unfollow(this);
+    if (job_) job_->reader = nullptr;
+  }
+  void tick(uint64_t now_ms) override {
+    // Keeps idle proxies from timing a quiet follow out: an empty line.
+    if (mode_ == Mode::live && now_ms - last_tick_ms_ >= 15000) {
+      last_tick_ms_ = now_ms;
+      ex_.send(std::string_view("\n"));
+    }
+  }
+
+ private:
+  enum class Mode { reading, waiting, live };
+  struct Job : CollectJob {
+    JournalReader* reader;
+  };
+
+  void catch_up() {
+    mode_ = Mode::reading;
+    auto* job = new Job;
+    job->work.data = job;
+    job->reader = this;
+    job->files = journal_.files();
+    job->after = last_;
+    job->size_cap = journal_.current_size();
+    job_ = job;
+    int rc = uv_queue_work(journal_.loop(), &job->work, collect, [](uv_work_t* w, int) {
+      std::unique_ptr<Job> j(static_cast<Job*>(w->data));
+      if (j->reader) j->reader->caught(*j);
+    });
+    if (rc != 0) {
+      delete job;
+      job_ = nullptr;
+      ex_.end();
+    }
+  }
+
+  void caught(Job& j) {
+    job_ = nullptr;
+    last_ = j.last;
+    bool more = j.text.empty() || ex_.send(std::move(j.text));
+    bool at_head = last_ >= journal_.head().seq;
+    if (!at_head) {
+      if (more) catch_up();
+      else mode_ = Mode::waiting;
+      return;
+    }
+    if (!follow_) return ex_.end();
+    if (!more) {
+      mode_ = Mode::waiting;
+      return;
+    }
+    mode_ = Mode::live;
+    journal_.follow(this);
+  }
+
+  http::Exchange& ex_;
+  Journal& journal_;
+  uint64_t last_;
+  bool follow_;
+  bool stopped_ = false;
+  Mode mode_ = Mode::reading;
+  Job* job_ = nullptr;
+  uint64_t last_tick_ms_ = 0;
+};
+
+void Journal::append(const ojson& body) {
+  if (fd_ < 0) return;
+  uint64_t seq = head_.seq + 1;
+  std::string line = protocol::journal_line(seq, head_.seq ? head_.hash : protocol::kJournalGenesis, body);
+  if (size_ > 0 && size_ + line.size() + 1 > static_cast<uint64_t>(ctx_.config.journal_max_bytes)) {
+    rotate();
+    if (fd_ < 0) return;
+  }
+  std::string out = line + "\n";
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = write(fd_, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      spdlog::warn("journal write failed: {}", strerror(errno));
+      // Keep the file a sequence of whole lines: cut what went out.
+      if (done > 0 && ftruncate(fd_, static_cast<off_t>(size_)) != 0) {}
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
+  size_ += out.size();
+  head_.seq = seq;
+  head_.hash = protocol::sha256_hex(line);
+  auto followers = followers_;  // a follower may unfollow while we walk
+  for (JournalReader* r : followers)
+    if (followers_.count(r)) r->on_entry(seq, out);
+}
+
+namespace {
+
+struct VerifyJob : Awaitable {
+  uv_work_t work;
+  std::vector<std::string> files;
+  uint64_t size_cap = 0;
+  protocol::JournalHead head;
+  std::string answer;
+};
+
+void verify(uv_work_t* w) {
+  auto* j = static_cast<VerifyJob*>(w->data);
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < j->files.size(); ++i) {
+    texts.push_back(read_file(j->files[i]));
+    if (i + 1 == j->files.size() && texts.back().size() > j->size_cap) texts.back().resize(j->size_cap);
+  }
+  std::vector<std::string_view> lines;
+  for (const std::string& t : texts)
+    for (std::string_view l : protocol::split_lines(t)) lines.push_back(l);
+  bool anchored = !lines.empty() && protocol::journal_line_seq(lines.front()) == uint64_t(1);
+  std::optional<protocol::JournalHead> head;
+  if (j->head.seq) head = j->head;
+  protocol::JournalVerdict v = protocol::verify_journal(lines, anchored || lines.empty(), head);
+  ojson out;
+  out["ok"] = v.ok;
+  if (v.ok) {
+    out["entries"] = v.entries;
+    out["first_seq"] = v.first_seq;
+    out["last_seq"] = j->head.seq;
+    out["head"] = j->head.hash;
+  } else {
+    out["broken_at"] = v.broken_at;
+    out["reason"] = v.reason;
+  }
+  j->answer = out.dump();
+}
+
+bool query_true(const http::Exchange& ex, const char* name) {
+  const std::string* v = protocol::query_value(ex.query, name);
+  return v && (*v == "true" || *v == "1");
+}
+
+bool disabled(Journal& j, http::Exchange& ex) {
+  if (j.enabled()) return false;
+  ex.respond_error(404, codes::kNotFound, "the execution journal is disabled (--no-journal)");
+  return true;
+}
+
+}  // namespace
+
+void add_journal_routes(RouteTable& routes, Journal& journal) {
+  routes.add("GET", "/journal", [&journal](http::Exchange& ex) {
+    if (disabled(journal, ex)) return;
+    uint64_t since = 0;
+    if (const std::string* raw = protocol::query_value(ex.query, "since")) {
+      auto v = protocol::parse_offset(*raw);
+      if (!v) return ex.respond_error(400, codes::kInvalidRequestBody, "since must be a non-negative integer");
+      since = *v;
+    }
+    auto reader = std::make_unique<JournalReader>(ex, journal, since, query_true(ex, "follow"));
+    JournalReader& r = *reader;
+    ex.attach(std::move(reader));
+    r.start();
+  });
+  routes.add("GET", "/journal/verify", [&journal](http::Exchange& ex) {
+    if (disabled(journal, ex)) return;
+    auto* job = new VerifyJob;
+    job->work.data = job;
+    job->files = journal.files();
+    job->size_cap = journal.current_size();
+    job->head = journal.head();
+    await(ex, *job);
+    int rc = uv_queue_work(journal.loop(), &job->work, verify, [](uv_work_t* w, int) {
+      std::unique_ptr<VerifyJob> j(static_cast<VerifyJob*>(w->data));
+      if (http::Exchange* ex = j->exchange()) ex->respond_json(200, j->answer);
+    });
+    if (rc != 0) {
+      ex.respond_error(500, codes::kRuntimeError, "cannot queue work");
+      delete job;
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------
+// File changes
+
+namespace {
+struct FileChangeJob {
+  uv_work_t work;
+  Context* ctx;
+  std::string op;
+  std::vector<std::string> paths;
+  ojson extra;
+  ojson files = ojson::array();
+};
+
+void describe_files(uv_work_t* w) {
+  auto* j = static_cast<FileChangeJob*>(w->data);
+  for (const std::string& p : j->paths) {
+    ojson f;
+    f["path"] = p;
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0) {
+      f["exists"] = false;
+      j->files.push_back(f);
+      continue;
+    }
+    f["exists"] = true;
+    char mode[8];
+    snprintf(mode, sizeof mode, "%o", st.st_mode & 07777);
+    f["mode"] = mode;
+    f["size"] = static_cast<uint64_t>(st.st_size);
+    if (S_ISREG(st.st_mode)) {
+      int fd = open(p.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        pty::OutputDigest d;
+        std::vector<uint8_t> buf(1 << 16);
+        ssize_t n;
+        while ((n = read(fd, buf.data(), buf.size())) > 0) d.update(buf.data(), static_cast<size_t>(n));
+        ::close(fd);
+        f["sha256"] = d.finish_hex();
+      }
+    } else {
+      f["kind"] = S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "symlink" : "other";
+    }
+    j->files.push_back(f);
+  }
+}
+}  // namespace
+
+void journal_file_change(Context& ctx, std::string op, std::vector<std::string> paths, ojson extra) {
+  if (!ctx.journal || !ctx.journal->enabled() || paths.empty()) return;
+  auto* job = new FileChangeJob{{}, &ctx, std::move(op), std::move(paths), std::move(extra)};
+  job->work.data = job;
+  int rc = uv_queue_work(ctx.loop, &job->work, describe_files, [](uv_work_t* w, int) {
+    std::unique_ptr<FileChangeJob> j(static_cast<FileChangeJob*>(w->data));
+    if (!j->ctx->journal) return;
+    ojson e;
+    e["type"] = "file";
+    e["time"] = rfc3339_nano(unix_ns());
+    e["op"] = j->op;
+    for (auto it = j->extra.begin(); it != j->extra.end(); ++it) e[it.key()] = it.value();
+    e["files"] = j->files;
+    j->ctx->journal->append(e);
+  });
+  if (rc != 0) delete job;
+}
+
+}  // namespace execd::api

@@ -1,0 +1,131 @@
+// protocol/journal: see header.
+#include "protocol/journal.h"
+
+#include <openssl/evp.h>
+
+namespace execd::protocol {
+
+const char* const kJournalGenesis = "0000000000000000000000000000000000000000000000000000000000000000";
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string out(n * 2, '0');
+  for (unsigned i = 0; i < n; ++i) {
+    out[2 * i] = hex[md[i] >> 4];
+    out[2 * i + 1] = hex[md[i] & 15];
+  }
+  return out;
+}
+
+std::string journal_line(uint64_t seq, std::string_view prev, const nlohmann::ordered_json& body) {
+  nlohmann::ordered_json j;
+  j["seq"] = seq;
+  j["prev"] = std::string(prev);
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (it.key() != "seq" && it.key() != "prev") j[it.key()] = it.value();
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+namespace {
+struct Parsed {
+  bool ok = false;
+  uint64_t seq = 0;
+  std::string prev;
+};
+Parsed parse_entry(std::string_view line) {
+  Parsed p;
+  auto j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return p;
+  auto s = j.find("seq");
+  auto v = j.find("prev");
+  if (s == j.end() || !s->is_number_unsigned() || v == j.end() || !v->is_string()) return p;
+  p.seq = s->get<uint64_t>();
+  p.prev = v->get<std::string>();
+  p.ok = true;
+  return p;
+}
+}  // namespace
+
+std::optional<uint64_t> journal_line_seq(std::string_view line) {
+  Parsed p = parse_entry(line);
+  if (!p.ok) return std::nullopt;
+  return p.seq;
+}
+
+JournalVerdict verify_journal(const std::vector<std::string_view>& lines, bool anchored,
+                              const std::optional<JournalHead>& head) {
+  JournalVerdict v;
+  auto fail = [&v](uint64_t at, std::string why) {
+    v.ok = false;
+    v.broken_at = at;
+    v.reason = std::move(why);
+    return v;
+  };
+  std::vector<Parsed> parsed(lines.size());
+  uint64_t expected = 0;  // seq the next entry must carry (0: any, for an unanchored start)
+  if (anchored) expected = 1;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    uint64_t at = expected ? expected : 1;
+    parsed[i] = parse_entry(lines[i]);
+    const Parsed& p = parsed[i];
+    if (!p.ok) return fail(at, "line " + std::to_string(i + 1) + " is not a journal entry (edited or torn)");
+    if (i == 0) v.first_seq = p.seq;
+    if (expected && p.seq != expected) {
+      if (p.seq > expected)
+        return fail(expected, "entry " + std::to_string(expected) + " is missing (next line has seq " +
+                                  std::to_string(p.seq) + ")");
+      return fail(expected, "line " + std::to_string(i + 1) + " has seq " + std::to_string(p.seq) + ", expected " +
+                                std::to_string(expected));
+    }
+    if (i == 0) {
+      if (anchored && p.prev != kJournalGenesis) return fail(p.seq, "first entry does not start the chain");
+    } else if (p.prev != sha256_hex(lines[i - 1])) {
+      // Who changed: line i-1 (then line i+1, or the head, still vouches for
+      // line i) or line i itself.
+      bool next_vouches = false;
+      if (i + 1 < lines.size()) {
+        Parsed n = parse_entry(lines[i + 1]);
+        next_vouches = n.ok && n.prev == sha256_hex(lines[i]);
+      } else if (head) {
+        next_vouches = head->hash == sha256_hex(lines[i]);
+      }
+      if (next_vouches) return fail(p.seq - 1, "entry " + std::to_string(p.seq - 1) + " was changed after it was written");
+      return fail(p.seq, "entry " + std::to_string(p.seq) + " does not match the chain (prev or line changed)");
+    }
+    expected = p.seq + 1;
+    ++v.entries;
+  }
+  if (head && head->seq > 0) {
+    if (lines.empty()) return fail(anchored ? 1 : head->seq, "the journal is empty but " + std::to_string(head->seq) + " entries were written");
+    uint64_t last = expected - 1;
+    if (last < head->seq)
+      return fail(last + 1, "entries " + std::to_string(last + 1) + ".." + std::to_string(head->seq) +
+                                " are missing (truncated)");
+    if (last > head->seq) return fail(head->seq + 1, "entries after " + std::to_string(head->seq) + " were added");
+    if (sha256_hex(lines.back()) != head->hash)
+      return fail(last, "entry " + std::to_string(last) + " was changed after it was written");
+  }
+  return v;
+}
+
+std::vector<std::string_view> split_lines(std::string_view text, bool* torn_tail) {
+  std::vector<std::string_view> out;
+  size_t p = 0;
+  if (torn_tail) *torn_tail = false;
+  while (p < text.size()) {
+    size_t nl = text.find('\n', p);
+    if (nl == std::string_view::npos) {
+      out.push_back(text.substr(p));
+      if (torn_tail) *torn_tail = true;
+      break;
+    }
+    out.push_back(text.substr(p, nl - p));
+    p = nl + 1;
+  }
+  return out;
+}
+
+}  // namespace execd::protocol
