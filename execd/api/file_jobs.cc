@@ -56,13 +56,16 @@ namespace {
 struct FileJob : Awaitable {
   uv_work_t work;
   std::function<FileReply()> job;
+  std::function<void(const FileReply&)> done;
   FileReply reply;
 };
 }  // namespace
 
-void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()> job) {
+void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()> job,
+                  std::function<void(const FileReply&)> done) {
   auto* w = new FileJob;
   w->job = std::move(job);
+  w->done = std::move(done);
   w->work.data = w;
   int rc = uv_queue_work(
       loop, &w->work,
@@ -76,6 +79,7 @@ void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()
       },
       [](uv_work_t* work, int) {
         std::unique_ptr<FileJob> w(static_cast<FileJob*>(work->data));
+        if (w->done) w->done(w->reply);
         if (http::Exchange* ex = w->exchange()) send_reply(*ex, w->reply);
       });
   if (rc != 0) {

@@ -42,7 +42,10 @@ struct FileReply {
 
 // Runs `job` on the threadpool; its reply is sent if the client is still
 // there. `job` must only touch what it captured (no Connection, no loop).
-void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()> job);
+// `done`, if given, runs on the loop with the reply (whether or not the
+// client is still there).
+void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()> job,
+                  std::function<void(const FileReply&)> done = nullptr);
 
 // Runs `blocking` on the threadpool, then `then` on the loop with the
 // exchange, if the client is still there.

@@ -6,6 +6,7 @@
 // threadpool (run_file_job) and map its result to a response.
 #include "execd/api/api.h"
 #include "execd/api/file_jobs.h"
+#include "execd/api/journal.h"
 #include "fs/ops.h"
 #include "protocol/errors.h"
 
@@ -46,6 +47,14 @@ std::optional<nlohmann::json> require_json(Exchange& ex, const protocol::HttpReq
 
 FileReply reply_status(const fs::Status& s) { return s ? FileReply::empty() : FileReply::from(s.error()); }
 
+// The journal hears of a change once its job succeeded.
+void run_change_job(Context& ctx, Exchange& ex, std::string op, std::vector<std::string> paths,
+                    std::function<FileReply()> job) {
+  run_file_job(ctx.loop, ex, std::move(job), [&ctx, op = std::move(op), paths = std::move(paths)](const FileReply& r) {
+    if (r.status < 300) journal_file_change(ctx, op, paths);
+  });
+}
+
 void handle_info(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
   run_file_job(loop, ex, [paths = all_values(q, "path")] {
     auto infos = fs::get_file_info(paths, fs::process_env_lookup());
@@ -54,18 +63,20 @@ void handle_info(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
   });
 }
 
-void handle_delete_files(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
-  run_file_job(loop, ex, [paths = all_values(q, "path")] {
+void handle_delete_files(Context& ctx, Exchange& ex, const QueryParams& q) {
+  run_change_job(ctx, ex, "rm", all_values(q, "path"), [paths = all_values(q, "path")] {
     return reply_status(fs::delete_files(paths, fs::process_env_lookup()));
   });
 }
 
-void handle_permissions(uv_loop_t* loop, Exchange& ex, const protocol::HttpRequest& req) {
+void handle_permissions(Context& ctx, Exchange& ex, const protocol::HttpRequest& req) {
   auto body = require_json(ex, req);
   if (!body) return;
   auto requests = fs::parse_permission_requests(*body);
   if (!requests) return send_reply(ex, FileReply::from(requests.error()));
-  run_file_job(loop, ex, [r = std::move(requests.value())] {
+  std::vector<std::string> paths;
+  for (const auto& r : requests.value()) paths.push_back(r.path);
+  run_change_job(ctx, ex, "chmod", std::move(paths), [r = std::move(requests.value())] {
     return reply_status(fs::set_permissions(r, fs::process_env_lookup()));
   });
 }
@@ -80,24 +91,31 @@ void handle_make_directories(uv_loop_t* loop, Exchange& ex, const protocol::Http
   });
 }
 
-void handle_move(uv_loop_t* loop, Exchange& ex, const protocol::HttpRequest& req) {
+void handle_move(Context& ctx, Exchange& ex, const protocol::HttpRequest& req) {
   auto body = require_json(ex, req);
   if (!body) return;
   auto requests = fs::parse_move_requests(*body);
   if (!requests) return send_reply(ex, FileReply::from(requests.error()));
-  run_file_job(loop, ex, [r = std::move(requests.value())] {
+  std::vector<std::string> paths;
+  for (const auto& r : requests.value()) {
+    paths.push_back(r.src);
+    paths.push_back(r.dest);
+  }
+  run_change_job(ctx, ex, "mv", std::move(paths), [r = std::move(requests.value())] {
     return reply_status(fs::move_files(r, fs::process_env_lookup()));
   });
 }
 
-void handle_replace(uv_loop_t* loop, Exchange& ex, const protocol::HttpRequest& req, const QueryParams& q) {
+void handle_replace(Context& ctx, Exchange& ex, const protocol::HttpRequest& req, const QueryParams& q) {
   auto body = require_json(ex, req);
   if (!body) return;
   auto requests = fs::parse_replace_requests(*body);
   if (!requests) return send_reply(ex, FileReply::from(requests.error()));
   const std::string* verbose = protocol::query_value(q, "verbose");
   bool detailed = verbose && *verbose == "true";
-  run_file_job(loop, ex, [r = std::move(requests.value()), detailed] {
+  std::vector<std::string> paths;
+  for (const auto& r : requests.value()) paths.push_back(r.path);
+  run_change_job(ctx, ex, "replace", std::move(paths), [r = std::move(requests.value()), detailed] {
     auto outcomes = fs::replace_in_files(r, fs::process_env_lookup());
     if (!outcomes) return FileReply::from(outcomes.error());
     return detailed ? FileReply::json(fs::replace_outcomes_json(outcomes.value())) : FileReply::empty();
@@ -141,11 +159,11 @@ void handle_remove_directories(uv_loop_t* loop, Exchange& ex, const QueryParams&
 void add_file_routes(RouteTable& routes, Context& ctx) {
   uv_loop_t* loop = ctx.loop;
   routes.add("GET", "/files/info", [loop](Exchange& ex) { handle_info(loop, ex, ex.query); });
-  routes.add("DELETE", "/files", [loop](Exchange& ex) { handle_delete_files(loop, ex, ex.query); });
-  routes.add("POST", "/files/permissions", [loop](Exchange& ex) { handle_permissions(loop, ex, ex.request()); });
-  routes.add("POST", "/files/mv", [loop](Exchange& ex) { handle_move(loop, ex, ex.request()); });
+  routes.add("DELETE", "/files", [&ctx](Exchange& ex) { handle_delete_files(ctx, ex, ex.query); });
+  routes.add("POST", "/files/permissions", [&ctx](Exchange& ex) { handle_permissions(ctx, ex, ex.request()); });
+  routes.add("POST", "/files/mv", [&ctx](Exchange& ex) { handle_move(ctx, ex, ex.request()); });
   routes.add("GET", "/files/search", [loop](Exchange& ex) { handle_search(loop, ex, ex.query); });
-  routes.add("POST", "/files/replace", [loop](Exchange& ex) { handle_replace(loop, ex, ex.request(), ex.query); });
+  routes.add("POST", "/files/replace", [&ctx](Exchange& ex) { handle_replace(ctx, ex, ex.request(), ex.query); });
   routes.add("GET", "/directories/list", [loop](Exchange& ex) { handle_list(loop, ex, ex.query); });
   routes.add("POST", "/directories", [loop](Exchange& ex) { handle_make_directories(loop, ex, ex.request()); });
   routes.add("DELETE", "/directories", [loop](Exchange& ex) { handle_remove_directories(loop, ex, ex.query); });

@@ -17,6 +17,7 @@
 #include "execd/api/awaiter.h"
 #include "protocol/errors.h"
 #include "protocol/resume.h"
+#include "fs/paths.h"
 #include "pty/digest.h"
 
 namespace execd::api {
@@ -357,8 +358,11 @@ struct FileChangeJob {
 
 void describe_files(uv_work_t* w) {
   auto* j = static_cast<FileChangeJob*>(w->data);
-  for (const std::string& p : j->paths) {
+  for (const std::string& given : j->paths) {
     ojson f;
+    // As the file operations resolve it ($VARs, relative paths).
+    auto resolved = fs::expand_path_abs(given, fs::process_env_lookup());
+    std::string p = resolved ? resolved.value() : given;
     f["path"] = p;
     struct stat st;
     if (lstat(p.c_str(), &st) != 0) {

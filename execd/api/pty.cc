@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +20,7 @@
 #include "protocol/requests.h"
 #include "protocol/websocket.h"
 #include "pty/pty_session.h"
+#include "execd/api/journal.h"
 
 namespace execd::api {
 
@@ -27,9 +30,11 @@ using http::Exchange;
 class PtyClient;
 
 struct PtyEntry final : pty::PtyListener {
-  PtyEntry(Context& ctx, std::string id_)
-      : id(std::move(id_)),
-        session(std::make_unique<pty::PtySession>(ctx.loop, *ctx.reaper, static_cast<size_t>(ctx.config.pty_replay_bytes))) {
+  PtyEntry(Context& ctx_, std::string id_)
+      : ctx(&ctx_),
+        id(std::move(id_)),
+        session(std::make_unique<pty::PtySession>(ctx_.loop, *ctx_.reaper, static_cast<size_t>(ctx_.config.pty_replay_bytes))),
+        created_ns(unix_ns()) {
     session->set_listener(this);
     session->set_on_stdin_drained([this] { stdin_drained(); });
   }
@@ -43,8 +48,10 @@ struct PtyEntry final : pty::PtyListener {
   // Sends `exit` and closes the client's WebSocket; the link is cut.
   void dismiss_client(int exit_code);
 
+  Context* ctx;
   std::string id, cwd, command;
   std::unique_ptr<pty::PtySession> session;
+  int64_t created_ns;
   Link<PtyClient> client;
   bool deleted = false;
 };
@@ -94,7 +101,22 @@ void PtyEntry::dismiss_client(int exit_code) {
   c->ws.close(protocol::ws_close::normal, "process exited");
 }
 
-void PtyEntry::on_pty_exit(int exit_code) { dismiss_client(exit_code); }
+void PtyEntry::on_pty_exit(int exit_code) {
+  if (ctx->journal && ctx->journal->enabled()) {
+    nlohmann::ordered_json e;
+    e["type"] = "pty_session";
+    e["time"] = rfc3339_nano(unix_ns());
+    e["id"] = id;
+    e["command"] = command;
+    e["cwd"] = cwd;
+    e["uid"] = getuid();
+    e["started_at"] = rfc3339_nano(created_ns);
+    e["finished_at"] = rfc3339_nano(unix_ns());
+    e["result"] = {{"exit_code", exit_code}};
+    ctx->journal->append(e);
+  }
+  dismiss_client(exit_code);
+}
 
 void PtyEntry::stdin_drained() {
   if (PtyClient* c = client.get()) c->ws.resume_reading();

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -23,6 +24,7 @@
 #include "protocol/requests.h"
 #include "pty/bash_session.h"
 #include "pty/digest.h"
+#include "execd/api/journal.h"
 
 namespace execd::api {
 
@@ -34,6 +36,10 @@ using http::Exchange;
 class SessionRun final : public pty::BashListener, public ExecutionProducer {
  public:
   explicit SessionRun(pty::BashSession* shell) : shell_(shell) {}
+  // For the journal.
+  Context* ctx = nullptr;
+  std::string session_id, command, cwd;
+  int64_t started_ns = 0;
 
   void on_run_output(pty::Stream s, const uint8_t* data, size_t len) override {
     digest_[static_cast<int>(s)].update(data, len);
@@ -43,7 +49,6 @@ class SessionRun final : public pty::BashListener, public ExecutionProducer {
   void on_run_finished(const pty::RunOutcome& o) override {
     shell_ = nullptr;
     ExecutionStream* st = stream.get();
-    if (!st) return;
     protocol::ExecutionResult r;
     r.exit_code = o.exit_code;
     set_signal(r, o.signal);
@@ -54,7 +59,33 @@ class SessionRun final : public pty::BashListener, public ExecutionProducer {
     r.stderr_bytes = digest_[1].bytes();
     r.stdout_sha256 = digest_[0].finish_hex();
     r.stderr_sha256 = digest_[1].finish_hex();
-    st->finish(r);
+    journal(r);
+    if (st) st->finish(r);
+  }
+
+  void journal(const protocol::ExecutionResult& r) {
+    if (!ctx || !ctx->journal || !ctx->journal->enabled()) return;
+    nlohmann::ordered_json e;
+    e["type"] = "session_run";
+    e["time"] = rfc3339_nano(unix_ns());
+    e["session"] = session_id;
+    e["command"] = command;
+    e["cwd"] = cwd;
+    e["uid"] = getuid();
+    e["started_at"] = rfc3339_nano(started_ns);
+    e["finished_at"] = rfc3339_nano(unix_ns());
+    nlohmann::ordered_json out;
+    out["exit_code"] = r.exit_code ? nlohmann::ordered_json(*r.exit_code) : nlohmann::ordered_json();
+    out["signal"] = r.signal.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.signal);
+    out["timed_out"] = r.timed_out;
+    out["interrupted"] = r.interrupted;
+    out["execution_time_ms"] = r.execution_time_ms;
+    out["stdout_bytes"] = r.stdout_bytes;
+    out["stderr_bytes"] = r.stderr_bytes;
+    out["stdout_sha256"] = r.stdout_sha256;
+    out["stderr_sha256"] = r.stderr_sha256;
+    e["result"] = out;
+    ctx->journal->append(e);
   }
 
   void set_client_paused(bool paused) override {
@@ -225,13 +256,18 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
         }
         job->prepared = pty::BashSession::prepare_run(file, pid, command, timeout_ms);
       },
-      [&reg, job, id, cwd, timeout_ms](Exchange& ex) {
+      [&reg, job, id, command, cwd, timeout_ms](Exchange& ex) {
         if (!job->problem.empty())
           return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + job->problem);
         // The session may have gone or become busy while the job ran.
         if (refuse_run(reg, ex, id)) return;
         SessionEntry* e = reg.find(id);
         auto run = std::make_unique<SessionRun>(e->shell);
+        run->ctx = &reg.ctx();
+        run->session_id = id;
+        run->command = command;
+        run->cwd = cwd;
+        run->started_ns = unix_ns();
         std::string err;
         auto status = e->shell->run(std::exchange(job->prepared, {}), cwd, timeout_ms, run.get(), err);
         if (status != pty::BashSession::RunStatus::started)

@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "execd/api/api.h"
+#include "execd/api/journal.h"
 #include "execd/link.h"
 
 #include <sys/stat.h>
@@ -195,6 +196,8 @@ class Upload {
  public:
   explicit Upload(uv_loop_t* loop) : loop_(loop) {}
   Link<UploadBody> client;
+  Context* ctx = nullptr;                 // for the journal
+  std::vector<std::string> journal_paths;  // as given
 
   Exchange* conn() { return client ? &client->exchange() : nullptr; }
 
@@ -303,6 +306,7 @@ class Upload {
     if (!spec) return fail(FileReply::error(400, codes::kInvalidFileMetadata, spec.error().message));
     WriteOp op = WriteOp::make(WriteOp::open, metadata_parts_++);
     op.path = path->get<std::string>();
+    journal_paths.push_back(op.path);
     op.spec = std::move(spec.value());
     enqueue(std::move(op));
   }
@@ -404,6 +408,7 @@ class Upload {
   void maybe_respond() {
     if (!body_done_ || in_flight_ || !queue_.empty() || responded_) return;
     responded_ = true;
+    if (!failure_ && ctx) journal_file_change(*ctx, "upload", journal_paths);
     Exchange* ex = conn();
     if (!ex) return;
     client.cut();
@@ -444,6 +449,7 @@ void UploadBody::stop() {
 void upload_head(Context& ctx, Exchange& ex) {
   auto body = std::make_unique<UploadBody>(ex);
   auto* up = new Upload(ctx.loop);
+  up->ctx = &ctx;
   link(*body, body->upload, *up, up->client);
   ex.attach(std::move(body));
   up->begin(ex.request());
