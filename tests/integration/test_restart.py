@@ -1,0 +1,121 @@
+"""Records across restarts (issue 13): execd is SIGKILLed mid-run and started
+again on the same state dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import uuid
+
+import pytest
+
+from execd_client import SLOW, execd_bin, parse_stream, pids_with_cmdline, reconstruct, start_execd, wait_until
+
+
+def test_sigkill_mid_run_then_restart(execd_factory, tmp_path):
+    state = tmp_path / "state"
+    marker = f"restart-{uuid.uuid4().hex[:8]}"
+    ex = execd_factory(state_dir=state, check_exit=False)
+    done = ex.run("echo finished; echo e >&2; exit 4", exact=True, id="done-1")
+    assert done.terminal["exit_code"] == 4
+    ex.run(f"echo before; exec -a {marker} sleep 1000", id="lost-1", background=True)
+    ex.run(f"bash -c 'exec -a {marker}-child sleep 1000' & echo forked; wait", id="lost-2", background=True)
+    wait_until(lambda: len(pids_with_cmdline(marker)) >= 3, 10 * SLOW, what="both sleeps (and a shell) running")
+    wait_until(lambda: ex.logs("lost-2")[2] == b"forked\n", 10 * SLOW, what="lost-2 output")
+    ex.proc.send_signal(signal.SIGKILL)
+    ex.proc.wait()
+    assert len(pids_with_cmdline(marker)) >= 3  # orphans, until the restart
+
+    ex2 = execd_factory(state_dir=state)
+    # Nothing keeps running unseen.
+    wait_until(lambda: not pids_with_cmdline(marker), 10 * SLOW, what="lost process groups ended")
+    for cid, out in [("lost-1", b"before\n"), ("lost-2", b"forked\n")]:
+        st, js = ex2.status(cid)
+        assert st == 200, js
+        assert js["running"] is False and js["lost"] is True, js
+        assert "exit_code" not in js
+        assert ex2.logs(cid)[2] == out
+        st, h, raw = ex2.request("GET", f"/command/{cid}/stream")
+        events = parse_stream(raw, True)
+        assert reconstruct(events)[0] == out
+        assert events[-1]["type"] == "error" or events[-1].get("exit_code") is None, events[-1]
+    st, js = ex2.status("done-1")
+    assert js["exit_code"] == 4 and js["stdout_sha256"] == done.terminal["stdout_sha256"], js
+    st, h, raw = ex2.request("GET", "/command/done-1/stream?stderr=0")
+    events = parse_stream(raw, True)
+    strip = lambda e: {k: v for k, v in e.items() if k != "timestamp"}  # noqa: E731
+    assert strip(events[-1]) == strip(done.terminal)
+    assert reconstruct(events) == (b"finished\n", b"e\n")
+    # The same id with the same request attaches to the reloaded record.
+    again = ex2.run("echo finished; echo e >&2; exit 4", exact=True, id="done-1")
+    assert again.stdout == b"finished\n" and again.terminal["exit_code"] == 4
+    assert "2 lost" in ex2.stderr_text()
+    # The journal says it too, and its chain holds across the restart.
+    st, h, raw = ex2.request("GET", "/journal")
+    entries = [__import__("json").loads(l) for l in raw.splitlines() if l]
+    lost = {e["id"] for e in entries if e["type"] == "command" and e["result"]["lost"]}
+    assert lost == {"lost-1", "lost-2"}
+    assert ex2.json("GET", "/journal/verify")[1]["ok"] is True
+
+
+def test_torn_records_are_skipped_and_counted(execd_factory, tmp_path):
+    state = tmp_path / "state"
+    ex = execd_factory(state_dir=state)
+    ex.run("echo a", id="keep-1")
+    ex.run("echo b", id="torn-1")
+    assert ex.stop() == 0
+    rec = state / "torn-1.record"
+    rec.write_bytes(rec.read_bytes()[:40])
+    (state / "junk.record.tmp").write_bytes(b"half a record")
+    ex2 = execd_factory(state_dir=state)
+    assert ex2.status("keep-1")[1]["exit_code"] == 0
+    assert ex2.status("torn-1")[0] == 404
+    assert "1 torn records skipped" in ex2.stderr_text()
+    assert not (state / "junk.record.tmp").exists()
+
+
+def test_expired_records_are_gone_after_a_restart(execd_factory, tmp_path):
+    state = tmp_path / "state"
+    ex = execd_factory("--retention", "300ms", state_dir=state)
+    ex.run("echo old", id="old-1")
+    assert ex.stop() == 0
+    wait_until(lambda: True, 1)
+    ex2 = execd_factory("--retention", "300ms", state_dir=state)
+    wait_until(lambda: ex2.status("old-1")[0] == 404, 10 * SLOW, what="the old record to expire")
+    wait_until(lambda: not list(state.glob("old-1.*")), 10 * SLOW, what="its files removed")
+
+
+def test_one_execd_per_state_dir(execd_factory, tmp_path):
+    state = tmp_path / "state"
+    execd_factory(state_dir=state)
+    proc, pump = start_execd(state_dir=state, wait=False)
+    assert proc.wait(20 * SLOW) == 1
+    pump.join(5)
+    assert "in use by another execd" in pump.text()
+
+
+def test_default_state_dir_is_var_lib_execd(tmp_path):
+    """Without --state-dir, records go to /var/lib/execd (created 0700). Runs
+    only where that directory does not exist yet, and removes it after."""
+    default = "/var/lib/execd"
+    if os.path.exists(default):
+        pytest.skip(f"{default} exists on this machine; not touching it")
+    if not os.access(os.path.dirname(default), os.W_OK):
+        pytest.skip("cannot create /var/lib/execd here")
+    proc = subprocess.Popen([execd_bin(), "--host", "127.0.0.1", "--port", "0", "--insecure-no-auth"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        line = b""
+        while b"listening on" not in line:
+            line = proc.stderr.readline()
+            assert line, "execd exited"
+        assert b"state dir /var/lib/execd" in line, line
+        assert stat.S_IMODE(os.stat(default).st_mode) == 0o700
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15 * SLOW) == 0
+        proc.stderr.close()
+        shutil.rmtree(default, ignore_errors=True)
