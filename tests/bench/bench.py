@@ -65,9 +65,13 @@ def pct(values, p):
 
 class Daemon:
     def __init__(self, binary, *extra):
+        import tempfile
         self.token = secrets.token_hex(16)
+        # Never the machine's /var/lib/execd: a private state dir per daemon.
+        self.state_dir = tempfile.mkdtemp(prefix="execd-bench-")
         self.proc = subprocess.Popen(
-            [binary, "--host", "127.0.0.1", "--port", "0", "--access-token", self.token, *extra],
+            [binary, "--host", "127.0.0.1", "--port", "0", "--access-token", self.token,
+             "--state-dir", self.state_dir, *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.port = None
         self.errlog = bytearray()
@@ -96,6 +100,7 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        shutil.rmtree(self.state_dir, ignore_errors=True)
         return self.proc.returncode
 
 
@@ -158,12 +163,14 @@ def free_port():
 
 
 def bench_startup(binary, runs):
+    import tempfile
     times = []
+    state_dir = tempfile.mkdtemp(prefix="execd-bench-")
     for _ in range(runs):
         port = free_port()
         t0 = time.perf_counter()
         p = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(port),
-                              "--access-token", "t", "--log-level", "warn"],
+                              "--access-token", "t", "--log-level", "warn", "--state-dir", state_dir],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         ok = False
@@ -190,6 +197,7 @@ def bench_startup(binary, runs):
         p.wait(10)
         if ok:
             times.append(dt * 1e3)
+    shutil.rmtree(state_dir, ignore_errors=True)
     return {"median_ms": statistics.median(times) if times else float("nan"),
             "min_ms": min(times) if times else float("nan"), "ok": len(times), "runs": runs}
 
