@@ -314,8 +314,12 @@ def test_json_log_format(execd_factory):
 def run_cli(*args, env=None, timeout=10):
     e = dict(os.environ if env is None else env)
     e.pop("EXECD_ACCESS_TOKEN", None) if env is None else None
-    return subprocess.run([execd_bin(), *args], capture_output=True, timeout=timeout * SLOW, env=e,
-                          stdin=subprocess.DEVNULL)
+    # A private state dir first (a later --state-dir in `args` wins): a run
+    # that gets as far as creating it must not touch /var/lib/execd.
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="execd-cli-") as state:
+        return subprocess.run([execd_bin(), "--state-dir", state, *args], capture_output=True,
+                              timeout=timeout * SLOW, env=e, stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("args", [
