@@ -143,7 +143,10 @@ class JournalReader final : public http::Source {
  public:
   JournalReader(http::Exchange& ex, Journal& j, uint64_t since, bool follow)
       : ex_(ex), journal_(j), last_(since), follow_(follow) {}
-  ~JournalReader() override { journal_.unfollow(this); }
+  ~JournalReader() override {
+    journal_.unfollow(this);
+    if (job_) job_->reader = nullptr;
+  }
 
   void start() {
     ex_.begin_chunked(200, {"Content-Type: application/x-ndjson", "Cache-Control: no-cache", "X-Accel-Buffering: no"});

@@ -116,3 +116,26 @@ def test_no_journal_flag(execd_factory):
     ex.run("true")
     assert ex.request("GET", "/journal")[0] == 404
     assert ex.request("GET", "/journal/verify")[0] == 404
+
+
+def test_journal_readers_that_reset_at_each_phase(execd_factory):
+    """Catching up from a large journal, right after the head, while
+    following, and verify: each client resets; writers and the chain carry on."""
+    ex = execd_factory("--journal-max-bytes", str(1 << 20))
+    for i in range(200):
+        ex.run("true", id=f"many-{i:03d}")
+    for phase in range(3):
+        r = EventReader(ex, "GET", "/journal?follow=true")
+        if phase >= 1:
+            r.resp.readline()
+        if phase >= 2:
+            r.resp.read(30000)
+        r.kill()
+    import socket as _s
+    s = _s.create_connection((ex.host, ex.port))
+    s.sendall(f"GET /journal/verify HTTP/1.1\r\nHost: x\r\nX-EXECD-ACCESS-TOKEN: {ex.token}\r\n\r\n".encode())
+    reset(s)
+    ex.run("true", id="after")
+    wait_until(lambda: entries(ex, since=200) and entries(ex, since=200)[0]["id"] == "after", 10 * SLOW,
+               what="the entry after the resets")
+    assert ex.json("GET", "/journal/verify")[1]["ok"] is True
