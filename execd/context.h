@@ -14,6 +14,7 @@ namespace execd {
 
 namespace api {
 class Journal;
+class CommandRegistry;
 }
 
 struct Context {
@@ -26,6 +27,8 @@ struct Context {
   bool shutting_down = false;
   // The execution journal (always set by the Daemon; disabled with --no-journal).
   api::Journal* journal = nullptr;
+  // Command records (bash session runs keep theirs there too, to be resumable).
+  api::CommandRegistry* commands = nullptr;
 };
 
 // Milliseconds since the Unix epoch (event timestamps).

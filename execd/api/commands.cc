@@ -566,6 +566,7 @@ void write_record(uv_work_t* w) {
 }  // namespace
 
 CommandRegistry::CommandRegistry(Context& ctx) : ctx_(ctx) {
+  ctx.commands = this;
   uv_timer_init(ctx.loop, &sweep_timer_);
   sweep_timer_.data = this;
   sweep_period_ = static_cast<uint64_t>(std::clamp<int64_t>(ctx.config.retention_ms / 4, 100, 10000));
@@ -574,7 +575,7 @@ CommandRegistry::CommandRegistry(Context& ctx) : ctx_(ctx) {
   load();
 }
 
-CommandRegistry::~CommandRegistry() = default;
+CommandRegistry::~CommandRegistry() { ctx_.commands = nullptr; }
 
 void CommandRegistry::close() {
   closed_ = true;
@@ -713,6 +714,23 @@ CommandRecord* CommandRegistry::create(std::string id, std::string content, bool
   return raw;
 }
 
+CommandRecord* CommandRegistry::create_external(std::string id, std::string content) {
+  if (find(id)) return nullptr;
+  CommandRecord* r = create(std::move(id), std::move(content), false);
+  r->external = true;
+  r->fingerprint = "session-run";
+  r->started_ns = unix_ns();
+  persist(r);
+  return r;
+}
+
+void CommandRegistry::finish_external(CommandRecord* r, const pty::Outcome& outcome) {
+  if (r->done()) return;
+  r->outcome = outcome;
+  r->finished_ns = unix_ns();
+  finished(r);
+}
+
 CommandRecord* CommandRegistry::find(const std::string& id) {
   auto it = records_.find(id);
   return it == records_.end() ? nullptr : it->second.get();
@@ -755,7 +773,8 @@ void CommandRegistry::persist(CommandRecord* r) {
 }
 
 void CommandRegistry::journal_finished(CommandRecord* r) {
-  if (!ctx_.journal || !ctx_.journal->enabled()) return;
+  // A session run has its own entry (type session_run).
+  if (r->external || !ctx_.journal || !ctx_.journal->enabled()) return;
   protocol::ExecutionResult res = r->result();
   nlohmann::ordered_json e;
   e["type"] = "command";
@@ -1259,6 +1278,14 @@ void add_command_routes(RouteTable& routes, CommandRegistry& commands, SessionRe
              [&commands](http::Exchange& ex) { handle_logs(commands, ex, ex.params.get("id")); });
   routes.add("GET", "/command/:id/stream",
              [&commands](http::Exchange& ex) { handle_stream(commands, ex, ex.params.get("id")); });
+  // The latest run of a bash session (its record id is "<session>.<n>", also
+  // in the run response's EXECD-RUN-ID header).
+  routes.add("GET", "/session/:id/stream", [&commands, &sessions](http::Exchange& ex) {
+    std::string run = sessions.latest_run(ex.params.get("id"));
+    if (run.empty())
+      return ex.respond_error(404, codes::kContextNotFound, "session " + ex.params.get("id") + " has no run to stream");
+    handle_stream(commands, ex, run);
+  });
   routes.add_streaming(
       "POST", "/command/:id/stdin", [&commands](http::Exchange& ex) { stdin_head(commands, ex); }, stdin_complete);
 }

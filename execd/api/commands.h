@@ -52,7 +52,7 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   void update_pause();
   // Finished, failed to start, or lost: the result below is final.
   bool done() const { return outcome.has_value() || final_result.has_value(); }
-  bool starting() const { return !done() && !cmd && !reloaded; }
+  bool starting() const { return !done() && !cmd && !reloaded && !external; }
   protocol::ExecutionResult result() const;
   uint64_t result_bytes(int s) const;
   std::string status_json() const;
@@ -66,6 +66,7 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   std::optional<uint32_t> uid, gid;
   bool background = false, tty = false, stdin_open = false;
   bool reloaded = false, lost = false;
+  bool external = false;  // a bash session run: output and outcome come from the session
   int64_t started_ns = 0, finished_ns = 0;
   pty::Command* cmd = nullptr;  // released when the command finishes
   std::optional<pty::Outcome> outcome;
@@ -97,6 +98,10 @@ class CommandRegistry {
 
   // `id` empty: a fresh random one.
   CommandRecord* create(std::string id, std::string content, bool background);
+  // A record whose output and outcome someone else delivers (a bash session
+  // run): on_output(), then finish_external().
+  CommandRecord* create_external(std::string id, std::string content);
+  void finish_external(CommandRecord* r, const pty::Outcome& outcome);
   CommandRecord* find(const std::string& id);
   void finished(CommandRecord* r);
   // A reserved record whose start was refused before it ran: forgotten.

@@ -17,13 +17,13 @@ void ExecutionStream::drop_producer() {
   }
 }
 
-void ExecutionStream::start(ExecutionProducer& p, std::string_view id) {
+void ExecutionStream::start(ExecutionProducer& p, std::string_view id, std::vector<std::string> extra_headers) {
   link(*this, producer, p, p.stream);
   // The head goes out with init and the first ping, in one write.
-  ex_.begin_chunked(200,
-                    {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
-                     "X-Accel-Buffering: no"},
-                    /*flush_now=*/false);
+  std::vector<std::string> headers = {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
+                                      "X-Accel-Buffering: no"};
+  for (auto& h : extra_headers) headers.push_back(std::move(h));
+  ex_.begin_chunked(200, std::move(headers), /*flush_now=*/false);
   std::string buf = ex_.take_buffer();
   int64_t now = unix_ms();
   enc_.init(buf, id, now);

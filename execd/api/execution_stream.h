@@ -40,7 +40,7 @@ class ExecutionStream final : public http::Source {
 
   // Links `producer` to this stream, writes the head, `init` with `id`, and
   // the first ping.
-  void start(ExecutionProducer& producer, std::string_view id);
+  void start(ExecutionProducer& producer, std::string_view id, std::vector<std::string> extra_headers = {});
   void output(protocol::OutputStream s, const uint8_t* data, size_t len);
   // Flushes held-back output, writes the terminal event, ends the response.
   void finish(const protocol::ExecutionResult& result);

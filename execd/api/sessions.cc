@@ -25,6 +25,8 @@
 #include "pty/bash_session.h"
 #include "pty/digest.h"
 #include "execd/api/journal.h"
+#include "execd/api/commands.h"
+#include <signal.h>
 
 namespace execd::api {
 
@@ -43,6 +45,7 @@ class SessionRun final : public pty::BashListener, public ExecutionProducer {
 
   void on_run_output(pty::Stream s, const uint8_t* data, size_t len) override {
     digest_[static_cast<int>(s)].update(data, len);
+    if (record) record->on_output(s, data, len);
     if (ExecutionStream* st = stream.get()) st->output(static_cast<protocol::OutputStream>(s), data, len);
   }
 
@@ -60,6 +63,20 @@ class SessionRun final : public pty::BashListener, public ExecutionProducer {
     r.stdout_sha256 = digest_[0].finish_hex();
     r.stderr_sha256 = digest_[1].finish_hex();
     journal(r);
+    if (record) {
+      pty::Outcome out;
+      out.exit_code = o.exit_code;
+      out.signal = o.signal;
+      out.timed_out = o.timed_out;
+      out.interrupted = o.interrupted;
+      out.duration_ms = o.duration_ms;
+      out.bytes[0] = r.stdout_bytes;
+      out.bytes[1] = r.stderr_bytes;
+      out.sha256[0] = r.stdout_sha256;
+      out.sha256[1] = r.stderr_sha256;
+      CommandRecord* rec = std::exchange(record, nullptr);
+      if (ctx && ctx->commands) ctx->commands->finish_external(rec, out);
+    }
     if (st) st->finish(r);
   }
 
@@ -92,14 +109,31 @@ class SessionRun final : public pty::BashListener, public ExecutionProducer {
     if (shell_) shell_->set_paused(paused);
   }
   void client_gone() override {
-    // The run goes on; its output is dropped. (Detaching unpauses the shell,
+    // The run goes on. With a record, its output still goes there (for
+    // GET /session/{id}/stream): just stop waiting for the client.
+    if (record) {
+      if (shell_) shell_->set_paused(false);
+      return;
+    }
+    // Without, its output is dropped. (Detaching unpauses the shell,
     // which may complete the run at once: forget the shell first.)
     pty::BashSession* shell = shell_;
     shell_ = nullptr;
     if (shell) shell->detach_listener();
   }
-  // The session is going away with the run.
-  void forget_shell() { shell_ = nullptr; }
+  // The session is going away with the run: a record still open says it was killed.
+  void forget_shell() {
+    shell_ = nullptr;
+    if (CommandRecord* rec = std::exchange(record, nullptr)) {
+      pty::Outcome out;
+      out.signal = SIGKILL;
+      out.bytes[0] = rec->produced[0];
+      out.bytes[1] = rec->produced[1];
+      if (ctx && ctx->commands) ctx->commands->finish_external(rec, out);
+    }
+  }
+  // The run's command record (resumable by offset), until it finishes.
+  CommandRecord* record = nullptr;
 
  private:
   pty::BashSession* shell_;
@@ -111,6 +145,8 @@ struct SessionEntry {
   pty::BashSession* shell = nullptr;  // nullptr once destroyed
   bool dead = false;
   std::unique_ptr<SessionRun> run;
+  uint64_t runs = 0;
+  std::string last_run;  // command record id of the latest run
 };
 
 SessionRegistry::SessionRegistry(Context& ctx) : ctx_(ctx) {}
@@ -133,6 +169,11 @@ SessionEntry* SessionRegistry::create(const std::string& cwd, std::string& error
   shell->set_on_gone([this, id = raw->id, shell] { gone(id, shell); });
   entries_[raw->id] = std::move(e);
   return raw;
+}
+
+std::string SessionRegistry::latest_run(const std::string& id) {
+  SessionEntry* e = find(id);
+  return e ? e->last_run : std::string();
 }
 
 SessionEntry* SessionRegistry::find(const std::string& id) {
@@ -268,15 +309,25 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
         run->command = command;
         run->cwd = cwd;
         run->started_ns = unix_ns();
+        std::string run_id = id + "." + std::to_string(++e->runs);
+        if (reg.ctx().commands) run->record = reg.ctx().commands->create_external(run_id, command);
         std::string err;
         auto status = e->shell->run(std::exchange(job->prepared, {}), cwd, timeout_ms, run.get(), err);
-        if (status != pty::BashSession::RunStatus::started)
+        if (status != pty::BashSession::RunStatus::started) {
+          if (run->record) {
+            run->record->start_error = err;
+            CommandRecord* rec = std::exchange(run->record, nullptr);
+            rec->final_result = rec->result();
+            reg.ctx().commands->finished(rec);
+          }
           return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
+        }
+        if (run->record) e->last_run = run_id;
         e->run = std::move(run);
         auto stream = std::make_unique<ExecutionStream>(ex, framing_for(reg.ctx(), ex));
         ExecutionStream& s = *stream;
         ex.attach(std::move(stream));
-        s.start(*e->run, id);
+        s.start(*e->run, id, {"EXECD-RUN-ID: " + run_id});
       });
 }
 

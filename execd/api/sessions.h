@@ -29,6 +29,8 @@ class SessionRegistry {
 
   SessionEntry* create(const std::string& cwd, std::string& error);
   SessionEntry* find(const std::string& id);
+  // The command record id of the session's latest run ("" if none).
+  std::string latest_run(const std::string& id);
   // Kills everything the session started; the shell object goes once reaped.
   void remove(const std::string& id);
   // DELETE /command?id=<session id>: stops the session's current run (the Go

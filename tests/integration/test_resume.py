@@ -222,3 +222,32 @@ def test_new_routes_need_the_token(execd):
                          ("GET", "/journal"), ("GET", "/journal/verify")]:
         st, h, body = execd.request(method, path, token=False)
         assert st == 401, (method, path, st)
+
+
+def test_bash_session_run_resumes_after_its_client_left(execd):
+    st, js = execd.json("POST", "/session", {})
+    sid = js["session_id"]
+    body = {"command": "echo one; sleep 0.5; echo two; echo err >&2"}
+    r = EventReader(execd, "POST", f"/session/{sid}/run", body)
+    run_id = r.resp.getheader("EXECD-RUN-ID")
+    assert run_id == f"{sid}.1"
+    it = r.events()
+    assert next(it)["type"] == "init"
+    r.kill()  # the client leaves; the run goes on and keeps its output
+    js = execd.wait_finished(run_id)
+    assert js["exit_code"] == 0 and js["stdout_bytes"] == 8
+    st, h, raw = execd.request("GET", f"/session/{sid}/stream?stdout=4")
+    events = parse_stream(raw, True)
+    outs = [e for e in events if e["type"] == "stdout"]
+    assert outs[0]["offset"] == 4 and "".join(e["text"] for e in outs) == "two\n"
+    term = events[-1]
+    assert term["type"] == "execution_complete" and term["stdout_bytes"] == 8
+    assert term["stdout_sha256"] == hashlib.sha256(b"one\ntwo\n").hexdigest()
+    st, h, raw = execd.request("GET", f"/command/{run_id}/stream")
+    assert reconstruct(parse_stream(raw, True)) == (b"one\ntwo\n", b"err\n")
+    # A second run gets the next id; the session stream follows the latest.
+    res = execd.request("POST", f"/session/{sid}/run", {"command": "echo three"})
+    assert res[1]["execd-run-id"] == f"{sid}.2"
+    st, h, raw = execd.request("GET", f"/session/{sid}/stream")
+    assert reconstruct(parse_stream(raw, True))[0] == b"three\n"
+    assert execd.request("GET", "/session/nope/stream")[0] == 404
