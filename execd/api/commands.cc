@@ -612,6 +612,10 @@ void CommandRegistry::load() {
   int64_t now = unix_ns();
   std::vector<std::unique_ptr<CommandRecord>> loaded;
   for (const std::string& name : names) {
+    if (name.rfind("session-", 0) == 0 && ends_with(name, ".sh")) {
+      unlink((dir + "/" + name).c_str());  // a bash session's run script; sessions do not survive restarts
+      continue;
+    }
     if (ends_with(name, ".record.tmp")) {
       unlink((dir + "/" + name).c_str());  // a write that never finished
       continue;

@@ -70,11 +70,13 @@ def test_torn_records_are_skipped_and_counted(execd_factory, tmp_path):
     rec = state / "torn-1.record"
     rec.write_bytes(rec.read_bytes()[:40])
     (state / "junk.record.tmp").write_bytes(b"half a record")
+    (state / "session-0d1e-3.sh").write_bytes(b"echo left by a crash")
     ex2 = execd_factory(state_dir=state)
     assert ex2.status("keep-1")[1]["exit_code"] == 0
     assert ex2.status("torn-1")[0] == 404
     assert "1 torn records skipped" in ex2.stderr_text()
     assert not (state / "junk.record.tmp").exists()
+    assert not (state / "session-0d1e-3.sh").exists()
 
 
 def test_expired_records_are_gone_after_a_restart(execd_factory, tmp_path):

@@ -295,3 +295,24 @@ TEST_CASE("config: execd's own flags still work") {
   CHECK(p.cfg.pty_replay_bytes == 4096);
   CHECK(p.cfg.init_mode);
 }
+
+TEST_CASE("config: state dir, journal and stdin flags") {
+  Parsed d = parse({"--insecure-no-auth"});
+  REQUIRE(d.error.empty());
+  CHECK(d.cfg.state_dir.empty());  // main picks execd::kDefaultStateDir
+  CHECK_FALSE(d.cfg.state_dir_given);
+  CHECK(std::string(execd::kDefaultStateDir) == "/var/lib/execd");
+  CHECK(d.cfg.journal);
+  CHECK(d.cfg.journal_max_bytes == 16ll << 20);
+  CHECK(d.cfg.stdin_timeout_ms == 30000);
+  Parsed p = parse({"--insecure-no-auth", "--state-dir", "/tmp/x", "--no-journal", "--journal-max-bytes=8192",
+                    "--stdin-timeout", "1.5s"});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.state_dir_given);
+  CHECK_FALSE(p.cfg.journal);
+  CHECK(p.cfg.journal_max_bytes == 8192);
+  CHECK(p.cfg.stdin_timeout_ms == 1500);
+  CHECK_FALSE(parse({"--insecure-no-auth", "--journal-max-bytes", "10"}).error.empty());
+  CHECK_FALSE(parse({"--insecure-no-auth", "--stdin-timeout", "soon"}).error.empty());
+  CHECK_FALSE(parse({"--insecure-no-auth", "--no-journal=maybe"}).error.empty());
+}
