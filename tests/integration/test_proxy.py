@@ -25,15 +25,18 @@ from pathlib import Path
 import pytest
 import websockets
 
-from execd_client import SLOW, TOKEN_HEADER, vm_rss_kib, wait_until
+from execd_client import SANITIZED, SLOW, TOKEN_HEADER, vm_rss_kib, wait_until
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import proxy_services  # noqa: E402
 
-SANITIZED = bool(os.environ.get("EXECD_SANITIZED"))
 GIB = 1 << 30
 BIG = GIB if not SANITIZED else 256 << 20  # the ASan build is several times slower per byte
+# Growth allowed while a peer is stalled: two write queues' worth and change.
+# ASan's quarantine keeps freed buffers (up to 256 MiB) resident, so there the
+# bound only catches gross buffering; the plain build holds the tight one.
+RSS_GROWTH_KIB = (320 if SANITIZED else 48) * 1024
 
 
 @pytest.fixture(scope="module")
@@ -314,7 +317,7 @@ def test_upload_chunked_to_slow_reader_bounded_memory(execd, services):
         t.join()
     assert r.status == 200, body
     assert json.loads(body) == {"sha256": proxy_services.expected_sha(size), "size": size, "chunked": True}
-    assert peak[0] - rss0 < 48 * 1024, (rss0, peak[0])
+    assert peak[0] - rss0 < RSS_GROWTH_KIB, (rss0, peak[0])
 
 
 def test_slow_client_download_bounded_memory(execd, services):
@@ -340,7 +343,7 @@ def test_slow_client_download_bounded_memory(execd, services):
     finally:
         s.close()
     assert n == size and h.hexdigest() == proxy_services.expected_sha(size)
-    assert peak - rss0 < 48 * 1024, (rss0, peak)
+    assert peak - rss0 < RSS_GROWTH_KIB, (rss0, peak)
 
 
 def test_sse_and_long_poll_flush_as_written(execd, services):
