@@ -68,8 +68,7 @@ def make_app() -> web.Application:
             "method": request.method,
             "raw_path": request.raw_path,
             "version": f"{request.version.major}.{request.version.minor}",
-            "headers": [[k, v] for k, v in request.raw_headers_decoded()] if hasattr(request, "raw_headers_decoded")
-            else [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.raw_headers],
+            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.raw_headers],
             "body_len": len(body),
         }, headers={"Connection": "keep-alive, X-Hop", "X-Hop": "1", "Keep-Alive": "timeout=5",
                     "X-End": "kept", "Proxy-Authenticate": "Basic"})
@@ -130,7 +129,6 @@ def make_app() -> web.Application:
         resp = web.StreamResponse(headers={"Content-Length": str(4 * BLOCK)})
         await resp.prepare(request)
         await resp.write(data)
-        await resp.drain() if hasattr(resp, "drain") else None
         sock = request.transport.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         request.transport.abort()
