@@ -19,6 +19,8 @@ import argparse
 import os
 import re
 import secrets
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -148,8 +150,16 @@ def main():
     args = ap.parse_args()
 
     size = args.size_mib * MiB
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # run the cleanup below
     tmp = tempfile.mkdtemp(prefix="bench-proxy-")
     big = os.path.join(tmp, "big")
+    try:
+        run(args, size, big)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args, size: int, big: str):
     with open(big, "wb") as f:
         block = os.urandom(MiB)
         for _ in range(args.size_mib):
@@ -201,8 +211,6 @@ def main():
         proc.terminate()
         proc.wait(timeout=10)
         svc.sock.close()
-        os.unlink(big)
-        os.rmdir(tmp)
     sys.exit(0 if ok else 1)
 
 

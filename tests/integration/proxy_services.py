@@ -20,6 +20,7 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import socket
 import struct
 import sys
@@ -182,8 +183,7 @@ async def tunnel_client(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         writer.close()
 
 
-def start_plain() -> int:
-    root = tempfile.mkdtemp(prefix="proxy-plain-")
+def start_plain(root: str) -> int:
     with open(os.path.join(root, "hello.txt"), "w") as f:
         f.write("hello from http.server\n")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=root)
@@ -203,10 +203,14 @@ async def main():
     ws_port = ws_server.sockets[0].getsockname()[1]
     tunnel = await asyncio.start_server(tunnel_client, "127.0.0.1", 0)
     tunnel_port = tunnel.sockets[0].getsockname()[1]
-    plain_port = start_plain()
+    root = tempfile.mkdtemp(prefix="proxy-plain-")
+    plain_port = start_plain(root)
     print(json.dumps({"aiohttp": app_port, "ws": ws_port, "tunnel": tunnel_port, "plain": plain_port}), flush=True)
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    try:
+        await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
