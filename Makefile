@@ -66,6 +66,7 @@ bench: build static venv
 	$(VENV)/bin/python tests/bench/bench_files.py --execd $(BUILD)/execd
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/python tests/bench/bench_pty.py
 	$(VENV)/bin/python tests/bench/bench_resume.py --execd $(BUILD)/execd --client $(BUILD)/stream_client
+	$(VENV)/bin/python tests/bench/bench_proxy.py --execd $(BUILD)/execd
 
 static: deps
 	./image/fetch-simdjson.sh $(STATIC_BUILD)/simdjson

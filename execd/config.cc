@@ -38,6 +38,8 @@ const char* const kUsage =
     "  --pty-replay-bytes BYTES        replay buffer per PTY session (default 1048576)\n"
     "  --kill-grace D                  TERM to KILL delay on timeout/interrupt (default 2s)\n"
     "  --idle-timeout D                close connections silent this long between requests (default 2m)\n"
+    "  --proxy-timeout D               /proxy/{port}: 504 when the service sends no response head\n"
+    "                                  this long after the request (default 60s)\n"
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
@@ -321,6 +323,11 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
         return "--graceful-shutdown-timeout needs a duration like 1500ms, 2s or 1m";
       cfg.graceful_shutdown_ms = ns <= 0 ? 0 : static_cast<int64_t>(ns / 1e6);  // Go: negative = no drain
       grace_flag = true;
+    } else if (name == "proxy-timeout") {
+      int64_t ms;
+      if (!need_value() || (ms = parse_duration_ms(value)) <= 0)
+        return "--proxy-timeout needs a positive duration like 500ms, 30s or 2m";
+      cfg.proxy_timeout_ms = ms;
     } else if (name == "retention" || name == "kill-grace" || name == "idle-timeout") {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)

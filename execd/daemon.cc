@@ -39,7 +39,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
       commands_(ctx_),
       sessions_(ctx_),
       ptys_(ctx_),
-      metrics_(ctx_) {
+      metrics_(ctx_),
+      proxy_(ctx_) {
   reaper_.start();
   routes_.add_open("GET", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
   routes_.add_open("HEAD", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
@@ -51,6 +52,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   api::add_download_route(routes_, ctx_);
   api::add_metrics_routes(routes_, metrics_);
   api::add_journal_routes(routes_, journal_);
+  api::add_proxy_routes(routes_, proxy_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -68,7 +70,11 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
 
 Daemon::~Daemon() = default;
 
-int Daemon::listen() { return server_.listen(ctx_.config.host, ctx_.config.port); }
+int Daemon::listen() {
+  int rc = server_.listen(ctx_.config.host, ctx_.config.port);
+  if (rc == 0) proxy_.set_own_port(server_.bound_port());
+  return rc;
+}
 
 void Daemon::run() { uv_run(loop_, UV_RUN_DEFAULT); }
 
@@ -141,6 +147,7 @@ void Daemon::finish() {
     d->commands_.close();
     d->journal_.close();
     d->metrics_.close();
+    d->proxy_.close();
     d->server_.close_handles();
     d->reaper_.stop();
     uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });

@@ -13,6 +13,7 @@
 #include "execd/api/commands.h"
 #include "execd/api/journal.h"
 #include "execd/api/metrics.h"
+#include "execd/api/proxy.h"
 #include "execd/api/pty.h"
 #include "execd/api/sessions.h"
 #include "execd/context.h"
@@ -53,6 +54,7 @@ class Daemon {
   api::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
   api::MetricsService metrics_;
+  api::ProxyService proxy_;
   uv_signal_t sigterm_, sigint_;
   uv_timer_t housekeeping_;
   uint64_t deadline_ = 0;

@@ -22,6 +22,10 @@ void RouteTable::add_streaming(std::string method, std::string pattern, Handler 
   router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), false});
 }
 
+void RouteTable::add_prefix_streaming(std::string prefix, Handler head, Handler h) {
+  prefixes_.emplace_back(std::move(prefix), Route{std::move(h), std::move(head), false});
+}
+
 bool RouteTable::authorized(const http::Exchange& ex) const {
   if (token_.empty()) return true;  // --insecure-no-auth
   const std::string* given = ex.header("x-execd-access-token");
@@ -31,6 +35,20 @@ bool RouteTable::authorized(const http::Exchange& ex) const {
 void RouteTable::route(http::Exchange& ex) const {
   const auto& req = ex.request();
   spdlog::debug("{} {} {}", ex.peer(), req.method, req.path);
+  for (const auto& [prefix, route] : prefixes_) {
+    if (req.target.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!authorized(ex)) {
+      ex.on_complete = [](http::Exchange& e) {
+        e.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
+      };
+      return;
+    }
+    ex.invite_body = true;
+    ex.stream_body = true;
+    ex.on_complete = route.handler;
+    route.head(ex);
+    return;
+  }
   auto match = router_.match(req.method, req.path);
   using Outcome = protocol::Router<Route>::Outcome;
   if (match.outcome == Outcome::found && !match.target->open && !authorized(ex)) {

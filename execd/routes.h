@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "execd/http/exchange.h"
 #include "protocol/router.h"
@@ -24,6 +26,10 @@ class RouteTable {
   // The body is streamed: `head` runs when the headers are complete and
   // attaches a Source that takes the body (on_body); `h` runs at the end.
   void add_streaming(std::string method, std::string pattern, Handler head, Handler h);
+  // Every method and every raw request target starting with `prefix` (the
+  // proxy: the rest of the target is forwarded as it came, never decoded).
+  // Streaming like add_streaming; checked before the pattern routes.
+  void add_prefix_streaming(std::string prefix, Handler head, Handler h);
   // Routes `ex` (called at head time).
   void route(http::Exchange& ex) const;
 
@@ -37,6 +43,7 @@ class RouteTable {
 
   std::string token_;
   protocol::Router<Route> router_;
+  std::vector<std::pair<std::string, Route>> prefixes_;
 
  public:
   // Routes that need no token (health probes carry no secret).

@@ -30,6 +30,8 @@ inline constexpr std::string_view kInvalidFileMetadata = "INVALID_FILE_METADATA"
 inline constexpr std::string_view kPermissionDenied = "PERMISSION_DENIED";
 inline constexpr std::string_view kInsufficientStorage = "INSUFFICIENT_STORAGE";
 inline constexpr std::string_view kRangeNotSatisfiable = "RANGE_NOT_SATISFIABLE";
+inline constexpr std::string_view kBadGateway = "BAD_GATEWAY";
+inline constexpr std::string_view kGatewayTimeout = "GATEWAY_TIMEOUT";
 }  // namespace codes
 
 struct ApiError {

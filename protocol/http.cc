@@ -84,6 +84,7 @@ int RequestParser::on_headers_complete(llhttp_t* p) {
   req.method = llhttp_method_name(static_cast<llhttp_method_t>(p->method));
   req.keep_alive = llhttp_should_keep_alive(p) != 0;
   req.upgrade = p->upgrade != 0;
+  req.version_minor = p->http_major == 1 ? p->http_minor : 0;
   std::string_view target = req.target;
   size_t q = target.find('?');
   std::string_view raw_path = target.substr(0, q);
@@ -177,17 +178,23 @@ const char* status_reason(int status) {
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
     case 507: return "Insufficient Storage";
     default: return "Unknown";
   }
 }
 
 std::string response_head(int status, const std::vector<std::string>& headers) {
+  return response_head(status, status_reason(status), headers);
+}
+
+std::string response_head(int status, std::string_view reason, const std::vector<std::string>& headers) {
   std::string out = "HTTP/1.1 ";
   out += std::to_string(status);
   out += ' ';
-  out += status_reason(status);
+  out += reason;
   out += "\r\n";
   for (const auto& h : headers) {
     out += h;

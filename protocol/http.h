@@ -27,6 +27,7 @@ struct HttpRequest {
   std::string body;
   bool keep_alive = true;
   bool upgrade = false;
+  int version_minor = 1;  // HTTP/1.<minor>
 
   // First value of a header (name must be lower-case), or nullptr.
   const std::string* header(std::string_view lower_name) const;
@@ -103,6 +104,7 @@ const char* status_reason(int status);
 // Builds "HTTP/1.1 <status> <reason>\r\n<headers>\r\n". `headers` are full
 // lines without CRLF ("Content-Type: x").
 std::string response_head(int status, const std::vector<std::string>& headers);
+std::string response_head(int status, std::string_view reason, const std::vector<std::string>& headers);
 
 // A complete response with a body and Content-Length.
 std::string simple_response(int status, std::string_view content_type, std::string_view body,

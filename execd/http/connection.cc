@@ -34,6 +34,7 @@ void Connection::update_reading() {
   if (!transport_ || transport_closed_ || close_requested_) return;
   bool want;
   if (lingering_) want = true;
+  else if (peer_eof_) want = false;
   else if (upgraded_) want = !read_paused_;
   else if (parser_done_) want = false;
   else if (exchange_ && !exchange_->request_complete_) want = !read_paused_;
@@ -73,7 +74,13 @@ void Connection::on_transport_data(const char* data, size_t len) {
 
 void Connection::on_transport_eof() {
   // A half-close is treated as a disconnect: execd answers one request at a
-  // time and no client it serves half-closes.
+  // time and no client it serves half-closes. Upgraded protocols may differ
+  // (a proxied tunnel passes the half-close on).
+  if (upgraded_ && !lingering_ && !close_requested_ && upgraded_->on_eof()) {
+    peer_eof_ = true;
+    reading_ = false;  // the transport stopped reading by itself
+    return;
+  }
   close();
 }
 
@@ -92,14 +99,18 @@ void Connection::process_input(const char* data, size_t len) {
       parser_.resume();
     } else if (result == protocol::RequestParser::Result::upgrade) {
       parser_done_ = true;  // llhttp cannot go back to HTTP after an upgrade
-      if (upgraded_ && used < in.size()) {
-        std::string rest(in.substr(used));
+      std::string rest(in.substr(used));
+      if (upgraded_) {
         if (!external) pending_input_.clear();
-        upgraded_->on_data(rest.data(), rest.size());
+        if (!rest.empty()) upgraded_->on_data(rest.data(), rest.size());
         update_reading();
         return;
       }
-      used = in.size();  // a refused upgrade: nothing more is read
+      // The upgrade may still be decided (a proxied service answering 101
+      // later): what followed the head waits for the upgraded protocol.
+      pending_input_ = std::move(rest);
+      update_reading();
+      return;
     } else if (result == protocol::RequestParser::Result::error) {
       reject(parser_.error().status, parser_.error().message);
       return;
@@ -139,7 +150,7 @@ void Connection::on_request(protocol::HttpRequest& req) {
   ex.request_.body = std::move(req.body);
   ex.request_complete_ = true;
   // A refused upgrade cannot go back to HTTP: llhttp stops parsing after it.
-  keep_alive_ = req.keep_alive && !req.upgrade && !host_.draining();
+  keep_alive_ = keep_alive_ && req.keep_alive && !req.upgrade && !host_.draining();
   if (ex.on_complete) ex.on_complete(ex);
   else ex.respond_error(404, protocol::codes::kNotFound, "no route");
   update_reading();
@@ -247,7 +258,17 @@ void Connection::on_transport_writable() {
   }
 }
 
+void Connection::shutdown_write_when_flushed() {
+  if (close_requested_ || transport_closed_ || !transport_) return;
+  shutdown_pending_ = true;
+  if (queue_.empty()) writes_progressed();
+}
+
 void Connection::writes_progressed() {
+  if (shutdown_pending_ && queue_.empty() && !close_requested_) {
+    shutdown_pending_ = false;
+    transport_->shutdown_write();
+  }
   if (!close_after_writes_ || lingering_ || !queue_.empty() || close_requested_) return;
   // Lingering close: shut our side, then read and discard until the peer
   // closes (or kLingerMs), so its unread input cannot turn into a reset that
@@ -300,6 +321,13 @@ void Connection::run_deferred() {
     return;
   }
   retired_.clear();
+  if (upgraded_ && !pending_input_.empty()) {
+    // Bytes that followed the head of a request upgraded after it was parsed.
+    std::string rest = std::move(pending_input_);
+    pending_input_.clear();
+    upgraded_->on_data(rest.data(), rest.size());
+    if (close_requested_) return;
+  }
   if (!exchange_ && !upgraded_ && !parser_done_ && !pending_input_.empty()) process_input(nullptr, 0);
   update_reading();
 }

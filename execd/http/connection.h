@@ -82,6 +82,9 @@ class Connection final : public TransportEvents, private protocol::RequestVisito
   bool keep_alive() const { return keep_alive_; }
   void pause_reading();
   void resume_reading();
+  // Shuts the write side once the queue is empty; reading goes on (a tunnel
+  // passing on its other end's half-close).
+  void shutdown_write_when_flushed();
   ConnectionHost& host() { return host_; }
 
   // TransportEvents
@@ -126,6 +129,8 @@ class Connection final : public TransportEvents, private protocol::RequestVisito
   bool read_paused_ = false;         // by the exchange (request body backpressure)
   bool reading_ = false;
   bool parser_done_ = false;         // no more HTTP on this connection (upgrade, error)
+  bool peer_eof_ = false;            // the peer half-closed and the upgraded protocol goes on
+  bool shutdown_pending_ = false;    // shutdown_write_when_flushed()
 };
 
 }  // namespace execd::http

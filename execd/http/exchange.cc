@@ -44,6 +44,21 @@ void Exchange::begin_sized(int status, std::vector<std::string> headers, bool fl
   if (flush_now) conn_.flush();
 }
 
+void Exchange::begin_relayed(int status, std::string_view reason, std::vector<std::string> headers,
+                             Framing framing) {
+  if (finished_ || head_sent_) return;
+  if (framing == Framing::chunked) {
+    headers.emplace_back("Transfer-Encoding: chunked");
+    chunked_ = true;
+  }
+  if (framing == Framing::until_close) conn_.keep_alive_ = false;
+  if (!conn_.keep_alive()) headers.emplace_back("Connection: close");
+  head_sent_ = true;
+  if (conn_.closing()) return;
+  conn_.queue().append(protocol::response_head(status, reason, headers));
+  conn_.flush();
+}
+
 void Exchange::queue_body(std::string&& data) {
   if (data.empty()) return;
   WriteQueue& q = conn_.queue();

@@ -55,6 +55,9 @@ class Upgraded {
   // The connection is closing; no more calls after this one.
   virtual void stop() {}
   virtual void tick(uint64_t now_ms) {}
+  // The peer shut its write side (EOF). True: handled, keep the connection
+  // (a tunnel half-closing); false: the connection closes.
+  virtual bool on_eof() { return false; }
 };
 
 class Exchange {
@@ -95,6 +98,11 @@ class Exchange {
   void begin_chunked(int status, std::vector<std::string> headers, bool flush_now = true);
   // A head whose `headers` carry Content-Length; the body follows.
   void begin_sized(int status, std::vector<std::string> headers, bool flush_now = true);
+  // A head built from another server's answer (its own reason phrase). The
+  // body that follows is `chunked`, sized by `headers`, or, with
+  // `until_close`, delimited by closing the connection (HTTP/1.0 clients).
+  enum class Framing { sized, chunked, until_close };
+  void begin_relayed(int status, std::string_view reason, std::vector<std::string> headers, Framing framing);
   // Body bytes. False: the queue is above its high-water mark (or the peer is
   // gone); wait for Source::proceed() before sending more.
   bool send(std::string&& data);

@@ -1,0 +1,330 @@
+// execd/api/proxy: see header.
+#include "execd/api/proxy.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "execd/http/connection.h"
+#include "protocol/errors.h"
+#include "protocol/proxy.h"
+
+namespace execd::api {
+
+namespace {
+
+namespace codes = protocol::codes;
+using http::Exchange;
+using http::UpstreamConnection;
+using protocol::BodyFraming;
+
+// A 101 turned the client connection and the upstream one into a byte pipe.
+// Owned by the client Connection (its Upgraded protocol); owns the upstream.
+// Each direction stops reading its source while the other side's queue is
+// above its mark, and passes a half-close on once its queue is flushed; the
+// connection closes when both directions have ended.
+class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
+ public:
+  Tunnel(http::Connection& conn, UpstreamConnection* up) : conn_(conn), up_(up) {
+    up_->set_owner(*this);
+    up_->want_data(true);
+  }
+  ~Tunnel() override { release(); }
+
+  // Client → service.
+  void on_data(const char* data, size_t len) override {
+    if (!up_ || up_->broken()) return;
+    if (!up_->write(std::string_view(data, len))) conn_.pause_reading();
+  }
+  void on_upstream_drained(UpstreamConnection&) override { conn_.resume_reading(); }
+  bool on_eof() override {
+    client_eof_ = true;
+    if (up_) up_->shutdown_write_when_flushed();
+    if (upstream_eof_) conn_.close_after_writes();
+    return true;
+  }
+
+  // Service → client.
+  void on_upstream_data(UpstreamConnection& up, const char* data, size_t len) override {
+    if (conn_.closing()) return;
+    conn_.queue().append(std::string_view(data, len));
+    if (!conn_.flush()) up.want_data(false);
+  }
+  void proceed() override {
+    if (up_) up_->want_data(true);
+  }
+  void on_upstream_eof(UpstreamConnection& up) override {
+    upstream_eof_ = true;
+    if (up.broken() || client_eof_) {
+      conn_.close_after_writes();
+      return;
+    }
+    conn_.shutdown_write_when_flushed();
+  }
+
+  void stop() override { release(); }
+
+ private:
+  void release() {
+    if (up_) up_->close();
+    up_ = nullptr;
+  }
+
+  http::Connection& conn_;
+  UpstreamConnection* up_;
+  bool client_eof_ = false, upstream_eof_ = false;
+};
+
+bool idempotent(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE" || method == "PUT" ||
+         method == "DELETE";
+}
+
+// One proxied request: the client's response Source and the sink of its
+// streamed body, owning the upstream connection until the response ended
+// (then it goes back to the pool, or is closed) or a 101 hands it to a Tunnel.
+class ProxyExchange final : public http::Source, public http::UpstreamEvents, private protocol::ResponseVisitor {
+ public:
+  ProxyExchange(ProxyService& svc, Exchange& ex, int port, std::string head, BodyFraming body)
+      : svc_(svc), ex_(ex), port_(port), head_(std::move(head)), body_(body), parser_(*this) {
+    parser_.set_head_request(ex.request().method == "HEAD");
+  }
+  ~ProxyExchange() override { release_upstream(false); }
+
+  // At head time: no response may be written yet (the parser is mid-request).
+  void start() {
+    started_ms_ = now();
+    up_ = svc_.pool().take(port_);
+    if (up_) {
+      up_->set_owner(*this);
+      up_->want_data(true);
+    } else if (!connect()) {
+      refused_at_start_ = true;
+      return;
+    }
+    up_->write(std::string_view(head_));
+  }
+
+  void request_complete() {
+    request_complete_ = true;
+    if (refused_at_start_) {
+      fail(502, codes::kBadGateway, refused_message());
+      return;
+    }
+    if (!up_) return;
+    if (body_ == BodyFraming::chunked) up_->write(std::string_view(protocol::kLastChunk));
+    deadline_ms_ = now() + svc_.timeout_ms();
+  }
+
+  // --- Source ---
+  void on_body(const char* data, size_t len) override {
+    if (!up_ || len == 0) return;
+    body_started_ = true;
+    std::string out;
+    if (body_ == BodyFraming::chunked) {
+      char size_line[24];
+      int n = snprintf(size_line, sizeof size_line, "%zx\r\n", len);
+      out.reserve(static_cast<size_t>(n) + len + 2);
+      out.append(size_line, static_cast<size_t>(n));
+      out.append(data, len);
+      out.append("\r\n");
+    } else {
+      out.assign(data, len);
+    }
+    if (!up_->write(std::move(out)) && !client_paused_) {
+      client_paused_ = true;
+      ex_.pause_body();
+    }
+  }
+
+  void proceed() override {
+    if (upstream_paused_ && up_) {
+      upstream_paused_ = false;
+      up_->want_data(true);
+    }
+  }
+
+  void stop() override { release_upstream(false); }
+
+  void tick(uint64_t now_ms) override {
+    if (!up_ || parser_.head_done() || ex_.finished()) return;
+    const uint64_t timeout = svc_.timeout_ms();
+    const bool connect_overdue = !up_->connected() && now_ms - started_ms_ >= timeout;
+    const bool head_overdue = request_complete_ && now_ms >= deadline_ms_;
+    if (connect_overdue || head_overdue)
+      fail(504, codes::kGatewayTimeout,
+           "no response from 127.0.0.1:" + std::to_string(port_) + " within " + std::to_string(timeout) + " ms");
+  }
+
+  // --- UpstreamEvents ---
+  void on_upstream_data(UpstreamConnection& up, const char* data, size_t len) override {
+    size_t consumed = 0;
+    auto result = parser_.feed(data, len, consumed);
+    using R = protocol::ResponseParser::Result;
+    if (result == R::need_more) return;
+    if (result == R::complete) {
+      release_upstream(reusable_ && consumed == len);
+      return;
+    }
+    if (result == R::upgrade && !bogus_upgrade_) {
+      auto tunnel = std::make_unique<Tunnel>(ex_.connection(), up_);
+      up_ = nullptr;
+      Tunnel* t = tunnel.get();
+      ex_.upgrade(std::move(tunnel));
+      // What the service sent right after its 101 (frees are deferred: `t`
+      // lives at least until the connection's next safe point).
+      if (consumed < len) t->on_upstream_data(up, data + consumed, len - consumed);
+      return;
+    }
+    spdlog::debug("proxy to port {}: bad response: {}", port_,
+                  bogus_upgrade_ ? "101 to a request that asked for no upgrade" : parser_.error());
+    fail(502, codes::kBadGateway, "malformed response from 127.0.0.1:" + std::to_string(port_));
+  }
+
+  void on_upstream_eof(UpstreamConnection& up) override {
+    if (!parser_.head_done()) {
+      if (up.reused && !parser_.started() && !retried_ && body_ == BodyFraming::none &&
+          idempotent(ex_.request().method)) {
+        // A kept-alive connection the service had closed meanwhile: once more
+        // on a fresh one (nothing of the request was consumed by a body).
+        retried_ = true;
+        release_upstream(false);
+        if (!connect()) {
+          fail(502, codes::kBadGateway, refused_message());
+          return;
+        }
+        up_->write(std::string_view(head_));
+        return;
+      }
+      fail(502, codes::kBadGateway,
+           up.connected() ? "127.0.0.1:" + std::to_string(port_) + " closed the connection before responding"
+                          : refused_message());
+      return;
+    }
+    // Mid-body: only a body delimited by the close ends well.
+    if (parser_.finish() == protocol::ResponseParser::Result::complete) {
+      release_upstream(false);
+      return;
+    }
+    spdlog::debug("proxy to port {}: service closed mid-response", port_);
+    fail(502, codes::kBadGateway, "response truncated");
+  }
+
+  void on_upstream_drained(UpstreamConnection&) override {
+    if (client_paused_) {
+      client_paused_ = false;
+      ex_.resume_body();
+    }
+  }
+
+ private:
+  // --- ResponseVisitor ---
+  void on_response_head(protocol::HttpResponseHead& head) override {
+    if (head.upgrade) {
+      if (!ex_.request().upgrade) {
+        bogus_upgrade_ = true;
+        return;
+      }
+      ex_.send_raw(protocol::response_head(101, head.reason, protocol::client_response_headers(head)));
+      return;
+    }
+    using Framing = Exchange::Framing;
+    Framing framing = Framing::sized;
+    if (head.has_body && !head.content_length)
+      framing = ex_.request().version_minor >= 1 ? Framing::chunked : Framing::until_close;
+    ex_.begin_relayed(head.status, head.reason, protocol::client_response_headers(head), framing);
+  }
+
+  void on_response_body(const char* data, size_t len) override {
+    if (!ex_.send(std::string_view(data, len)) && up_ && !upstream_paused_) {
+      upstream_paused_ = true;
+      up_->want_data(false);
+    }
+  }
+
+  void on_response_complete(bool keep_alive) override {
+    reusable_ = keep_alive && request_complete_ && !ex_.request().upgrade && up_ && up_->idle_writes() &&
+                !up_->broken();
+    ex_.end();
+  }
+
+  bool connect() {
+    int err = 0;
+    up_ = UpstreamConnection::connect(svc_.ctx().loop, port_, *this, err);
+    return up_ != nullptr;
+  }
+
+  std::string refused_message() const {
+    return "cannot connect to 127.0.0.1:" + std::to_string(port_);
+  }
+
+  // Answers with an error, or, once the response has begun, closes the
+  // client connection: a cut-off body must not look complete.
+  void fail(int status, std::string_view code, const std::string& message) {
+    release_upstream(false);
+    if (ex_.finished()) return;
+    if (ex_.responding()) ex_.connection().close();
+    else ex_.respond_error(status, code, message);
+  }
+
+  void release_upstream(bool reuse) {
+    UpstreamConnection* up = up_;
+    up_ = nullptr;
+    if (!up) return;
+    if (reuse) {
+      up->reused = false;
+      svc_.pool().put(up);
+    } else {
+      up->close();
+    }
+  }
+
+  uint64_t now() const { return uv_now(svc_.ctx().loop); }
+
+  ProxyService& svc_;
+  Exchange& ex_;
+  const int port_;
+  const std::string head_;
+  const BodyFraming body_;
+  protocol::ResponseParser parser_;
+  UpstreamConnection* up_ = nullptr;
+  uint64_t started_ms_ = 0, deadline_ms_ = 0;
+  bool request_complete_ = false, refused_at_start_ = false, body_started_ = false, retried_ = false;
+  bool client_paused_ = false, upstream_paused_ = false, reusable_ = false, bogus_upgrade_ = false;
+};
+
+void proxy_head(ProxyService& svc, Exchange& ex) {
+  const auto& req = ex.request();
+  std::string_view port_text;
+  std::string rest;
+  protocol::split_proxy_target(req.target, port_text, rest);
+  const int port = protocol::parse_proxy_port(port_text);
+  if (port == 0 || port == svc.own_port()) {
+    std::string message = port == 0 ? "invalid port '" + std::string(port_text) + "': expected 1-65535"
+                                    : "port " + std::to_string(port) + " is execd itself";
+    ex.on_complete = [message](Exchange& e) { e.respond_error(400, codes::kBadRequest, message); };
+    return;
+  }
+  const std::string prefix = "/proxy/" + std::to_string(port);
+  const std::string host_fallback = "127.0.0.1:" + std::to_string(port);
+  protocol::UpstreamRequestInfo info;
+  info.target = rest;
+  info.client_ip = protocol::peer_ip(ex.peer());
+  info.prefix = prefix;
+  info.host_fallback = host_fallback;
+  info.body = protocol::request_body_framing(req);
+  auto source = std::make_unique<ProxyExchange>(svc, ex, port, protocol::upstream_request_head(req, info), info.body);
+  ProxyExchange* proxy = source.get();
+  ex.attach(std::move(source));
+  ex.on_complete = [](Exchange& e) { static_cast<ProxyExchange*>(e.source())->request_complete(); };
+  proxy->start();
+}
+
+}  // namespace
+
+void add_proxy_routes(RouteTable& routes, ProxyService& proxy) {
+  routes.add_prefix_streaming(
+      "/proxy/", [&proxy](Exchange& ex) { proxy_head(proxy, ex); }, [](Exchange&) {});
+}
+
+}  // namespace execd::api

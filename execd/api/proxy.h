@@ -1,0 +1,44 @@
+// execd/api/proxy: ANY /proxy/{port}/{rest...}, a streaming reverse proxy to
+// services on 127.0.0.1 inside the sandbox (how the lifecycle server's
+// bridge-mode endpoints reach them).
+//
+// One request is one ProxyExchange: the Source of the client's response
+// and the sink of its streamed request body, owning one upstream connection
+// (execd/http/upstream). Backpressure is the existing machinery both ways:
+// the upstream write queue above its mark pauses the client's body, the
+// client's queue above its mark stops reading the service. A 101 turns the
+// pair into a Tunnel (the client connection's Upgraded protocol) that
+// relays bytes both ways with half-close. The service's response is relayed
+// with its own framing where it has a length, else chunked (or delimited by
+// closing, for HTTP/1.0 clients); a service vanishing mid-response closes the
+// client connection rather than ending the response as if it were complete.
+#pragma once
+
+#include <cstdint>
+
+#include "execd/context.h"
+#include "execd/http/upstream.h"
+#include "execd/routes.h"
+
+namespace execd::api {
+
+class ProxyService {
+ public:
+  explicit ProxyService(Context& ctx) : ctx_(ctx), pool_(ctx.loop) {}
+  // execd's own port: never proxied to (no loops).
+  void set_own_port(int port) { own_port_ = port; }
+  int own_port() const { return own_port_; }
+  Context& ctx() { return ctx_; }
+  http::UpstreamPool& pool() { return pool_; }
+  uint64_t timeout_ms() const { return static_cast<uint64_t>(ctx_.config.proxy_timeout_ms); }
+  void close() { pool_.close(); }
+
+ private:
+  Context& ctx_;
+  http::UpstreamPool pool_;
+  int own_port_ = 0;
+};
+
+void add_proxy_routes(RouteTable& routes, ProxyService& proxy);
+
+}  // namespace execd::api

@@ -1,0 +1,533 @@
+"""ANY /proxy/{port}/{rest}: execd as a streaming reverse proxy to services on
+loopback (tests/integration/proxy_services.py, one process started per test
+module): bytes equal both ways for large bodies, the token stripped,
+hop-by-hop headers gone, X-Forwarded-* set, the port table, keep-alive reuse,
+502/504, SSE and long polls flushed as written, 200 concurrent WebSockets, a
+raw upgraded tunnel with half-close, HTTP/1.0 clients, services and clients
+resetting at each phase, and the official SDK through the bridge-style
+endpoint `<host>:<execd port>/proxy/{port}`."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import websockets
+
+from execd_client import SANITIZED, SLOW, TOKEN_HEADER, vm_rss_kib, wait_until
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import proxy_services  # noqa: E402
+
+GIB = 1 << 30
+BIG = GIB if not SANITIZED else 256 << 20  # the ASan build is several times slower per byte
+# Growth allowed while a peer is stalled: two write queues' worth and change.
+# ASan's quarantine keeps freed buffers (up to 256 MiB) resident, so there the
+# bound only catches gross buffering; the plain build holds the tight one.
+RSS_GROWTH_KIB = (320 if SANITIZED else 48) * 1024
+
+
+@pytest.fixture(scope="module")
+def services():
+    proc = subprocess.Popen([sys.executable, str(HERE / "proxy_services.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        ports = json.loads(proc.stdout.readline())
+        yield ports
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def raw_request(ex, method, path, body=None, headers=None, token=True, timeout=30):
+    c = http.client.HTTPConnection(ex.host, ex.port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=ex.headers(headers, token))
+        r = c.getresponse()
+        return r.status, r.getheaders(), r.read()
+    finally:
+        c.close()
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def reset_socket(s: socket.socket):
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+def connect(ex) -> socket.socket:
+    s = socket.create_connection((ex.host, ex.port), timeout=30 * SLOW)
+    return s
+
+
+def send_head(s, ex, method, path, extra=""):
+    s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\n{TOKEN_HEADER}: {ex.token}\r\n{extra}\r\n".encode())
+
+
+def read_head(s) -> tuple[bytes, bytes]:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        piece = s.recv(65536)
+        assert piece, f"closed before a head: {buf!r}"
+        buf += piece
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return head, rest
+
+
+# ---------------------------------------------------------------------------
+# Requests and headers
+
+
+def test_path_query_and_headers(execd, services):
+    port = services["aiohttp"]
+    path = f"/proxy/{port}/echo/a/%2e%2e/b%2Fc/../d?x=%20y&z=1&&q"
+    st, headers, body = raw_request(execd, "GET", path, headers={
+        "Connection": "keep-alive, X-Private", "X-Private": "secret-hop", "Keep-Alive": "timeout=3",
+        "TE": "trailers", "Proxy-Authorization": "Basic eA==", "X-Forwarded-For": "10.9.9.9",
+        "X-Custom": "kept"})
+    assert st == 200, body
+    seen = json.loads(body)
+    assert seen["raw_path"] == "/echo/a/%2e%2e/b%2Fc/../d?x=%20y&z=1&&q"
+    names = {k.lower(): v for k, v in seen["headers"]}
+    assert TOKEN_HEADER.lower() not in names
+    assert execd.token not in body.decode()
+    for gone in ("x-private", "keep-alive", "te", "proxy-authorization", "trailer", "upgrade"):
+        assert gone not in names, gone
+    assert names["x-custom"] == "kept"
+    assert names["host"] == "x" or names["host"].startswith("127.0.0.1")
+    assert names["x-forwarded-for"] == "10.9.9.9, 127.0.0.1"
+    assert names["x-forwarded-proto"] == "http"
+    assert names["x-forwarded-host"] == names["host"]
+    assert names["x-forwarded-prefix"] == f"/proxy/{port}"
+    # The service's own hop-by-hop headers do not reach the client.
+    got = {k.lower(): v for k, v in headers}
+    assert got["x-end"] == "kept"
+    for gone in ("x-hop", "keep-alive", "proxy-authenticate"):
+        assert gone not in got, gone
+
+
+def test_host_kept(execd, services):
+    s = connect(execd)
+    try:
+        s.sendall(f"GET /proxy/{services['aiohttp']}/echo/h HTTP/1.1\r\nHost: app.example:9\r\n"
+                  f"{TOKEN_HEADER}: {execd.token}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while piece := s.recv(65536):
+            data += piece
+    finally:
+        s.close()
+    seen = json.loads(data.partition(b"\r\n\r\n")[2])
+    names = {k.lower(): v for k, v in seen["headers"]}
+    assert names["host"] == "app.example:9"
+    assert names["x-forwarded-host"] == "app.example:9"
+
+
+def test_token_required(execd, services):
+    st, _, body = raw_request(execd, "GET", f"/proxy/{services['aiohttp']}/echo/x", token=False)
+    assert st == 401
+    assert json.loads(body)["code"] == "UNAUTHORIZED"
+    st, _, _ = raw_request(execd, "GET", f"/proxy/{services['aiohttp']}/echo/x", headers={TOKEN_HEADER: "wrong"})
+    assert st == 401
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "+80", "080", "0x50", "abc", "", "-1", "%38%30", "1e3"])
+def test_port_table(execd, port):
+    st, _, body = raw_request(execd, "GET", f"/proxy/{port}/x")
+    assert st == 400, (port, body)
+    assert json.loads(body)["code"] == "BAD_REQUEST"
+
+
+def test_own_port_refused(execd):
+    st, _, body = raw_request(execd, "GET", f"/proxy/{execd.port}/ping")
+    assert st == 400
+    assert json.loads(body)["code"] == "BAD_REQUEST"
+
+
+def test_plain_http_server(execd, services):
+    st, _, body = raw_request(execd, "GET", f"/proxy/{services['plain']}/hello.txt")
+    assert st == 200
+    assert body == b"hello from http.server\n"
+    st, _, _ = raw_request(execd, "GET", f"/proxy/{services['plain']}/missing")
+    assert st == 404
+    st, headers, body = raw_request(execd, "HEAD", f"/proxy/{services['plain']}/hello.txt")
+    assert st == 200 and body == b""
+    assert dict((k.lower(), v) for k, v in headers)["content-length"] == "23"
+
+
+def test_not_subject_to_max_body(execd_factory, services):
+    ex = execd_factory("--max-body", "1024")
+    payload = os.urandom(1 << 20)
+    st, _, body = raw_request(ex, "POST", f"/proxy/{services['aiohttp']}/upload", body=payload)
+    assert st == 200, body
+    assert json.loads(body) == {"sha256": hashlib.sha256(payload).hexdigest(), "size": len(payload),
+                                "chunked": False}
+
+
+def test_keep_alive_reuse(execd, services):
+    port = services["aiohttp"]
+    before = json.loads(raw_request(execd, "GET", f"/proxy/{port}/connections")[2])["connections"]
+    for i in range(20):
+        st, _, _ = raw_request(execd, "GET", f"/proxy/{port}/echo/{i}")
+        assert st == 200
+    after = json.loads(raw_request(execd, "GET", f"/proxy/{port}/connections")[2])["connections"]
+    assert after - before <= 2, (before, after)
+
+
+# ---------------------------------------------------------------------------
+# Errors
+
+
+def test_bad_gateway(execd):
+    st, _, body = raw_request(execd, "GET", f"/proxy/{free_port()}/x")
+    assert st == 502
+    assert json.loads(body)["code"] == "BAD_GATEWAY"
+    # With a body on the way, too.
+    st, _, body = raw_request(execd, "POST", f"/proxy/{free_port()}/x", body=b"x" * 100000)
+    assert st == 502
+
+
+def test_gateway_timeout(execd_factory, services):
+    ex = execd_factory("--proxy-timeout", "400ms")
+    t0 = time.monotonic()
+    st, _, body = raw_request(ex, "GET", f"/proxy/{services['aiohttp']}/hang")
+    assert st == 504
+    assert json.loads(body)["code"] == "GATEWAY_TIMEOUT"
+    assert time.monotonic() - t0 >= 0.4
+
+
+def test_service_reset_mid_body_closes_client(execd, services):
+    c = http.client.HTTPConnection(execd.host, execd.port, timeout=30)
+    c.request("GET", f"/proxy/{services['aiohttp']}/reset", headers=execd.headers())
+    r = c.getresponse()
+    assert r.status == 200
+    with pytest.raises(http.client.IncompleteRead):
+        r.read()
+    c.close()
+    # Chunked to the client: the last chunk must never come.
+    s = connect(execd)
+    try:
+        send_head(s, execd, "GET", f"/proxy/{services['aiohttp']}/reset")
+        head, rest = read_head(s)
+        assert b" 200 " in head.split(b"\r\n")[0]
+        data = rest
+        while piece := s.recv(1 << 20):
+            data += piece
+        assert len(data) < 4 << 20
+    finally:
+        s.close()
+    assert execd.ping() == 200
+
+
+# ---------------------------------------------------------------------------
+# Streaming
+
+
+def test_download_big_sized(execd, services):
+    c = http.client.HTTPConnection(execd.host, execd.port, timeout=120 * SLOW)
+    c.request("GET", f"/proxy/{services['aiohttp']}/download?size={BIG}", headers=execd.headers())
+    r = c.getresponse()
+    assert r.status == 200
+    assert r.getheader("Content-Length") == str(BIG)
+    h = hashlib.sha256()
+    n = 0
+    while piece := r.read(1 << 20):
+        h.update(piece)
+        n += len(piece)
+    c.close()
+    assert n == BIG
+    assert h.hexdigest() == proxy_services.expected_sha(BIG)
+
+
+def test_download_chunked(execd, services):
+    size = 64 << 20 | 12345
+    c = http.client.HTTPConnection(execd.host, execd.port, timeout=60 * SLOW)
+    c.request("GET", f"/proxy/{services['aiohttp']}/download?size={size}&chunked=1", headers=execd.headers())
+    r = c.getresponse()
+    assert r.getheader("Transfer-Encoding") == "chunked"
+    data = r.read()
+    c.close()
+    assert len(data) == size
+    assert hashlib.sha256(data).hexdigest() == proxy_services.expected_sha(size)
+
+
+def _generated(size):
+    b = proxy_services.block()
+    sent = 0
+    while sent < size:
+        n = min(len(b), size - sent)
+        yield b if n == len(b) else b[:n]
+        sent += n
+
+
+def test_upload_big_sized(execd, services):
+    c = http.client.HTTPConnection(execd.host, execd.port, timeout=120 * SLOW)
+    c.request("PUT", f"/proxy/{services['aiohttp']}/upload", body=_generated(BIG),
+              headers=execd.headers({"Content-Length": str(BIG)}))
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    assert r.status == 200, body
+    assert json.loads(body) == {"sha256": proxy_services.expected_sha(BIG), "size": BIG, "chunked": False}
+
+
+def test_upload_chunked_to_slow_reader_bounded_memory(execd, services):
+    size = 96 << 20
+    rss0 = vm_rss_kib(execd.pid)
+    peak = [rss0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], vm_rss_kib(execd.pid))
+            time.sleep(0.02)
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        c = http.client.HTTPConnection(execd.host, execd.port, timeout=60 * SLOW)
+        c.request("POST", f"/proxy/{services['aiohttp']}/upload?delay=1", body=_generated(size),
+                  headers=execd.headers(), encode_chunked=True)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+    finally:
+        stop.set()
+        t.join()
+    assert r.status == 200, body
+    assert json.loads(body) == {"sha256": proxy_services.expected_sha(size), "size": size, "chunked": True}
+    assert peak[0] - rss0 < RSS_GROWTH_KIB, (rss0, peak[0])
+
+
+def test_slow_client_download_bounded_memory(execd, services):
+    size = 256 << 20
+    s = connect(execd)
+    try:
+        send_head(s, execd, "GET", f"/proxy/{services['aiohttp']}/download?size={size}")
+        rss0 = vm_rss_kib(execd.pid)
+        head, rest = read_head(s)
+        # Read nothing for a while: the service must be paused, not buffered.
+        deadline = time.monotonic() + 1.0
+        peak = rss0
+        while time.monotonic() < deadline:
+            peak = max(peak, vm_rss_kib(execd.pid))
+            time.sleep(0.05)
+        h = hashlib.sha256(rest)
+        n = len(rest)
+        while n < size:
+            piece = s.recv(1 << 20)
+            assert piece
+            h.update(piece)
+            n += len(piece)
+    finally:
+        s.close()
+    assert n == size and h.hexdigest() == proxy_services.expected_sha(size)
+    assert peak - rss0 < RSS_GROWTH_KIB, (rss0, peak)
+
+
+def test_sse_and_long_poll_flush_as_written(execd, services):
+    port = services["aiohttp"]
+    s = connect(execd)
+    try:
+        send_head(s, execd, "GET", f"/proxy/{port}/sse")
+        head, rest = read_head(s)
+        assert b"text/event-stream" in head
+        data = rest
+        while b"data: one" not in data:  # arrives while the service still holds the stream open
+            piece = s.recv(65536)
+            assert piece
+            data += piece
+        assert b"data: two" not in data
+        assert raw_request(execd, "GET", f"/proxy/{port}/release")[0] == 200
+        while b"0\r\n\r\n" not in data:
+            piece = s.recv(65536)
+            assert piece
+            data += piece
+        assert b"data: two" in data
+    finally:
+        s.close()
+
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=raw_request(execd, "GET", f"/proxy/{port}/longpoll")))
+    t.start()
+
+    def answered():
+        raw_request(execd, "GET", f"/proxy/{port}/release")  # (again, if the poll was not in yet)
+        t.join(0.05)
+        return not t.is_alive()
+    wait_until(answered, 10 * SLOW, what="long poll answer")
+    assert result["r"][0] == 200 and result["r"][2] == b"released"
+
+
+def test_http10_client_gets_close_delimited_body(execd, services):
+    s = connect(execd)
+    try:
+        s.sendall(f"GET /proxy/{services['aiohttp']}/download?size=300000&chunked=1 HTTP/1.0\r\n"
+                  f"{TOKEN_HEADER}: {execd.token}\r\n\r\n".encode())
+        data = b""
+        while piece := s.recv(1 << 20):
+            data += piece
+    finally:
+        s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower()
+    assert b"connection: close" in head.lower()
+    assert hashlib.sha256(body).hexdigest() == proxy_services.expected_sha(300000)
+
+
+# ---------------------------------------------------------------------------
+# Upgrades
+
+
+def test_websockets_200_concurrent(execd, services):
+    url = f"ws://{execd.host}:{execd.port}/proxy/{services['ws']}/chat"
+
+    async def one(i):
+        async with websockets.connect(url, additional_headers={TOKEN_HEADER: execd.token}, max_size=None,
+                                      open_timeout=30 * SLOW) as ws:
+            for j in range(3):
+                msg = f"hello {i} {j}" * (1 + j * 100)
+                await ws.send(msg)
+                assert await ws.recv() == msg
+            big = os.urandom(3 << 20) if i % 50 == 0 else b"x"
+            await ws.send(big)
+            assert await ws.recv() == big
+
+    async def main():
+        await asyncio.gather(*(one(i) for i in range(200)))
+    asyncio.run(main())
+    assert execd.ping() == 200
+
+
+def test_websocket_without_token_refused(execd, services):
+    async def main():
+        with pytest.raises(websockets.InvalidStatus) as e:
+            async with websockets.connect(f"ws://{execd.host}:{execd.port}/proxy/{services['ws']}/"):
+                pass
+        assert e.value.response.status_code == 401
+    asyncio.run(main())
+
+
+def test_tunnel_half_close_both_ways(execd, services):
+    s = connect(execd)
+    try:
+        send_head(s, execd, "GET", f"/proxy/{services['tunnel']}/", "Connection: Upgrade\r\nUpgrade: echo\r\n")
+        head, rest = read_head(s)
+        assert head.startswith(b"HTTP/1.1 101 ")
+        assert b"upgrade: echo" in head.lower()
+        payload = os.urandom(8 << 20)
+        got = bytearray(rest)
+
+        def reader():
+            while piece := s.recv(1 << 20):
+                got.extend(piece)
+        t = threading.Thread(target=reader)
+        t.start()
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)  # the service sees EOF, answers BYE and closes; we see EOF
+        t.join(60 * SLOW)
+        assert not t.is_alive()
+    finally:
+        s.close()
+    assert bytes(got) == payload + b"BYE"
+
+
+# ---------------------------------------------------------------------------
+# Clients vanishing at each phase (the ASan run checks for use-after-free)
+
+
+def test_client_resets_at_each_phase(execd, services):
+    port = services["aiohttp"]
+    # Before the upstream head.
+    s = connect(execd)
+    send_head(s, execd, "GET", f"/proxy/{port}/hang")
+    time.sleep(0.05)
+    reset_socket(s)
+    # Mid-request body.
+    s = connect(execd)
+    send_head(s, execd, "POST", f"/proxy/{port}/upload", f"Content-Length: {64 << 20}\r\n")
+    s.sendall(b"x" * (4 << 20))
+    reset_socket(s)
+    # Mid-response body.
+    s = connect(execd)
+    send_head(s, execd, "GET", f"/proxy/{port}/download?size={256 << 20}")
+    read_head(s)
+    s.recv(65536)
+    reset_socket(s)
+    # Before connect finished / with the connection refused.
+    s = connect(execd)
+    send_head(s, execd, "GET", f"/proxy/{free_port()}/x")
+    reset_socket(s)
+    # Mid-tunnel, both kinds.
+    for svc in ("tunnel", "ws"):
+        s = connect(execd)
+        send_head(s, execd, "GET", f"/proxy/{services[svc]}/",
+                  "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n")
+        read_head(s)
+        s.sendall(b"\x81\x85\x00\x00\x00\x00hello" if svc == "ws" else b"data")
+        reset_socket(s)
+    # Upgrade request closed before the 101.
+    s = connect(execd)
+    send_head(s, execd, "GET", f"/proxy/{port}/hang", "Connection: Upgrade\r\nUpgrade: echo\r\n")
+    s.close()
+    # Garbage after the head of a proxied request.
+    s = connect(execd)
+    s.sendall(f"POST /proxy/{port}/upload HTTP/1.1\r\n{TOKEN_HEADER}: {execd.token}\r\n"
+              "Transfer-Encoding: chunked\r\n\r\nzz\r\n".encode())
+    data = s.recv(65536)
+    assert data.startswith(b"HTTP/1.1 400")
+    s.close()
+    # Still serving, and proxying.
+    assert execd.ping() == 200
+    assert raw_request(execd, "GET", f"/proxy/{port}/echo/after")[0] == 200
+    assert raw_request(execd, "GET", f"/proxy/{port}/release")[0] == 200
+
+
+# ---------------------------------------------------------------------------
+# The official SDK, through the bridge-style endpoint
+
+
+def test_sdk_egress_policy_through_bridge_endpoint(execd, services):
+    """On a bridge network the lifecycle server hands out `<host>:<execd
+    port>/proxy/{port}` for every port but execd's own, with execd's token
+    header; the SDK's egress service (network policy) then talks to the
+    sidecar through it. Here the sidecar is the test service's GET /policy."""
+    from opensandbox.adapters.factory import AdapterFactory
+    from opensandbox.config import ConnectionConfig
+    from opensandbox.models.sandboxes import SandboxEndpoint
+
+    endpoint = SandboxEndpoint(endpoint=f"{execd.host}:{execd.port}/proxy/{services['aiohttp']}",
+                               headers={TOKEN_HEADER: execd.token})
+
+    async def main():
+        cfg = ConnectionConfig(protocol="http").with_transport_if_missing()
+        try:
+            egress = AdapterFactory(cfg).create_egress_service(endpoint)
+            return await egress.get_policy()
+        finally:
+            await cfg.close_transport_if_owned()
+    policy = asyncio.run(main())
+    assert policy.default_action == "deny"
+    assert [r.target for r in policy.egress] == ["pypi.org"]
