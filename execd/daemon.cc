@@ -38,7 +38,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
       commands_(ctx_),
       sessions_(ctx_),
       ptys_(ctx_),
-      metrics_(ctx_) {
+      metrics_(ctx_),
+      code_(ctx_) {
   reaper_.start();
   routes_.add_open("GET", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
   routes_.add_open("HEAD", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
@@ -49,6 +50,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   api::add_upload_route(routes_, ctx_);
   api::add_download_route(routes_, ctx_);
   api::add_metrics_routes(routes_, metrics_);
+  api::add_code_routes(routes_, code_, commands_, sessions_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -71,7 +73,7 @@ int Daemon::listen() { return server_.listen(ctx_.config.host, ctx_.config.port)
 void Daemon::run() { uv_run(loop_, UV_RUN_DEFAULT); }
 
 bool Daemon::drained() const {
-  return commands_.running() == 0 && server_.connection_count() == 0;
+  return commands_.running() == 0 && server_.connection_count() == 0 && code_.kernels_alive() == 0;
 }
 
 void Daemon::on_tick() {
@@ -107,6 +109,7 @@ void Daemon::shutdown(int signum) {
   // attached PTY WebSocket does not hold the shutdown for the grace period.
   sessions_.kill_all();
   ptys_.kill_all();
+  code_.shutdown_all();
   deadline_ = uv_now(loop_) + static_cast<uint64_t>(ctx_.config.graceful_shutdown_ms);
   uv_timer_start(&housekeeping_, [](uv_timer_t* t) { static_cast<Daemon*>(t->data)->on_tick(); }, 0,
                  kShutdownPollMs);
@@ -121,6 +124,7 @@ void Daemon::finish() {
   commands_.signal_all(SIGKILL);
   sessions_.kill_all();
   ptys_.kill_all();
+  code_.kill_all();
   uv_timer_stop(&housekeeping_);
   uv_close(reinterpret_cast<uv_handle_t*>(&housekeeping_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
@@ -137,6 +141,7 @@ void Daemon::finish() {
     d->ptys_.clear();
     d->sessions_.clear();
     d->commands_.close();
+    d->code_.close();
     d->metrics_.close();
     d->server_.close_handles();
     d->reaper_.stop();

@@ -443,6 +443,10 @@ void handle_logs(CommandRegistry& reg, http::Exchange& ex, const std::string& id
 
 }  // namespace
 
+void interrupt_command(CommandRegistry& commands, SessionRegistry& sessions, http::Exchange& ex) {
+  handle_interrupt(commands, sessions, ex);
+}
+
 void add_command_routes(RouteTable& routes, CommandRegistry& commands, SessionRegistry& sessions) {
   routes.add("POST", "/command", [&commands](http::Exchange& ex) { handle_run(commands, ex); });
   routes.add("DELETE", "/command",
