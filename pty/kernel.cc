@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -159,13 +160,50 @@ std::string KernelConnection::to_json(const std::string& kernel_name) const {
   j["hb_port"] = hb_port;
   j["ip"] = ip;
   j["key"] = key;
-  j["transport"] = "tcp";
+  j["transport"] = transport;
   j["signature_scheme"] = "hmac-sha256";
   j["kernel_name"] = kernel_name;
   return j.dump(1);
 }
 
-bool allocate_connection(KernelConnection& c, std::string& error) {
+void KernelConnection::remove_sockets() const {
+  if (transport != "ipc") return;
+  for (int p : {shell_port, iopub_port, stdin_port, control_port, hb_port}) unlink((ip + "-" + std::to_string(p)).c_str());
+}
+
+namespace {
+
+bool new_key(std::string& key, std::string& error) {
+  unsigned char raw[32];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  bool got = fd >= 0 && read(fd, raw, sizeof raw) == static_cast<ssize_t>(sizeof raw);
+  if (fd >= 0) close(fd);
+  if (!got) {
+    error = "cannot read /dev/urandom for the kernel key";
+    return false;
+  }
+  static const char* digits = "0123456789abcdef";
+  key.clear();
+  for (unsigned char b : raw) {
+    key += digits[b >> 4];
+    key += digits[b & 15];
+  }
+  return true;
+}
+
+}  // namespace
+
+bool allocate_connection(KernelConnection& c, const std::string& ipc_prefix, std::string& error) {
+  if (!new_key(c.key, error)) return false;
+  if (!ipc_prefix.empty() && ipc_prefix.size() + 3 < sizeof(sockaddr_un::sun_path)) {
+    c.transport = "ipc";
+    c.ip = ipc_prefix;
+    c.shell_port = 1, c.iopub_port = 2, c.stdin_port = 3, c.control_port = 4, c.hb_port = 5;
+    c.remove_sockets();
+    return true;
+  }
+  c.transport = "tcp";
+  c.ip = "127.0.0.1";
   int fds[5];
   int* ports[5] = {&c.shell_port, &c.iopub_port, &c.stdin_port, &c.control_port, &c.hb_port};
   int opened = 0;
@@ -187,22 +225,7 @@ bool allocate_connection(KernelConnection& c, std::string& error) {
   }
   for (int i = 0; i < opened; ++i)
     if (fds[i] >= 0) close(fds[i]);
-  if (!ok) return false;
-  unsigned char raw[32];
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  bool got = fd >= 0 && read(fd, raw, sizeof raw) == static_cast<ssize_t>(sizeof raw);
-  if (fd >= 0) close(fd);
-  if (!got) {
-    error = "cannot read /dev/urandom for the kernel key";
-    return false;
-  }
-  static const char* digits = "0123456789abcdef";
-  c.key.clear();
-  for (unsigned char b : raw) {
-    c.key += digits[b >> 4];
-    c.key += digits[b & 15];
-  }
-  return true;
+  return ok;
 }
 
 bool write_connection_file(const std::string& path, const std::string& contents, std::string& error) {

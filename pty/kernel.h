@@ -45,17 +45,24 @@ std::vector<KernelSpec> find_kernelspecs(const std::vector<std::string>& env);
 const KernelSpec* pick_kernelspec(const std::vector<KernelSpec>& specs, const std::string& language);
 
 struct KernelConnection {
-  std::string ip = "127.0.0.1";
+  std::string transport = "tcp";
+  std::string ip = "127.0.0.1";  // ipc: the socket path prefix
   std::string key;  // HMAC-SHA256 key (hex from the CSPRNG)
   int shell_port = 0, iopub_port = 0, stdin_port = 0, control_port = 0, hb_port = 0;
 
-  std::string endpoint(int port) const { return "tcp://" + ip + ":" + std::to_string(port); }
+  std::string endpoint(int port) const {
+    return transport == "ipc" ? "ipc://" + ip + "-" + std::to_string(port) : "tcp://" + ip + ":" + std::to_string(port);
+  }
+  // ipc: removes the five socket files.
+  void remove_sockets() const;
   std::string to_json(const std::string& kernel_name) const;
 };
 
-// Picks five free loopback ports (bind to port 0, read, close; the kernel
-// binds them a moment later, as jupyter_client does) and a fresh key.
-bool allocate_connection(KernelConnection& c, std::string& error);
+// A fresh key and the five endpoints: Unix sockets `ipc_prefix`-1..5 when the
+// prefix is short enough for sun_path (no port can be taken by someone else
+// between choosing and binding, which bites with many kernels starting at
+// once); else five free loopback TCP ports (bind to 0, read, close).
+bool allocate_connection(KernelConnection& c, const std::string& ipc_prefix, std::string& error);
 
 // Writes the connection file with mode 0600.
 bool write_connection_file(const std::string& path, const std::string& contents, std::string& error);

@@ -62,6 +62,7 @@ constexpr uint64_t kStartTimeoutMs = 30000;
 constexpr uint64_t kKernelInfoRetryMs = 500;
 constexpr uint64_t kHeartbeatIntervalMs = 1000;
 constexpr uint64_t kShutdownGraceMs = 2000;
+constexpr uint64_t kSigintRepeatMs = 500;
 constexpr size_t kStderrTail = 2048;
 
 uint64_t heartbeat_timeout_ms() {
@@ -99,6 +100,10 @@ class CodeRun final : public ExecutionProducer {
   std::string msg_id;
   int64_t started_ms = 0;
   bool sent = false, reply_seen = false, idle_seen = false, error_sent = false;
+  // The kernel published execute_input: the code is running. A kernel ignores
+  // SIGINT while idle, so an interrupt that comes earlier waits for this.
+  bool executing = false, interrupt_pending = false;
+  uint64_t last_sigint = 0;  // loop ms of the last SIGINT for this run, 0 = none
   std::optional<int64_t> count;
   json reply = json::object();
 };
@@ -181,6 +186,14 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
       finish_run("interrupted");
       return;
     }
+    if (!spec_.interrupt_by_message && run_ && !run_->executing) {
+      run_->interrupt_pending = true;
+      return;
+    }
+    deliver_interrupt();
+  }
+
+  void deliver_interrupt() {
     if (state_ != State::ready || !cmd_) return;
     if (spec_.interrupt_by_message) {
       if (channels_)
@@ -188,6 +201,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
                         jp::make_request("interrupt_request", random_uuid(), session_, "{}"));
     } else {
       cmd_->signal_group(SIGINT);
+      if (run_) run_->last_sigint = uv_now(reg_.ctx.loop);
     }
   }
 
@@ -317,10 +331,10 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     stderr_tail_.clear();
     death_reason_.clear();
     std::string error;
-    pty::KernelConnection conn;
+    pty::KernelConnection& conn = conn_;
     pty::SpawnOptions opts;
     conn_file_ = reg_.ctx.config.state_dir + "/kernel-" + id_ + ".json";
-    if (!pty::allocate_connection(conn, error) ||
+    if (!pty::allocate_connection(conn, reg_.ctx.config.state_dir + "/k-" + id_.substr(0, 12), error) ||
         !pty::write_connection_file(conn_file_, conn.to_json(spec_.name), error) ||
         !pty::kernel_spawn_options(spec_, conn_file_, reg_.ctx.base_env, cwd_, opts, error)) {
       remove_connection_file();
@@ -391,6 +405,9 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
         } else if (channels_ && now - last_ping_ >= kHeartbeatIntervalMs) {
           if (channels_->ping()) last_ping_ = now;
         }
+        // A SIGINT that lands in the kernel between requests is ignored
+        // there; while the interrupted run goes on, say it again.
+        if (run_ && run_->last_sigint && now - run_->last_sigint >= kSigintRepeatMs) deliver_interrupt();
         return;
       case State::stopping:
         if (!term_sent_ && now - stop_started_ > kShutdownGraceMs && cmd_) {
@@ -425,6 +442,10 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     }
     if (type == "execute_input") {
       if (auto n = c.find("execution_count"); n != c.end() && n->is_number_integer()) run_->count = n->get<int64_t>();
+      if (!run_->executing) {
+        run_->executing = true;
+        if (run_->interrupt_pending) deliver_interrupt();
+      }
       return;
     }
     if (!s) return;  // the client left; the kernel is being interrupted
@@ -511,6 +532,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   void remove_connection_file() {
     if (!conn_file_.empty()) unlink(conn_file_.c_str());
     conn_file_.clear();
+    conn_.remove_sockets();
   }
 
  public:
@@ -526,6 +548,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   CodeRegistryImpl& reg_;
   std::string id_, language_;
   pty::KernelSpec spec_;
+  pty::KernelConnection conn_;
   std::string cwd_;
   State state_ = State::stopped;
   pty::Command* cmd_ = nullptr;
