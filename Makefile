@@ -65,6 +65,7 @@ bench: build static venv
 	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor --client $(BUILD)/stream_client --static $(BUILD)/execd-static
 	$(VENV)/bin/python tests/bench/bench_files.py --execd $(BUILD)/execd
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/python tests/bench/bench_pty.py
+	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd
 
 static: deps
 	./image/fetch-simdjson.sh $(STATIC_BUILD)/simdjson
