@@ -10,7 +10,7 @@ STATIC_BUILD ?= build-static
 VENV ?= .venv
 PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
-                libspdlog-dev libfmt-dev doctest-dev libssl-dev python3-venv curl procps
+                libspdlog-dev libfmt-dev doctest-dev libssl-dev libzmq3-dev python3-venv curl procps
 
 .PHONY: all deps venv build build-asan run test unit integration test-image bench static clean
 
@@ -67,6 +67,7 @@ bench: build static venv
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/python tests/bench/bench_pty.py
 	$(VENV)/bin/python tests/bench/bench_resume.py --execd $(BUILD)/execd --client $(BUILD)/stream_client
 	$(VENV)/bin/python tests/bench/bench_proxy.py --execd $(BUILD)/execd
+	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd
 
 static: deps
 	./image/fetch-simdjson.sh $(STATIC_BUILD)/simdjson

@@ -43,7 +43,8 @@ const char* const kUsage =
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
-    "                                  JUPYTER_TOKEN, EXECD_JUPYTER_IDLE_POLL_INTERVAL); ignored\n"
+    "                                  JUPYTER_TOKEN, EXECD_JUPYTER_IDLE_POLL_INTERVAL); ignored:\n"
+    "                                  execd runs kernels itself, no Jupyter server (see /code)\n"
     "  --help, --version\n"
     "Durations: Go syntax (1h30m, 1.5s, 300ms, 250us) or a bare number of milliseconds.\n";
 
@@ -409,9 +410,9 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     double ns;
     if (!parse_go_duration_ns(p, ns)) return "EXECD_JUPYTER_IDLE_POLL_INTERVAL must be a duration like 100ms";
     cfg.jupyter_idle_poll_interval_ms = ns <= 0 ? 100 : static_cast<int64_t>(ns / 1e6);
-    cfg.warnings.push_back("EXECD_JUPYTER_IDLE_POLL_INTERVAL is set but ignored: code interpreting (/code) is not implemented");
+    cfg.warnings.push_back("EXECD_JUPYTER_IDLE_POLL_INTERVAL is set but ignored: execd runs Jupyter kernels itself, no Jupyter server");
   }
-  const char* kIgnored = " but ignored: code interpreting (/code) is not implemented";
+  const char* kIgnored = " but ignored: execd runs Jupyter kernels itself (from kernelspecs), no Jupyter server";
   if (jupyter_host_flag) cfg.warnings.push_back(std::string("--jupyter-host accepted") + kIgnored);
   else if (!cfg.jupyter_host.empty()) cfg.warnings.push_back(std::string("JUPYTER_HOST is set") + kIgnored);
   if (jupyter_token_flag) cfg.warnings.push_back(std::string("--jupyter-token accepted") + kIgnored);

@@ -40,7 +40,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
       sessions_(ctx_),
       ptys_(ctx_),
       metrics_(ctx_),
-      proxy_(ctx_) {
+      proxy_(ctx_),
+      code_(ctx_) {
   reaper_.start();
   routes_.add_open("GET", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
   routes_.add_open("HEAD", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
@@ -53,6 +54,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   api::add_metrics_routes(routes_, metrics_);
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
+  api::add_code_routes(routes_, code_, commands_, sessions_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -79,7 +81,7 @@ int Daemon::listen() {
 void Daemon::run() { uv_run(loop_, UV_RUN_DEFAULT); }
 
 bool Daemon::drained() const {
-  return commands_.running() == 0 && server_.connection_count() == 0;
+  return commands_.running() == 0 && server_.connection_count() == 0 && code_.kernels_alive() == 0;
 }
 
 void Daemon::on_tick() {
@@ -115,6 +117,7 @@ void Daemon::shutdown(int signum) {
   // attached PTY WebSocket does not hold the shutdown for the grace period.
   sessions_.kill_all();
   ptys_.kill_all();
+  code_.shutdown_all();
   deadline_ = uv_now(loop_) + static_cast<uint64_t>(ctx_.config.graceful_shutdown_ms);
   uv_timer_start(&housekeeping_, [](uv_timer_t* t) { static_cast<Daemon*>(t->data)->on_tick(); }, 0,
                  kShutdownPollMs);
@@ -129,6 +132,7 @@ void Daemon::finish() {
   commands_.signal_all(SIGKILL);
   sessions_.kill_all();
   ptys_.kill_all();
+  code_.kill_all();
   uv_timer_stop(&housekeeping_);
   uv_close(reinterpret_cast<uv_handle_t*>(&housekeeping_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
@@ -146,6 +150,7 @@ void Daemon::finish() {
     d->sessions_.clear();
     d->commands_.close();
     d->journal_.close();
+    d->code_.close();
     d->metrics_.close();
     d->proxy_.close();
     d->server_.close_handles();

@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "execd/api/code.h"
 #include "execd/api/commands.h"
 #include "execd/api/journal.h"
 #include "execd/api/metrics.h"
@@ -55,6 +56,7 @@ class Daemon {
   api::PtyRegistry ptys_;
   api::MetricsService metrics_;
   api::ProxyService proxy_;
+  api::CodeRegistry code_;
   uv_signal_t sigterm_, sigint_;
   uv_timer_t housekeeping_;
   uint64_t deadline_ = 0;

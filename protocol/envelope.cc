@@ -107,6 +107,10 @@ void EventEncoder::output(std::string& out, OutputStream s, const uint8_t* data,
     exact_chunk(out, s, data, len, ts);
     return;
   }
+  if (!split_lines_) {
+    if (len) compat_line(out, s, std::string_view(reinterpret_cast<const char*>(data), len), ts);
+    return;
+  }
   // Contract 4.4: '\n' and '\r' both end a line; a terminator on an empty line
   // is the text "\n", except the '\n' of a "\r\n" pair.
   StreamState& st = streams_[static_cast<int>(s)];
@@ -251,6 +255,11 @@ void EventEncoder::terminal(std::string& out, const ExecutionResult& r, int64_t 
   append_int(out, ts);
   append_result_fields(out, r);
   out += '}';
+  end_event(out);
+}
+
+void EventEncoder::event(std::string& out, std::string_view json_object) const {
+  out += json_object;
   end_event(out);
 }
 

@@ -49,6 +49,9 @@ class EventEncoder {
   explicit EventEncoder(Framing framing) : framing_(framing) {}
 
   Framing framing() const { return framing_; }
+  // compat framing only: false emits each output chunk as one event, as it
+  // came (kernel stream messages), instead of one event per line.
+  void set_split_lines(bool split) { split_lines_ = split; }
   const char* content_type() const {
     return framing_ == Framing::exact ? "application/x-ndjson" : "text/event-stream";
   }
@@ -66,6 +69,8 @@ class EventEncoder {
   void terminal(std::string& out, const ExecutionResult& r, int64_t ts_ms) const;
   // A non-terminal error after the stream started (compat: an `error` event).
   void error(std::string& out, std::string_view ename, std::string_view evalue, int64_t ts_ms) const;
+  // Any other event: a compact JSON object, terminated for the framing.
+  void event(std::string& out, std::string_view json_object) const;
 
  private:
   struct StreamState {
@@ -81,6 +86,7 @@ class EventEncoder {
   void end_event(std::string& out) const;
 
   Framing framing_;
+  bool split_lines_ = true;
   StreamState streams_[2];
 };
 

@@ -1272,6 +1272,10 @@ void stdin_complete(http::Exchange& ex) {
 
 }  // namespace
 
+void interrupt_command(CommandRegistry& commands, SessionRegistry& sessions, http::Exchange& ex) {
+  handle_interrupt(commands, sessions, ex);
+}
+
 void add_command_routes(RouteTable& routes, CommandRegistry& commands, SessionRegistry& sessions) {
   routes.add("POST", "/command", [&commands](http::Exchange& ex) { handle_run(commands, ex); });
   routes.add("DELETE", "/command",

@@ -51,6 +51,25 @@ void ExecutionStream::finish(const protocol::ExecutionResult& result) {
   ex_.end(std::move(buf));
 }
 
+void ExecutionStream::event(std::string_view json_object) {
+  if (ended_) return;
+  std::string buf = ex_.take_buffer();
+  enc_.event(buf, json_object);
+  if (!ex_.send(std::move(buf)) && producer) producer->set_client_paused(true);
+}
+
+void ExecutionStream::finish_with(std::string_view json_object) {
+  if (ended_) return;
+  ended_ = true;
+  producer.cut();
+  std::string buf = ex_.take_buffer();
+  int64_t now = unix_ms();
+  enc_.flush(buf, protocol::OutputStream::out, now);
+  enc_.flush(buf, protocol::OutputStream::err, now);
+  enc_.event(buf, json_object);
+  ex_.end(std::move(buf));
+}
+
 void ExecutionStream::finish_background() {
   if (ended_) return;
   ended_ = true;

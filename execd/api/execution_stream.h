@@ -44,6 +44,11 @@ class ExecutionStream final : public http::Source {
   void output(protocol::OutputStream s, const uint8_t* data, size_t len);
   // Flushes held-back output, writes the terminal event, ends the response.
   void finish(const protocol::ExecutionResult& result);
+  // A ready-made event (code executions: result, error, execution_count).
+  void event(std::string_view json_object);
+  // Flushes held-back output, writes `json_object` as the terminal event, ends.
+  void finish_with(std::string_view json_object);
+  protocol::EventEncoder& encoder() { return enc_; }
   // Background commands: the stream only says that the command started.
   void finish_background();
 

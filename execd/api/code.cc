@@ -1,0 +1,766 @@
+// execd/api/code: see header.
+#include "execd/api/code.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "execd/api/api.h"
+#include "execd/api/awaiter.h"
+#include "execd/api/execution_stream.h"
+#include "protocol/errors.h"
+#include "protocol/jupyter.h"
+
+#ifdef EXECD_WITH_CODE
+#include <zmq.h>
+
+#include "execd/kernel_channels.h"
+#include "pty/command.h"
+#include "pty/kernel.h"
+#endif
+
+namespace execd::api {
+
+namespace codes = protocol::codes;
+namespace jp = protocol::jupyter;
+using json = nlohmann::json;
+
+#ifndef EXECD_WITH_CODE
+
+class CodeRegistryImpl {};
+CodeRegistry::CodeRegistry(Context&) {}
+CodeRegistry::~CodeRegistry() = default;
+void CodeRegistry::shutdown_all() {}
+void CodeRegistry::kill_all() {}
+size_t CodeRegistry::kernels_alive() const { return 0; }
+void CodeRegistry::close() {}
+
+void add_code_routes(RouteTable& routes, CodeRegistry&, CommandRegistry&, SessionRegistry&) {
+  auto unavailable = [](http::Exchange& ex) {
+    ex.respond_error(501, "NOT_IMPLEMENTED", "code interpreting is not built into this execd (static build without libzmq)");
+  };
+  routes.add("POST", "/code", unavailable);
+  routes.add("DELETE", "/code", unavailable);
+  routes.add("POST", "/code/context", unavailable);
+  routes.add("GET", "/code/contexts", unavailable);
+  routes.add("DELETE", "/code/contexts", unavailable);
+  routes.add("GET", "/code/contexts/:id", unavailable);
+  routes.add("DELETE", "/code/contexts/:id", unavailable);
+}
+
+#else
+
+namespace {
+
+constexpr uint64_t kTickMs = 100;
+constexpr uint64_t kStartTimeoutMs = 30000;
+constexpr uint64_t kKernelInfoRetryMs = 500;
+constexpr uint64_t kHeartbeatIntervalMs = 1000;
+constexpr uint64_t kShutdownGraceMs = 2000;
+constexpr uint64_t kSigintRepeatMs = 500;
+constexpr size_t kStderrTail = 2048;
+
+uint64_t heartbeat_timeout_ms() {
+  // Overridable for tests of a silent kernel; 5 s otherwise.
+  static uint64_t ms = [] {
+    const char* v = getenv("EXECD_KERNEL_HEARTBEAT_TIMEOUT_MS");
+    long n = v ? atol(v) : 0;
+    return n > 0 ? static_cast<uint64_t>(n) : uint64_t{5000};
+  }();
+  return ms;
+}
+
+std::string describe_exit(const pty::Outcome& o) {
+  if (o.exit_code) return "exit status " + std::to_string(*o.exit_code);
+  if (o.signal) return std::string("signal ") + pty::signal_name(o.signal) + " (" + pty::signal_description(o.signal) + ")";
+  return "exited";
+}
+
+}  // namespace
+
+class CodeContext;
+
+// An exchange waiting for POST /code/context's kernel to be ready.
+struct ReadyWaiter : Awaitable {};
+
+class CodeRun final : public ExecutionProducer {
+ public:
+  explicit CodeRun(CodeContext& c) : ctx(c) {}
+  // Kernel output is not pausable; the stream buffers it (see README).
+  void set_client_paused(bool) override {}
+  void client_gone() override;
+
+  CodeContext& ctx;
+  std::string code;
+  std::string msg_id;
+  int64_t started_ms = 0;
+  bool sent = false, reply_seen = false, idle_seen = false, error_sent = false;
+  // The kernel published execute_input: the code is running. A kernel ignores
+  // SIGINT while idle, so an interrupt that comes earlier waits for this.
+  bool executing = false, interrupt_pending = false;
+  uint64_t last_sigint = 0;  // loop ms of the last SIGINT for this run, 0 = none
+  std::optional<int64_t> count;
+  json reply = json::object();
+};
+
+class CodeRegistryImpl {
+ public:
+  explicit CodeRegistryImpl(Context& c) : ctx(c) {}
+  Context& ctx;
+  void* zmq = nullptr;
+  std::map<std::string, std::unique_ptr<CodeContext>> contexts;
+  std::map<std::string, std::string> defaults;  // kernel name -> context id
+  std::vector<std::unique_ptr<CodeContext>> dying;
+  std::vector<pty::KernelSpec> specs;
+  bool specs_loaded = false;
+
+  const pty::KernelSpec* spec_for(const std::string& language) {
+    if (!specs_loaded || !pty::pick_kernelspec(specs, language)) {
+      specs = pty::find_kernelspecs(ctx.base_env);
+      specs_loaded = true;
+    }
+    return pty::pick_kernelspec(specs, language);
+  }
+  std::string installed() const {
+    std::string s;
+    for (const auto& k : specs) s += (s.empty() ? "" : ", ") + k.name;
+    return s.empty() ? "none" : s;
+  }
+  void* zmq_ctx() {
+    if (!zmq) zmq = zmq_ctx_new();
+    return zmq;
+  }
+  CodeContext* find(const std::string& id) {
+    auto it = contexts.find(id);
+    return it == contexts.end() ? nullptr : it->second.get();
+  }
+  CodeContext& create(const std::string& language, const pty::KernelSpec& spec, const std::string& cwd);
+  // Takes a context out of the listing and shuts its kernel down.
+  void remove(const std::string& id);
+  // The kernel of a removed context is gone: free it.
+  void forget(CodeContext* c);
+};
+
+class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
+ public:
+  enum class State { stopped, starting, ready, stopping };
+
+  CodeContext(CodeRegistryImpl& reg, std::string id, std::string language, pty::KernelSpec spec, std::string cwd)
+      : reg_(reg), id_(std::move(id)), language_(std::move(language)), spec_(std::move(spec)), cwd_(std::move(cwd)) {
+    uv_timer_init(reg_.ctx.loop, &timer_);
+    timer_.data = this;
+  }
+
+  const std::string& id() const { return id_; }
+  const std::string& language() const { return language_; }
+  const std::string& kernel_name() const { return spec_.name; }
+  const std::string& cwd() const { return cwd_; }
+  bool busy() const { return run_ != nullptr; }
+  bool kernel_alive() const { return cmd_ != nullptr; }
+  State state() const { return state_; }
+
+  void ensure_started() {
+    if (state_ == State::stopped) start();
+  }
+
+  void wait_ready(http::Exchange& ex) {
+    auto w = std::make_unique<ReadyWaiter>();
+    await(ex, *w);
+    waiters_.push_back(std::move(w));
+  }
+
+  void begin_run(std::unique_ptr<CodeRun> run) {
+    run_ = std::move(run);
+    if (state_ == State::ready) send_execute();
+    else ensure_started();
+  }
+
+  void interrupt() {
+    if (run_ && !run_->sent) {
+      run_->reply["status"] = "aborted";
+      finish_run("interrupted");
+      return;
+    }
+    if (!spec_.interrupt_by_message && run_ && !run_->executing) {
+      run_->interrupt_pending = true;
+      return;
+    }
+    deliver_interrupt();
+  }
+
+  void deliver_interrupt() {
+    if (state_ != State::ready || !cmd_) return;
+    if (spec_.interrupt_by_message) {
+      if (channels_)
+        channels_->send(KernelChannel::control,
+                        jp::make_request("interrupt_request", random_uuid(), session_, "{}"));
+    } else {
+      cmd_->signal_group(SIGINT);
+      if (run_) run_->last_sigint = uv_now(reg_.ctx.loop);
+    }
+  }
+
+  void client_gone() {
+    // Nobody reads the rest: stop the code so the context is free again.
+    if (run_) interrupt();
+  }
+
+  // DELETE or daemon shutdown: the kernel is asked to exit, then signalled.
+  void shut_down() {
+    if (run_ && run_->stream) {
+      run_->stream->event(jp::error_event("ContextDeleted", "the code context was deleted", {}, unix_ms()));
+      finish_run("aborted");
+    }
+    run_.reset();
+    fail_waiters("the code context was deleted");
+    if (!cmd_) {
+      state_ = State::stopped;
+      reg_.forget(this);
+      return;
+    }
+    state_ = State::stopping;
+    stop_started_ = uv_now(reg_.ctx.loop);
+    if (channels_)
+      channels_->send(KernelChannel::control,
+                      jp::make_request("shutdown_request", random_uuid(), session_, "{\"restart\":false}"));
+    uv_timer_start(&timer_, on_timer, kTickMs, kTickMs);
+  }
+
+  void kill() {
+    if (cmd_) cmd_->signal_group(SIGKILL);
+  }
+
+  // Frees the context once its timer has closed.
+  void destroy() {
+    if (channels_) channels_->close();
+    channels_ = nullptr;
+    if (cmd_) cmd_->release();
+    cmd_ = nullptr;
+    remove_connection_file();
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer_),
+             [](uv_handle_t* h) { delete static_cast<CodeContext*>(h->data); });
+  }
+
+  // pty::CommandSink: the kernel process's own stdout/stderr (not the code's
+  // output, which comes over iopub) is kept for start-up failure messages.
+  void on_output(pty::Stream, const uint8_t* data, size_t len) override {
+    stderr_tail_.append(reinterpret_cast<const char*>(data), len);
+    if (stderr_tail_.size() > 2 * kStderrTail) stderr_tail_.erase(0, stderr_tail_.size() - kStderrTail);
+  }
+
+  void on_finished(const pty::Outcome& o) override {
+    std::string reason = death_reason_.empty() ? "the kernel process ended: " + describe_exit(o) : death_reason_;
+    spdlog::info("code context {}: kernel {} ({})", id_, cmd_ ? cmd_->pid() : -1, reason);
+    if (cmd_) cmd_->release();
+    cmd_ = nullptr;
+    if (channels_) channels_->close();
+    channels_ = nullptr;
+    remove_connection_file();
+    uv_timer_stop(&timer_);
+    State was = state_;
+    state_ = State::stopped;
+    death_reason_.clear();
+    if (was == State::stopping) {
+      reg_.forget(this);
+      return;
+    }
+    std::string detail = reason;
+    std::string tail = stderr_tail();
+    if (was == State::starting) {
+      if (!tail.empty()) detail += "; kernel output: " + tail;
+      fail_start("kernel " + spec_.name + " failed to start: " + detail);
+      return;
+    }
+    if (run_) {
+      if (run_->stream) {
+        std::vector<std::string> tb{reason};
+        if (!tail.empty()) tb.push_back(tail);
+        run_->stream->event(jp::error_event("KernelDied", reason, tb, unix_ms()));
+      }
+      finish_run("died");
+    }
+  }
+
+  // KernelChannelHandler
+  void on_heartbeat() override { last_heartbeat_ = uv_now(reg_.ctx.loop); }
+
+  void on_kernel_message(KernelChannel ch, jp::WireMessage&& m) override {
+    auto env = jp::read_envelope(m);
+    if (!env) return;
+    switch (ch) {
+      case KernelChannel::shell:
+        if (env->msg_type == "kernel_info_reply") {
+          shell_ready_ = true;
+          maybe_ready();
+        } else if (env->msg_type == "execute_reply" && run_ && run_->sent && env->parent_msg_id == run_->msg_id) {
+          json c = json::parse(m.content, nullptr, false);
+          if (c.is_object()) {
+            run_->reply = std::move(c);
+            if (auto n = run_->reply.find("execution_count"); n != run_->reply.end() && n->is_number_integer())
+              run_->count = n->get<int64_t>();
+          }
+          run_->reply_seen = true;
+          maybe_finish_run();
+        }
+        return;
+      case KernelChannel::iopub:
+        if (state_ == State::starting) {
+          iopub_seen_ = true;
+          maybe_ready();
+        }
+        if (run_ && run_->sent && env->parent_msg_id == run_->msg_id) on_iopub(env->msg_type, m.content);
+        return;
+      case KernelChannel::stdin_:
+        if (env->msg_type == "input_request") answer_input(m);
+        return;
+      case KernelChannel::control:
+      case KernelChannel::hb:
+        return;
+    }
+  }
+
+ private:
+  void start() {
+    state_ = State::starting;
+    shell_ready_ = iopub_seen_ = false;
+    stderr_tail_.clear();
+    death_reason_.clear();
+    std::string error;
+    pty::KernelConnection& conn = conn_;
+    pty::SpawnOptions opts;
+    conn_file_ = reg_.ctx.config.state_dir + "/kernel-" + id_ + ".json";
+    if (!pty::allocate_connection(conn, reg_.ctx.config.state_dir + "/k-" + id_.substr(0, 12), error) ||
+        !pty::write_connection_file(conn_file_, conn.to_json(spec_.name), error) ||
+        !pty::kernel_spawn_options(spec_, conn_file_, reg_.ctx.base_env, cwd_, opts, error)) {
+      remove_connection_file();
+      state_ = State::stopped;
+      return fail_start("kernel " + spec_.name + " cannot start: " + error);
+    }
+    pty::CommandLimits limits;
+    limits.kill_grace_ms = reg_.ctx.config.kill_grace_ms;
+    started_ = uv_now(reg_.ctx.loop);
+    cmd_ = pty::Command::start(reg_.ctx.loop, *reg_.ctx.reaper, opts, limits, this, error);
+    if (!cmd_) {
+      remove_connection_file();
+      state_ = State::stopped;
+      return fail_start("kernel " + spec_.name + " cannot start: " + error);
+    }
+    spdlog::info("code context {}: kernel {} started, pid {}", id_, spec_.name, cmd_->pid());
+    session_ = random_uuid();
+    channels_ = KernelChannels::connect(reg_.ctx.loop, reg_.zmq_ctx(), conn, *this, error);
+    if (!channels_) {
+      death_reason_ = "cannot connect to the kernel: " + error;
+      cmd_->signal_group(SIGKILL);
+      return;
+    }
+    send_kernel_info();
+    uv_timer_start(&timer_, on_timer, kTickMs, kTickMs);
+  }
+
+  void send_kernel_info() {
+    last_info_sent_ = uv_now(reg_.ctx.loop);
+    channels_->send(KernelChannel::shell, jp::make_request("kernel_info_request", random_uuid(), session_, "{}"));
+  }
+
+  // Ready = the shell answered and iopub delivered something: a kernel
+  // publishes status for each kernel_info_request, so once iopub shows one,
+  // the subscription is live and no output of the first execution is lost.
+  void maybe_ready() {
+    if (state_ != State::starting || !shell_ready_ || !iopub_seen_) return;
+    state_ = State::ready;
+    ever_ready_ = true;
+    last_heartbeat_ = uv_now(reg_.ctx.loop);
+    last_ping_ = 0;
+    spdlog::info("code context {}: kernel ready after {} ms", id_, uv_now(reg_.ctx.loop) - started_);
+    auto waiters = std::move(waiters_);
+    for (auto& w : waiters)
+      if (http::Exchange* ex = w->exchange()) ex->respond_json(200, describe(true));
+    if (run_ && !run_->sent) send_execute();
+  }
+
+  static void on_timer(uv_timer_t* t) { static_cast<CodeContext*>(t->data)->tick(); }
+
+  void tick() {
+    uint64_t now = uv_now(reg_.ctx.loop);
+    switch (state_) {
+      case State::starting:
+        if (now - started_ > kStartTimeoutMs) {
+          death_reason_ = "the kernel did not answer within " + std::to_string(kStartTimeoutMs / 1000) + " s";
+          kill();
+        } else if (!iopub_seen_ && now - last_info_sent_ >= (shell_ready_ ? kTickMs : kKernelInfoRetryMs)) {
+          send_kernel_info();
+        }
+        return;
+      case State::ready:
+        if (now - last_heartbeat_ > heartbeat_timeout_ms()) {
+          death_reason_ = "the kernel stopped answering heartbeats for " + std::to_string(heartbeat_timeout_ms()) + " ms";
+          spdlog::warn("code context {}: {}", id_, death_reason_);
+          kill();
+          uv_timer_stop(&timer_);
+        } else if (channels_ && now - last_ping_ >= kHeartbeatIntervalMs) {
+          if (channels_->ping()) last_ping_ = now;
+        }
+        // A SIGINT that lands in the kernel between requests is ignored
+        // there; while the interrupted run goes on, say it again.
+        if (run_ && run_->last_sigint && now - run_->last_sigint >= kSigintRepeatMs) deliver_interrupt();
+        return;
+      case State::stopping:
+        if (!term_sent_ && now - stop_started_ > kShutdownGraceMs && cmd_) {
+          term_sent_ = true;
+          cmd_->interrupt();  // TERM, then KILL after the kill grace
+        }
+        return;
+      case State::stopped:
+        return;
+    }
+  }
+
+  void send_execute() {
+    run_->msg_id = random_uuid();
+    run_->sent = true;
+    run_->started_ms = unix_ms();
+    channels_->send(KernelChannel::shell,
+                    jp::make_request("execute_request", run_->msg_id, session_, jp::execute_request_content(run_->code)));
+  }
+
+  void on_iopub(const std::string& type, const std::string& content_text) {
+    json c = json::parse(content_text, nullptr, false);
+    if (!c.is_object()) return;
+    ExecutionStream* s = run_->stream.get();
+    int64_t now = unix_ms();
+    if (type == "status") {
+      if (auto st = c.find("execution_state"); st != c.end() && *st == "idle") {
+        run_->idle_seen = true;
+        maybe_finish_run();
+      }
+      return;
+    }
+    if (type == "execute_input") {
+      if (auto n = c.find("execution_count"); n != c.end() && n->is_number_integer()) run_->count = n->get<int64_t>();
+      if (!run_->executing) {
+        run_->executing = true;
+        if (run_->interrupt_pending) deliver_interrupt();
+      }
+      return;
+    }
+    if (!s) return;  // the client left; the kernel is being interrupted
+    if (type == "stream") {
+      auto name = c.find("name");
+      auto text = c.find("text");
+      if (name == c.end() || text == c.end() || !text->is_string()) return;
+      const std::string& t = text->get_ref<const std::string&>();
+      auto which = *name == "stderr" ? protocol::OutputStream::err : protocol::OutputStream::out;
+      s->output(which, reinterpret_cast<const uint8_t*>(t.data()), t.size());
+    } else if (type == "execute_result") {
+      if (auto n = c.find("execution_count"); n != c.end() && n->is_number_integer()) {
+        run_->count = n->get<int64_t>();
+        s->event(jp::execution_count_event(*run_->count, now));
+      }
+      if (auto e = jp::result_event(c, now)) s->event(*e);
+    } else if (type == "display_data" || type == "update_display_data") {
+      if (auto e = jp::result_event(c, now)) s->event(*e);
+    } else if (type == "error") {
+      run_->error_sent = true;
+      s->event(jp::error_event_from(c, now));
+    }
+  }
+
+  void maybe_finish_run() {
+    if (!run_ || !run_->reply_seen || !run_->idle_seen) return;
+    std::string status = "ok";
+    if (auto st = run_->reply.find("status"); st != run_->reply.end() && st->is_string()) status = *st;
+    if (status == "error" && !run_->error_sent && run_->stream)
+      run_->stream->event(jp::error_event_from(run_->reply, unix_ms()));
+    finish_run(status);
+  }
+
+  void finish_run(const std::string& status) {
+    std::unique_ptr<CodeRun> run = std::move(run_);
+    if (ExecutionStream* s = run->stream.get()) {
+      jp::CodeOutcome o;
+      o.status = status;
+      o.execution_count = run->count;
+      o.execution_time_ms = run->sent ? unix_ms() - run->started_ms : 0;
+      s->finish_with(jp::complete_event(o, unix_ms()));
+    }
+  }
+
+  void fail_start(const std::string& reason) {
+    spdlog::warn("code context {}: {}", id_, reason);
+    // POST /code/context answers 500 and leaves no context behind.
+    bool drop = !ever_ready_ && !waiters_.empty() && !run_;
+    fail_waiters(reason);
+    if (drop) return reg_.remove(id_);
+    if (run_) {
+      if (run_->stream) run_->stream->event(jp::error_event("KernelStartFailed", reason, {reason}, unix_ms()));
+      finish_run("start_failed");
+    }
+  }
+
+  void fail_waiters(const std::string& reason) {
+    auto waiters = std::move(waiters_);
+    for (auto& w : waiters)
+      if (http::Exchange* ex = w->exchange())
+        ex->respond_error(500, codes::kRuntimeError, "error creating code context. " + reason);
+  }
+
+  void answer_input(const jp::WireMessage& request) {
+    // allow_stdin is false, so a kernel should never ask; one that does gets
+    // an empty line and the client a note on stderr instead of a hang.
+    if (!channels_) return;
+    jp::WireMessage reply = jp::make_request("input_reply", random_uuid(), session_, "{\"value\":\"\"}");
+    reply.parent_header = request.header;
+    channels_->send(KernelChannel::stdin_, reply);
+    if (run_ && run_->stream) {
+      static const char note[] = "execd: this kernel asked for input, which /code cannot give; it got an empty line\n";
+      run_->stream->output(protocol::OutputStream::err, reinterpret_cast<const uint8_t*>(note), sizeof note - 1);
+    }
+  }
+
+  std::string stderr_tail() const {
+    std::string t = stderr_tail_.size() > kStderrTail ? stderr_tail_.substr(stderr_tail_.size() - kStderrTail)
+                                                      : stderr_tail_;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+    return t;
+  }
+
+  void remove_connection_file() {
+    if (!conn_file_.empty()) unlink(conn_file_.c_str());
+    conn_file_.clear();
+    conn_.remove_sockets();
+  }
+
+ public:
+  std::string describe(bool with_cwd) const {
+    nlohmann::ordered_json j;
+    j["id"] = id_;
+    j["language"] = language_;
+    if (with_cwd && !cwd_.empty()) j["cwd"] = cwd_;
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+
+ private:
+  CodeRegistryImpl& reg_;
+  std::string id_, language_;
+  pty::KernelSpec spec_;
+  pty::KernelConnection conn_;
+  std::string cwd_;
+  State state_ = State::stopped;
+  pty::Command* cmd_ = nullptr;
+  KernelChannels* channels_ = nullptr;
+  std::string session_, conn_file_, stderr_tail_, death_reason_;
+  uv_timer_t timer_;
+  uint64_t started_ = 0, last_info_sent_ = 0, last_heartbeat_ = 0, last_ping_ = 0, stop_started_ = 0;
+  bool shell_ready_ = false, iopub_seen_ = false, term_sent_ = false, ever_ready_ = false;
+  std::unique_ptr<CodeRun> run_;
+  std::vector<std::unique_ptr<ReadyWaiter>> waiters_;
+};
+
+void CodeRun::client_gone() { ctx.client_gone(); }
+
+CodeContext& CodeRegistryImpl::create(const std::string& language, const pty::KernelSpec& spec,
+                                      const std::string& cwd) {
+  std::string id = random_id32();
+  auto c = std::make_unique<CodeContext>(*this, id, language, spec, cwd);
+  CodeContext& ref = *c;
+  contexts[id] = std::move(c);
+  return ref;
+}
+
+void CodeRegistryImpl::remove(const std::string& id) {
+  auto it = contexts.find(id);
+  if (it == contexts.end()) return;
+  for (auto d = defaults.begin(); d != defaults.end();)
+    d = d->second == id ? defaults.erase(d) : std::next(d);
+  std::unique_ptr<CodeContext> c = std::move(it->second);
+  contexts.erase(it);
+  CodeContext* raw = c.get();
+  dying.push_back(std::move(c));
+  raw->shut_down();
+}
+
+void CodeRegistryImpl::forget(CodeContext* c) {
+  for (auto it = dying.begin(); it != dying.end(); ++it)
+    if (it->get() == c) {
+      it->release()->destroy();
+      dying.erase(it);
+      return;
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+CodeRegistry::CodeRegistry(Context& ctx) : impl_(std::make_unique<CodeRegistryImpl>(ctx)) {}
+
+CodeRegistry::~CodeRegistry() = default;
+
+void CodeRegistry::shutdown_all() {
+  std::vector<std::string> ids;
+  for (auto& [id, c] : impl_->contexts) ids.push_back(id);
+  for (const auto& id : ids) impl_->remove(id);
+}
+
+void CodeRegistry::kill_all() {
+  for (auto& c : impl_->dying) c->kill();
+  for (auto& [id, c] : impl_->contexts) c->kill();
+}
+
+size_t CodeRegistry::kernels_alive() const {
+  size_t n = 0;
+  for (auto& c : impl_->dying) n += c->kernel_alive();
+  for (auto& [id, c] : impl_->contexts) n += c->kernel_alive();
+  return n;
+}
+
+void CodeRegistry::close() {
+  for (auto& c : impl_->dying) c.release()->destroy();
+  impl_->dying.clear();
+  for (auto& [id, c] : impl_->contexts) c.release()->destroy();
+  impl_->contexts.clear();
+  impl_->defaults.clear();
+  if (impl_->zmq) zmq_ctx_term(impl_->zmq);
+  impl_->zmq = nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Routes
+
+namespace {
+
+void context_not_found(http::Exchange& ex, const std::string& id) {
+  ex.respond_error(404, codes::kContextNotFound, "context " + id + " not found");
+}
+
+// The context's directory: created if missing, as the Go daemon does.
+bool prepare_cwd(const std::string& cwd, std::string& error) {
+  if (cwd.empty()) return true;
+  struct stat st;
+  if (stat(cwd.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return true;
+    error = "cwd is not a directory: " + cwd;
+    return false;
+  }
+  for (size_t pos = 1; pos <= cwd.size(); ++pos) {
+    if (pos != cwd.size() && cwd[pos] != '/') continue;
+    std::string part = cwd.substr(0, pos);
+    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+      error = "cannot create cwd " + cwd + ": " + strerror(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
+  auto decoded = jp::decode_create_context(ex.request().body);
+  if (auto* err = std::get_if<jp::RequestError>(&decoded))
+    return ex.respond_error(400, codes::kInvalidRequestBody,
+                            "error parsing request, MAYBE invalid body format. " + err->message);
+  auto& req = std::get<jp::CreateContextRequest>(decoded);
+  if (reg.ctx.shutting_down) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
+  if (req.language.empty()) req.language = "python";
+  const pty::KernelSpec* spec = reg.spec_for(req.language);
+  if (!spec)
+    return ex.respond_error(400, codes::kInvalidRequestBody,
+                            "error creating code context. no kernelspec for language '" + req.language +
+                                "' (installed: " + reg.installed() + ")");
+  std::string error;
+  if (!prepare_cwd(req.cwd, error))
+    return ex.respond_error(400, codes::kInvalidRequestBody, "error creating code context. " + error);
+  CodeContext& c = reg.create(req.language, *spec, req.cwd);
+  c.wait_ready(ex);
+  c.ensure_started();
+}
+
+void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
+  auto decoded = jp::decode_run_code(ex.request().body);
+  if (auto* err = std::get_if<jp::RequestError>(&decoded))
+    return ex.respond_error(400, codes::kInvalidRequestBody,
+                            "invalid request, validation error " + err->message);
+  auto& req = std::get<jp::RunCodeRequest>(decoded);
+  if (reg.ctx.shutting_down) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
+  CodeContext* c = nullptr;
+  if (!req.context_id.empty()) {
+    c = reg.find(req.context_id);
+    if (!c) return context_not_found(ex, req.context_id);
+  } else {
+    if (req.language.empty()) req.language = "python";
+    const pty::KernelSpec* spec = reg.spec_for(req.language);
+    if (!spec)
+      return ex.respond_error(400, codes::kInvalidRequestBody,
+                              "no kernelspec for language '" + req.language + "' (installed: " + reg.installed() + ")");
+    auto d = reg.defaults.find(spec->name);
+    c = d == reg.defaults.end() ? nullptr : reg.find(d->second);
+    if (!c) {
+      c = &reg.create(req.language, *spec, "");
+      reg.defaults[spec->name] = c->id();
+    }
+  }
+  if (c->busy())
+    return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
+  auto run = std::make_unique<CodeRun>(*c);
+  run->code = std::move(req.code);
+  auto stream = std::make_unique<ExecutionStream>(ex, framing_for(reg.ctx, ex));
+  ExecutionStream& s = *stream;
+  s.encoder().set_split_lines(false);
+  ex.attach(std::move(stream));
+  s.start(*run, c->id());
+  c->begin_run(std::move(run));
+}
+
+void handle_list(CodeRegistryImpl& reg, http::Exchange& ex) {
+  const std::string* lang = protocol::query_value(ex.query, "language");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (auto& [id, c] : reg.contexts)
+    if (!lang || lang->empty() || c->language() == *lang || c->kernel_name() == *lang)
+      out.push_back(nlohmann::ordered_json::parse(c->describe(false)));
+  ex.respond_json(200, out.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void handle_delete_language(CodeRegistryImpl& reg, http::Exchange& ex) {
+  const std::string* lang = protocol::query_value(ex.query, "language");
+  if (!lang || lang->empty()) return ex.respond_error(400, codes::kMissingQuery, "missing query parameter 'language'");
+  std::vector<std::string> ids;
+  for (auto& [id, c] : reg.contexts)
+    if (c->language() == *lang || c->kernel_name() == *lang) ids.push_back(id);
+  for (const auto& id : ids) reg.remove(id);
+  ex.respond_empty(200);
+}
+
+}  // namespace
+
+void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandRegistry& commands, SessionRegistry& sessions) {
+  CodeRegistryImpl& reg = *code.impl();
+  routes.add("POST", "/code", [&reg](http::Exchange& ex) { handle_run(reg, ex); });
+  routes.add("DELETE", "/code", [&reg, &commands, &sessions](http::Exchange& ex) {
+    const std::string* id = protocol::query_value(ex.query, "id");
+    CodeContext* c = id ? reg.find(*id) : nullptr;
+    if (!c) return interrupt_command(commands, sessions, ex);
+    c->interrupt();
+    ex.respond_empty(200);
+  });
+  routes.add("POST", "/code/context", [&reg](http::Exchange& ex) { handle_create(reg, ex); });
+  routes.add("GET", "/code/contexts", [&reg](http::Exchange& ex) { handle_list(reg, ex); });
+  routes.add("DELETE", "/code/contexts", [&reg](http::Exchange& ex) { handle_delete_language(reg, ex); });
+  routes.add("GET", "/code/contexts/:id", [&reg](http::Exchange& ex) {
+    const std::string& id = ex.params.get("id");
+    CodeContext* c = reg.find(id);
+    if (!c) return context_not_found(ex, id);
+    ex.respond_json(200, c->describe(false));
+  });
+  routes.add("DELETE", "/code/contexts/:id", [&reg](http::Exchange& ex) {
+    const std::string& id = ex.params.get("id");
+    if (!reg.find(id)) return context_not_found(ex, id);
+    reg.remove(id);
+    ex.respond_empty(200);
+  });
+}
+
+#endif
+
+}  // namespace execd::api

@@ -1,0 +1,66 @@
+// execd/kernel_channels: the five ZeroMQ sockets to one kernel (shell,
+// control and stdin as DEALER, iopub as SUB, heartbeat as REQ) on execd's
+// libuv loop. Each socket's ZMQ_FD is watched with a uv_poll_t; that fd is
+// edge-triggered, so every wake-up (and every send, which can consume an
+// edge) is followed by draining ZMQ_EVENTS / ZMQ_DONTWAIT until the socket
+// reports nothing more. Messages are decoded and verified by
+// protocol/jupyter; a message that fails is logged and dropped.
+//
+// Ownership: the owner calls close() instead of deleting; the object frees
+// itself once libuv has closed its poll handles. The handler is never called
+// after close().
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <string>
+
+#include "protocol/jupyter.h"
+#include "pty/kernel.h"
+
+namespace execd {
+
+enum class KernelChannel : uint8_t { shell = 0, iopub = 1, control = 2, stdin_ = 3, hb = 4 };
+
+class KernelChannelHandler {
+ public:
+  virtual ~KernelChannelHandler() = default;
+  virtual void on_kernel_message(KernelChannel ch, protocol::jupyter::WireMessage&& m) = 0;
+  virtual void on_heartbeat() = 0;
+};
+
+class KernelChannels {
+ public:
+  // `zmq_ctx` outlives every KernelChannels made with it.
+  static KernelChannels* connect(uv_loop_t* loop, void* zmq_ctx, const pty::KernelConnection& conn,
+                                 KernelChannelHandler& handler, std::string& error);
+
+  bool send(KernelChannel ch, const protocol::jupyter::WireMessage& m);
+  // One heartbeat ping; false while the previous one is unanswered.
+  bool ping();
+  void close();
+
+ private:
+  static constexpr int kCount = 5;
+  KernelChannels(uv_loop_t* loop, KernelChannelHandler& handler, std::string key);
+  ~KernelChannels() = default;
+  static void on_poll(uv_poll_t* p, int status, int events);
+  static void on_deferred(uv_idle_t* t);
+  void drain(int i);
+  void drain_all();
+  void schedule_drain();
+
+  uv_loop_t* loop_;
+  KernelChannelHandler* handler_;
+  std::string key_;
+  void* sockets_[kCount] = {};
+  uv_poll_t polls_[kCount];
+  uv_idle_t deferred_;
+  int open_handles_ = 0;
+  bool closed_ = false;
+  bool draining_ = false;
+  bool ping_outstanding_ = false;
+};
+
+}  // namespace execd

@@ -1,0 +1,110 @@
+// protocol/jupyter: the Jupyter messaging protocol (v5) as bytes, with no
+// sockets: the multipart wire framing (routing identities, the <IDS|MSG>
+// delimiter, the HMAC-SHA256 signature, header / parent_header / metadata /
+// content, buffers), the header and request shapes execd sends, and the
+// fields it reads back from replies. Frames are plain strings so the same
+// code serves ZeroMQ, unit tests and a future fuzzer.
+//
+// Also here: the /code request bodies and the stream events of a code
+// execution (`result`, `execution_count`, `error`, `execution_complete`),
+// which sit next to protocol/envelope's stdout/stderr events.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace execd::protocol::jupyter {
+
+inline constexpr std::string_view kDelimiter = "<IDS|MSG>";
+inline constexpr std::string_view kProtocolVersion = "5.3";
+
+// One message as it travels: the four JSON parts stay serialized text, so a
+// round trip reproduces the signed bytes exactly.
+struct WireMessage {
+  std::vector<std::string> identities;
+  std::string header = "{}";
+  std::string parent_header = "{}";
+  std::string metadata = "{}";
+  std::string content = "{}";
+  std::vector<std::string> buffers;
+};
+
+// Lowercase hex HMAC-SHA256 of the four JSON parts under `key`; empty when
+// the key is empty (signing disabled, as the protocol allows).
+std::string sign(std::string_view key, const WireMessage& m);
+
+// The frames to send, signature included.
+std::vector<std::string> encode(const WireMessage& m, std::string_view key);
+
+enum class WireError { no_delimiter, truncated, bad_signature };
+const char* describe(WireError e);
+
+// Splits and verifies received frames (constant-time signature check).
+std::variant<WireMessage, WireError> decode(const std::vector<std::string>& frames, std::string_view key);
+
+// What execd reads from a received message's header and parent header.
+struct Envelope {
+  std::string msg_type;
+  std::string msg_id;
+  std::string parent_msg_id;
+};
+// nullopt when the header or parent header is not a JSON object.
+std::optional<Envelope> read_envelope(const WireMessage& m);
+
+// A request from execd: a fresh header (msg_id, session, ISO 8601 date,
+// protocol version) around `content`.
+WireMessage make_request(std::string_view msg_type, std::string_view msg_id, std::string_view session,
+                         std::string content);
+
+// execute_request content; allow_stdin is false, so input() in user code
+// raises at once in the kernel instead of waiting for an answer nobody gives.
+std::string execute_request_content(std::string_view code);
+
+// ---------------------------------------------------------------------------
+// /code requests
+
+struct RunCodeRequest {
+  std::string code;
+  std::string context_id;
+  std::string language;
+};
+struct CreateContextRequest {
+  std::string language;
+  std::string cwd;
+};
+struct RequestError {
+  std::string message;
+};
+
+std::variant<RunCodeRequest, RequestError> decode_run_code(std::string_view body);
+std::variant<CreateContextRequest, RequestError> decode_create_context(std::string_view body);
+
+// ---------------------------------------------------------------------------
+// Stream events of a code execution (compact JSON objects without the
+// framing's terminator; the stream adds it).
+
+// `result` from execute_result / display_data / update_display_data: the MIME
+// bundle with text/plain renamed `text`, as the SDKs read it. nullopt when
+// the content has no data object.
+std::optional<std::string> result_event(const nlohmann::json& content, int64_t ts_ms);
+std::string execution_count_event(int64_t count, int64_t ts_ms);
+std::string error_event(std::string_view ename, std::string_view evalue, const std::vector<std::string>& traceback,
+                        int64_t ts_ms);
+// From an `error` iopub message or an execute_reply with status error.
+std::string error_event_from(const nlohmann::json& content, int64_t ts_ms);
+
+struct CodeOutcome {
+  std::string status;  // "ok", "error", "aborted", "interrupted", "died", "start_failed"
+  std::optional<int64_t> execution_count;
+  int64_t execution_time_ms = 0;
+};
+// The terminal event, in both framings: execution_complete with the outcome.
+std::string complete_event(const CodeOutcome& o, int64_t ts_ms);
+
+}  // namespace execd::protocol::jupyter

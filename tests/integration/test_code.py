@@ -1,0 +1,474 @@
+"""Code interpreting (/code and code contexts) against real ipykernel kernels
+from the test venv, driven by the official `opensandbox-code-interpreter`
+SDK (its adapters pointed straight at execd) and by raw HTTP in both framings.
+
+Kernels take about a second to start, so most tests share one daemon (and its
+default python context); tests that kill, stop or flood a kernel use their own
+context. At the end no kernel process may survive its daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import zlib
+import struct
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from opensandbox.config import ConnectionConfig
+from opensandbox.models.execd import ExecutionHandlers
+from opensandbox.models.sandboxes import SandboxEndpoint
+from code_interpreter.adapters.factory import AdapterFactory
+from code_interpreter.models.code import CodeContext as SdkCodeContext
+
+from execd_client import SLOW, TOKEN_HEADER, parse_stream, pids_with_cmdline, reconstruct, start_execd, wait_until
+
+KERNELS = Path(sys.prefix) / "share" / "jupyter"
+HB_TIMEOUT_MS = 1500
+
+
+def kernel_env() -> dict:
+    env = dict(os.environ)
+    env.pop("EXECD_ACCESS_TOKEN", None)
+    env["PATH"] = f"{Path(sys.prefix) / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}"
+    env["JUPYTER_PATH"] = str(KERNELS)
+    env["EXECD_KERNEL_HEARTBEAT_TIMEOUT_MS"] = str(HB_TIMEOUT_MS)
+    return env
+
+
+def kernel_pids(state_dir) -> list[int]:
+    """Kernel processes of a daemon: their argv names its connection file."""
+    return pids_with_cmdline(f"{state_dir}/kernel-")
+
+
+def reaped(pid) -> bool:
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def start_kernel_execd(tmp_path_factory, *args):
+    if not (KERNELS / "kernels" / "python3" / "kernel.json").exists():
+        pytest.skip("ipykernel is not installed in the test venv")
+    return start_execd(*args, env=kernel_env(), state_dir=tmp_path_factory.mktemp("code-state"))
+
+
+def stop_and_check(ex):
+    rc = ex.stop()
+    assert rc == 0, ex.stderr_text()[-3000:]
+    # Every kernel went with its daemon.
+    wait_until(lambda: not kernel_pids(ex.state_dir), 10 * SLOW, 0.05, "kernels to exit")
+
+
+@pytest.fixture(scope="module")
+def kx(tmp_path_factory):
+    ex = start_kernel_execd(tmp_path_factory)
+    yield ex
+    stop_and_check(ex)
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def sdk(ex, body):
+    async def main():
+        cfg = ConnectionConfig(protocol="http", request_timeout=timedelta(seconds=60 * SLOW)).with_transport_if_missing()
+        try:
+            codes = AdapterFactory(cfg).create_code_execution_service(
+                SandboxEndpoint(endpoint=f"{ex.host}:{ex.port}", headers={TOKEN_HEADER: ex.token}))
+            try:
+                return await body(codes)
+            finally:
+                await codes._sse_client.aclose()
+                await codes._httpx_client.aclose()
+        finally:
+            await cfg.close_transport_if_owned()
+    return asyncio.run(main())
+
+
+def open_code(ex, body, exact=False, timeout=60):
+    c = ex.conn(timeout * SLOW)
+    h = {"Content-Type": "application/json"}
+    if exact:
+        h["Accept"] = "application/x-ndjson"
+    c.request("POST", "/code", body=json.dumps(body).encode(), headers=ex.headers(h))
+    return c, c.getresponse()
+
+
+def run_code(ex, code, ctx=None, language=None, exact=False, timeout=60):
+    body = {"code": code}
+    if ctx or language:
+        body["context"] = {k: v for k, v in (("id", ctx), ("language", language)) if v}
+    c, r = open_code(ex, body, exact, timeout)
+    try:
+        raw = r.read()
+    finally:
+        c.close()
+    if r.status != 200:
+        return r.status, json.loads(raw) if raw else None
+    return 200, parse_stream(raw, exact)
+
+
+def read_init(r) -> dict:
+    """Reads the init event (and the blank line after it in compat framing)."""
+    ev = json.loads(r.readline())
+    assert ev["type"] == "init", ev
+    assert r.readline() == b"\n"
+    return ev
+
+
+def of(events, kind):
+    return [e for e in events if e["type"] == kind]
+
+
+def terminal(events):
+    assert events[-1]["type"] == "execution_complete", events[-3:]
+    return events[-1]
+
+
+def new_context(ex, language="python", **extra):
+    st, js = ex.json("POST", "/code/context", {"language": language, **extra}, timeout=60 * SLOW)
+    assert st == 200, js
+    return js["id"]
+
+
+def kernel_pid_of(ex, ctx):
+    st, events = run_code(ex, "import os; print(os.getpid())", ctx=ctx)
+    assert st == 200, events
+    return int("".join(e["text"] for e in of(events, "stdout")))
+
+
+def png_bytes(width=300, height=200) -> bytes:
+    """A real PNG, noisy enough not to compress away (about 180 KB)."""
+    rows = b"".join(b"\0" + os.urandom(width * 3) for _ in range(height))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+# ---------------------------------------------------------------------------
+# SDK
+
+
+def test_sdk_state_outputs_errors(kx):
+    async def body(codes):
+        ctx = await codes.create_context("python")
+        assert ctx.language == "python" and len(ctx.id) == 32
+        await codes.run("x = 20", context=ctx)
+        e = await codes.run("import sys\nprint('hi')\nsys.stderr.write('warn\\n')\nx * 2 + 2", context=ctx)
+        assert e.error is None
+        assert [m.text for m in e.logs.stdout] == ["hi\n"]
+        assert [m.text for m in e.logs.stderr] == ["warn\n"]
+        assert [r.text for r in e.result] == ["42"]
+        assert e.execution_count == 2
+        assert e.complete is not None
+        assert e.id == ctx.id
+        bad = await codes.run("1/0", context=ctx)
+        assert bad.error.name == "ZeroDivisionError" and bad.error.value == "division by zero"
+        assert bad.error.traceback
+        got = await codes.get_context(ctx.id)
+        assert got.id == ctx.id and got.language == "python"
+        assert ctx.id in [c.id for c in await codes.list_contexts("python")]
+        await codes.delete_context(ctx.id)
+        with pytest.raises(Exception):
+            await codes.get_context(ctx.id)
+        # Without a context: the default python context, kept across calls.
+        await codes.run("default_var = 7")
+        again = await codes.run("default_var + 1")
+        assert [r.text for r in again.result] == ["8"]
+    sdk(kx, body)
+
+
+def test_sdk_interrupt_while_true(kx):
+    ctx_id = new_context(kx)
+
+    async def body(codes):
+        ctx = SdkCodeContext(id=ctx_id, language="python")
+        await codes.run("kept = 'still here'", context=ctx)
+        started = asyncio.Event()
+
+        async def on_init(_):
+            started.set()
+        task = asyncio.create_task(codes.run("while True: pass", context=ctx,
+                                             handlers=ExecutionHandlers(on_init=on_init)))
+        await asyncio.wait_for(started.wait(), 30 * SLOW)
+        # The loop must really be running before the interrupt lands.
+        await asyncio.sleep(0.3)
+        await codes.interrupt(ctx_id)
+        e = await asyncio.wait_for(task, 30 * SLOW)
+        assert e.error is not None and e.error.name == "KeyboardInterrupt"
+        after = await codes.run("kept", context=ctx)
+        assert [r.text for r in after.result] == ["'still here'"]
+    sdk(kx, body)
+    assert kx.request("DELETE", f"/code/contexts/{ctx_id}")[0] == 200
+
+
+# ---------------------------------------------------------------------------
+# raw HTTP, both framings
+
+
+MARKDOWN = "| name | value |\n|------|-------|\n| π    | 3.14  |\n| 日本 | \t tab |\r\n"
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_raw_stream_framings(kx, exact):
+    code = f"import sys\nsys.stdout.write({MARKDOWN!r})\nsys.stdout.flush()\nsys.stderr.write('e1\\n')\n6*7"
+    st, events = run_code(kx, code, language="python", exact=exact)
+    assert st == 200, events
+    assert events[0]["type"] == "init" and len(events[0]["text"]) == 32
+    assert of(events, "result")[0]["results"]["text"] == "42"
+    assert of(events, "execution_count")[0]["execution_count"] >= 1
+    done = terminal(events)
+    assert done["status"] == "ok" and done["execution_time"] >= 0
+    if exact:
+        out, err = reconstruct(events)
+        assert out == MARKDOWN.encode() and err == b"e1\n"
+    else:
+        assert "".join(e["text"] for e in of(events, "stdout")) == MARKDOWN
+        assert [e["text"] for e in of(events, "stderr")] == ["e1\n"]
+    # Default context of python: the same one as `python3` (python -> python3).
+    st, ev3 = run_code(kx, "1", language="python3")
+    assert ev3[0]["text"] == events[0]["text"]
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_png_display_and_update(kx, exact):
+    png = png_bytes()
+    b64 = base64.b64encode(png).decode()
+    Path(kx.state_dir, "img.b64").write_text(b64)
+    code = (f"from IPython.display import display\n"
+            f"b64 = open({str(Path(kx.state_dir, 'img.b64'))!r}).read()\n"
+            f"h = display({{'image/png': b64, 'text/plain': '<image>'}}, raw=True, display_id='pic')\n"
+            f"h.update({{'text/plain': 'updated'}}, raw=True)\n"
+            f"print('after')")
+    st, events = run_code(kx, code, exact=exact)
+    assert st == 200, events
+    results = of(events, "result")
+    assert len(results) == 2, [e["type"] for e in events]
+    assert results[0]["results"]["image/png"] == b64
+    assert base64.b64decode(results[0]["results"]["image/png"]) == png
+    assert results[0]["results"]["text"] == "<image>"
+    assert results[1]["results"] == {"text": "updated"} and results[1]["display_id"] == "pic"
+    assert terminal(events)["status"] == "ok"
+
+
+def test_errors_and_validation(kx):
+    assert run_code(kx, "1", ctx="0" * 32)[0] == 404
+    st, js = kx.json("GET", "/code/contexts/" + "0" * 32)
+    assert st == 404 and js["code"] == "CONTEXT_NOT_FOUND"
+    assert kx.request("DELETE", "/code/contexts/" + "0" * 32)[0] == 404
+    st, js = kx.json("POST", "/code/context", {"language": "cobol"})
+    assert st == 400 and "cobol" in js["message"]
+    assert kx.json("POST", "/code", {"context": {}})[0] == 400
+    assert kx.request("POST", "/code", "{not json")[0] == 400
+    st, js = kx.json("DELETE", "/code/contexts")
+    assert st == 400 and js["code"] == "MISSING_QUERY"
+    # DELETE /code?id= for an unknown id falls back to commands, as in Go.
+    assert kx.request("DELETE", "/code?id=nope")[0] == 404
+    assert kx.request("DELETE", "/code")[0] == 400
+
+
+def test_no_token_401(kx):
+    for method, path in [("POST", "/code"), ("DELETE", "/code?id=x"), ("POST", "/code/context"),
+                         ("GET", "/code/contexts"), ("DELETE", "/code/contexts?language=python"),
+                         ("GET", "/code/contexts/x"), ("DELETE", "/code/contexts/x")]:
+        st, _, _ = kx.request(method, path, b'{"code":"1"}', token=False)
+        assert st == 401, (method, path)
+
+
+def test_input_is_a_clear_error(kx):
+    ctx = new_context(kx)
+    t0 = time.monotonic()
+    st, events = run_code(kx, "input('name? ')", ctx=ctx, timeout=30)
+    assert st == 200
+    err = of(events, "error")
+    assert err and err[0]["error"]["ename"] == "StdinNotImplementedError", events
+    assert terminal(events)["status"] == "error"
+    assert time.monotonic() - t0 < 20 * SLOW
+    assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
+
+
+def test_second_execution_gets_409(kx):
+    ctx = new_context(kx)
+    c, r = open_code(kx, {"code": "import time\nwhile True: time.sleep(0.05)", "context": {"id": ctx}})
+    try:
+        assert r.status == 200
+        read_init(r)
+        st, js = run_code(kx, "1", ctx=ctx)
+        assert st == 409 and js["code"] == "CONTEXT_BUSY"
+        assert kx.request("DELETE", f"/code?id={ctx}")[0] == 200
+        events = parse_stream(r.read(), exact=False)
+    finally:
+        c.close()
+    assert of(events, "error")[0]["error"]["ename"] == "KeyboardInterrupt"
+    assert terminal(events)["status"] == "error"
+    assert run_code(kx, "2", ctx=ctx)[0] == 200
+    assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
+
+
+def test_cwd_of_a_context(kx, tmp_path):
+    d = tmp_path / "work dir"
+    ctx = new_context(kx, cwd=str(d))
+    st, events = run_code(kx, "import os; print(os.getcwd())", ctx=ctx)
+    assert "".join(e["text"] for e in of(events, "stdout")).strip() == str(d)
+    assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
+
+
+# ---------------------------------------------------------------------------
+# kernels that die or go silent
+
+
+@pytest.mark.parametrize("how", ["sigkill", "os_exit"])
+def test_kernel_death_reported_then_restarted(kx, how):
+    ctx = new_context(kx)
+    pid = kernel_pid_of(kx, ctx)
+    if how == "sigkill":
+        c, r = open_code(kx, {"code": "import time\nprint('going', flush=True)\ntime.sleep(60)", "context": {"id": ctx}})
+        try:
+            lines = []
+            for line in iter(r.readline, b""):
+                lines.append(line)
+                if b'"stdout"' in line:
+                    break
+            os.kill(pid, signal.SIGKILL)
+            events = parse_stream(b"".join(lines) + r.read(), exact=False)
+        finally:
+            c.close()
+        reason = "SIGKILL"
+    else:
+        st, events = run_code(kx, "import os; os._exit(1)", ctx=ctx)
+        reason = "exit status 1"
+    err = of(events, "error")
+    assert err and err[0]["error"]["ename"] == "KernelDied" and reason in err[0]["error"]["evalue"], events
+    assert terminal(events)["status"] == "died"
+    wait_until(lambda: reaped(pid), 10 * SLOW, 0.05, "the dead kernel to be reaped")
+    # The next request starts a fresh kernel in the same context.
+    st, events = run_code(kx, "1+1", ctx=ctx)
+    assert of(events, "result")[0]["results"]["text"] == "2"
+    assert kernel_pid_of(kx, ctx) != pid
+    assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
+
+
+def test_silent_kernel_is_dead(kx):
+    ctx = new_context(kx)
+    pid = kernel_pid_of(kx, ctx)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: reaped(pid), (HB_TIMEOUT_MS / 1000 + 10) * SLOW, 0.05,
+                   "the stopped kernel to be killed and reaped")
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    st, events = run_code(kx, "3*3", ctx=ctx)
+    assert of(events, "result")[0]["results"]["text"] == "9"
+    assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
+
+
+# ---------------------------------------------------------------------------
+# many contexts, deletion, shutdown
+
+
+def test_twenty_contexts_then_delete_by_language(tmp_path_factory):
+    ex = start_kernel_execd(tmp_path_factory)
+    try:
+        async def body(codes):
+            ctxs = await asyncio.gather(*[codes.create_context("python") for _ in range(20)])
+            assert len({c.id for c in ctxs}) == 20
+            runs = await asyncio.gather(*[codes.run(f"{i} * 2", context=c) for i, c in enumerate(ctxs)])
+            assert [r.result[0].text for r in runs] == [str(i * 2) for i in range(20)]
+            listed = await codes.list_contexts("python")
+            assert {c.id for c in ctxs} <= {c.id for c in listed}
+            await codes.delete_contexts("python")
+            assert await codes.list_contexts("python") == []
+        sdk(ex, body)
+        wait_until(lambda: not kernel_pids(ex.state_dir), 20 * SLOW, 0.05, "all 20 kernels to exit")
+    finally:
+        stop_and_check(ex)
+
+
+def test_shutdown_stops_kernels(tmp_path_factory):
+    ex = start_kernel_execd(tmp_path_factory)
+    try:
+        ctx = new_context(ex)
+        pid = kernel_pid_of(ex, ctx)
+        assert kernel_pids(ex.state_dir) == [pid]
+    finally:
+        stop_and_check(ex)
+
+
+def test_kernel_that_cannot_start(tmp_path_factory):
+    d = tmp_path_factory.mktemp("badkernels")
+    (d / "kernels" / "broken").mkdir(parents=True)
+    (d / "kernels" / "broken" / "kernel.json").write_text(json.dumps(
+        {"argv": [sys.executable, "-c", "import sys; sys.stderr.write('no such kernel module\\n'); sys.exit(3)",
+                  "{connection_file}"], "language": "broken", "display_name": "Broken"}))
+    env = kernel_env()
+    env["JUPYTER_PATH"] = f"{d}:{KERNELS}"
+    ex = start_execd(env=env, state_dir=tmp_path_factory.mktemp("code-state"))
+    try:
+        st, js = ex.json("POST", "/code/context", {"language": "broken"})
+        assert st == 500 and "no such kernel module" in js["message"] and "exit status 3" in js["message"], js
+        assert ex.json("GET", "/code/contexts")[1] == []
+        st, events = run_code(ex, "1", language="broken")
+        assert of(events, "error")[0]["error"]["ename"] == "KernelStartFailed"
+        assert terminal(events)["status"] == "start_failed"
+    finally:
+        stop_and_check(ex)
+
+
+# ---------------------------------------------------------------------------
+# clients that vanish
+
+
+def reset(conn):
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def test_client_resets_at_each_phase(tmp_path_factory):
+    ex = start_kernel_execd(tmp_path_factory)
+    try:
+        # 1. while POST /code/context waits for the kernel
+        c = ex.conn(30)
+        c.request("POST", "/code/context", body=b'{"language":"python"}', headers=ex.headers())
+        time.sleep(0.05)
+        reset(c)
+        # 2. while POST /code waits for a fresh default kernel
+        c, r = open_code(ex, {"code": "1"})
+        read_init(r)
+        reset(c)
+        # 3. mid-execution, and 4. mid-flood of output
+        ctx = new_context(ex)
+        for code in ["while True: pass", "while True: print('x' * 1000)"]:
+            c, r = open_code(ex, {"code": code, "context": {"id": ctx}})
+            read_init(r)
+            time.sleep(0.2)
+            reset(c)
+            # The abandoned code is interrupted: the context frees up.
+            def free():
+                st, events = run_code(ex, "'free'", ctx=ctx)
+                return st == 200 and of(events, "result")
+            wait_until(free, 20 * SLOW, 0.1, "the context to be free again")
+        # 5. a client that stops reading a big display
+        Path(ex.state_dir, "img.b64").write_text(base64.b64encode(png_bytes()).decode())
+        c, r = open_code(ex, {"code": f"from IPython.display import display\n"
+                                      f"b = open({str(Path(ex.state_dir, 'img.b64'))!r}).read()\n"
+                                      f"for _ in range(20): display({{'image/png': b}}, raw=True)",
+                              "context": {"id": ctx}})
+        r.readline()
+        reset(c)
+        wait_until(lambda: run_code(ex, "1", ctx=ctx)[0] == 200, 20 * SLOW, 0.1, "the context to be free again")
+        assert ex.ping() == 200
+    finally:
+        stop_and_check(ex)

@@ -1,0 +1,140 @@
+// Unit tests for protocol/jupyter: the kernel wire framing and signing
+// (a vector computed with Python's hmac, round trips with identities and
+// buffers, tampered, truncated and delimiter-less messages rejected), the
+// /code request bodies and the stream events built from kernel messages.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "protocol/jupyter.h"
+
+using namespace execd::protocol::jupyter;
+using json = nlohmann::json;
+
+namespace {
+
+WireMessage sample() {
+  WireMessage m;
+  m.header = R"({"msg_id":"a"})";
+  m.content = R"({"code":"1+1"})";
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("jupyter: HMAC-SHA256 over header, parent, metadata, content") {
+  // hmac.new(b"secret-key", header + parent + metadata + content, sha256).hexdigest()
+  CHECK(sign("secret-key", sample()) == "712005a3ddfac00ddc4b5e88335391b3a6ee2873954746371defcd8f11725fad");
+  CHECK(sign("", sample()).empty());
+}
+
+TEST_CASE("jupyter: encode then decode reproduces the message") {
+  WireMessage m = sample();
+  m.identities = {"id-1", std::string("\0\1bin", 5)};
+  m.parent_header = R"({"msg_id":"p"})";
+  m.metadata = R"({"k":1})";
+  m.buffers = {"buf0", std::string(3, '\0')};
+  auto frames = encode(m, "k3y");
+  REQUIRE(frames.size() == 2 + 6 + 2);
+  CHECK(frames[2] == kDelimiter);
+  auto decoded = decode(frames, "k3y");
+  REQUIRE(std::holds_alternative<WireMessage>(decoded));
+  const auto& d = std::get<WireMessage>(decoded);
+  CHECK(d.identities == m.identities);
+  CHECK(d.header == m.header);
+  CHECK(d.parent_header == m.parent_header);
+  CHECK(d.metadata == m.metadata);
+  CHECK(d.content == m.content);
+  CHECK(d.buffers == m.buffers);
+  auto env = read_envelope(d);
+  REQUIRE(env);
+  CHECK(env->msg_id == "a");
+  CHECK(env->parent_msg_id == "p");
+}
+
+TEST_CASE("jupyter: a changed part or another key fails the signature") {
+  auto frames = encode(sample(), "k3y");
+  auto tampered = frames;
+  tampered[5] = R"({"code":"2+2"})";  // content
+  CHECK(std::get<WireError>(decode(tampered, "k3y")) == WireError::bad_signature);
+  CHECK(std::get<WireError>(decode(frames, "other")) == WireError::bad_signature);
+  auto short_sig = frames;
+  short_sig[1].pop_back();
+  CHECK(std::get<WireError>(decode(short_sig, "k3y")) == WireError::bad_signature);
+  auto unsigned_msg = frames;
+  unsigned_msg[1].clear();
+  CHECK(std::get<WireError>(decode(unsigned_msg, "k3y")) == WireError::bad_signature);
+  // Without a key nothing is checked (the protocol's "no signing").
+  CHECK(std::holds_alternative<WireMessage>(decode(tampered, "")));
+}
+
+TEST_CASE("jupyter: truncated multipart and a missing delimiter are rejected") {
+  auto frames = encode(sample(), "k3y");
+  for (size_t keep = 0; keep < frames.size(); ++keep) {
+    std::vector<std::string> cut(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(keep));
+    auto r = decode(cut, "k3y");
+    REQUIRE(std::holds_alternative<WireError>(r));
+    CHECK(std::get<WireError>(r) == (keep == 0 ? WireError::no_delimiter : WireError::truncated));
+  }
+  auto no_delim = frames;
+  no_delim[0] = "<IDS|MSG >";
+  CHECK(std::get<WireError>(decode(no_delim, "k3y")) == WireError::no_delimiter);
+  // A frame that is not JSON passes framing but has no envelope.
+  WireMessage bad = sample();
+  bad.header = "not json";
+  CHECK_FALSE(read_envelope(bad));
+}
+
+TEST_CASE("jupyter: requests carry a v5 header and allow_stdin false") {
+  WireMessage m = make_request("execute_request", "mid", "sess", execute_request_content("print(1)"));
+  json h = json::parse(m.header);
+  CHECK(h["msg_type"] == "execute_request");
+  CHECK(h["msg_id"] == "mid");
+  CHECK(h["session"] == "sess");
+  CHECK(h["version"] == "5.3");
+  CHECK(h["date"].get<std::string>().size() >= 20);
+  json c = json::parse(m.content);
+  CHECK(c["code"] == "print(1)");
+  CHECK(c["allow_stdin"] == false);
+  CHECK(m.parent_header == "{}");
+}
+
+TEST_CASE("jupyter: /code request bodies") {
+  auto r = decode_run_code(R"({"code":"1+1","context":{"id":"c1","language":"python"}})");
+  REQUIRE(std::holds_alternative<RunCodeRequest>(r));
+  CHECK(std::get<RunCodeRequest>(r).context_id == "c1");
+  CHECK(std::get<RunCodeRequest>(r).language == "python");
+  CHECK(std::holds_alternative<RequestError>(decode_run_code(R"({"context":{}})")));
+  CHECK(std::holds_alternative<RequestError>(decode_run_code(R"({"code":""})")));
+  CHECK(std::holds_alternative<RequestError>(decode_run_code(R"({"code":"x","context":{"id":5}})")));
+  CHECK(std::holds_alternative<RequestError>(decode_run_code("{")));
+  auto c = decode_create_context("");
+  REQUIRE(std::holds_alternative<CreateContextRequest>(c));
+  CHECK(std::get<CreateContextRequest>(decode_create_context(R"({"language":"bash","cwd":"/tmp"})")).cwd == "/tmp");
+  CHECK(std::holds_alternative<RequestError>(decode_create_context(R"({"language":1})")));
+}
+
+TEST_CASE("jupyter: result events keep the whole MIME bundle, text/plain as text") {
+  std::string png(70000, 'A');
+  json content = {{"data", {{"text/plain", "<Figure>"}, {"image/png", png}}},
+                  {"metadata", json::object()},
+                  {"transient", {{"display_id", "d1"}}}};
+  auto e = result_event(content, 5);
+  REQUIRE(e);
+  json j = json::parse(*e);
+  CHECK(j["type"] == "result");
+  CHECK(j["results"]["text"] == "<Figure>");
+  CHECK(j["results"]["image/png"].get<std::string>() == png);
+  CHECK(j["display_id"] == "d1");
+  CHECK_FALSE(result_event(json{{"metadata", json::object()}}, 5));
+  json err = json::parse(error_event_from({{"ename", "ValueError"}, {"evalue", "x"}, {"traceback", {"a", "b"}}}, 7));
+  CHECK(err["error"]["ename"] == "ValueError");
+  CHECK(err["error"]["traceback"].size() == 2);
+  json done = json::parse(complete_event({"ok", 3, 12}, 9));
+  CHECK(done["type"] == "execution_complete");
+  CHECK(done["execution_time"] == 12);
+  CHECK(done["execution_count"] == 3);
+}
