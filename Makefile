@@ -7,12 +7,14 @@ JOBS ?= 2
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 STATIC_BUILD ?= build-static
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 VENV ?= .venv
 PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
-                libspdlog-dev libfmt-dev doctest-dev libssl-dev libzmq3-dev python3-venv curl procps
+                libspdlog-dev libfmt-dev doctest-dev libssl-dev libzmq3-dev python3-venv curl procps clang
 
-.PHONY: all deps venv build build-asan run test unit integration test-image bench static clean
+.PHONY: all deps venv build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean
 
 all: build
 
@@ -41,6 +43,19 @@ build-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DEXECD_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
+# libFuzzer targets (clang, ASan+UBSan), tests/fuzz: FUZZ_SECONDS per target.
+build-fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXECD_FUZZ=ON \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+	cmake --build $(FUZZ_BUILD) -j$(JOBS)
+
+fuzz: build-fuzz
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# A few seconds each, so every target stays built and working.
+fuzz-smoke: build-fuzz
+	tests/fuzz/run.sh $(FUZZ_BUILD) 3
+
 run: build
 	@token=$$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'); \
 	echo "execd on http://127.0.0.1:$(PORT)  token: $$token"; \
@@ -55,7 +70,7 @@ integration: build build-asan venv
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/pytest -q tests/integration
 	EXECD_BIN=$(CURDIR)/$(ASAN_BUILD)/execd EXECD_SANITIZED=1 $(VENV)/bin/pytest -q tests/integration
 
-test: unit integration
+test: unit integration fuzz-smoke
 	JOBS=$(JOBS) $(VENV)/bin/pytest -q -rs tests/image
 
 test-image: build venv
@@ -77,4 +92,4 @@ static: deps
 	cp $(STATIC_BUILD)/execd-static $(BUILD)/execd-static 2>/dev/null || { mkdir -p $(BUILD); cp $(STATIC_BUILD)/execd-static $(BUILD)/; }
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(STATIC_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(STATIC_BUILD) $(FUZZ_BUILD)

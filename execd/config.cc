@@ -40,6 +40,10 @@ const char* const kUsage =
     "  --idle-timeout D                close connections silent this long between requests (default 2m)\n"
     "  --proxy-timeout D               /proxy/{port}: 504 when the service sends no response head\n"
     "                                  this long after the request (default 60s)\n"
+    "  --header-timeout D              a request head must arrive within this from its first byte (default 10s)\n"
+    "  --body-timeout D                longest silence inside a request body (default 60s)\n"
+    "  --max-connections N             connections held at once; idle and unauthenticated ones are shed first\n"
+    "                                  (default 16384, and never more than the open-files limit allows)\n"
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
@@ -334,6 +338,15 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)
         return "--" + name + " needs a duration like 1500ms, 2s or 1m";
       (name == "retention" ? cfg.retention_ms : name == "kill-grace" ? cfg.kill_grace_ms : cfg.idle_timeout_ms) = ms;
+    } else if (name == "header-timeout" || name == "body-timeout") {
+      int64_t ms;
+      if (!need_value() || (ms = parse_duration_ms(value)) < 0)
+        return "--" + name + " needs a duration like 1500ms, 2s or 1m";
+      (name == "header-timeout" ? cfg.header_timeout_ms : cfg.body_timeout_ms) = ms;
+    } else if (name == "max-connections") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--max-connections needs a count >= 1";
+      cfg.max_connections = n;
     } else if (name == "log-limit" || name == "max-body") {
       int64_t n;
       if (!need_value() || !parse_int(value, 0, int64_t(1) << 50, n)) return "--" + name + " needs a byte count";

@@ -29,6 +29,9 @@ struct Config {
   int64_t kill_grace_ms = 2000;           // TERM → KILL on timeout/interrupt
   int64_t idle_timeout_ms = 120 * 1000;   // silent client with no response in progress
   int64_t proxy_timeout_ms = 60 * 1000;   // /proxy: connect + response head deadline
+  int64_t header_timeout_ms = 10 * 1000;  // first byte of a request head to its end
+  int64_t body_timeout_ms = 60 * 1000;    // silence inside a request body
+  int64_t max_connections = 16384;
   size_t max_records = 4096;              // finished records kept at most
   int64_t pty_replay_bytes = 1ll << 20;   // replay ring per PTY session
   bool init_mode = false;                 // PID-1 duties

@@ -3,8 +3,10 @@
 
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "execd/api/api.h"
@@ -25,6 +27,17 @@ http::ConnectionLimits connection_limits(const Config& cfg) {
   http::ConnectionLimits l;
   l.parser.max_body_bytes = static_cast<size_t>(cfg.max_body_bytes);
   l.idle_timeout_ms = static_cast<uint64_t>(cfg.idle_timeout_ms);
+  l.header_timeout_ms = static_cast<uint64_t>(cfg.header_timeout_ms);
+  l.body_timeout_ms = static_cast<uint64_t>(cfg.body_timeout_ms);
+  // Connections never take the descriptors that commands, files and the
+  // daemon itself need: an eighth of the limit (at least 64) stays free.
+  l.max_connections = static_cast<size_t>(cfg.max_connections);
+  struct rlimit nofile {};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    uint64_t reserve = std::max<uint64_t>(64, nofile.rlim_cur / 8);
+    uint64_t usable = nofile.rlim_cur > reserve + 16 ? nofile.rlim_cur - reserve : 16;
+    l.max_connections = std::min<uint64_t>(l.max_connections, usable);
+  }
   return l;
 }
 }  // namespace

@@ -138,6 +138,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   setup_logging(ctx.config);
+  uint64_t open_files = execd::pty::raise_open_files_limit();
+  spdlog::debug("open-files limit {}", open_files);
   for (const std::string& w : ctx.config.warnings) spdlog::warn("{}", w);
   if (ctx.config.insecure_no_auth) spdlog::warn("running WITHOUT an access token (--insecure-no-auth)");
 

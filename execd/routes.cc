@@ -51,17 +51,12 @@ void RouteTable::route(http::Exchange& ex) const {
   }
   auto match = router_.match(req.method, req.path);
   using Outcome = protocol::Router<Route>::Outcome;
-  if (match.outcome == Outcome::found && !match.target->open && !authorized(ex)) {
-    ex.on_complete = [](http::Exchange& e) {
-      e.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
-    };
-    return;
-  }
-  if (match.outcome != Outcome::found && !authorized(ex)) {
-    // Without the token nobody learns which routes exist.
-    ex.on_complete = [](http::Exchange& e) {
-      e.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
-    };
+  ex.authorized = authorized(ex);
+  if (!ex.authorized && (match.outcome != Outcome::found || !match.target->open)) {
+    // Answered at once, before any body is read, and the connection closes:
+    // a client without the token costs nothing beyond its request head.
+    // Without the token nobody learns which routes exist either.
+    ex.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
     return;
   }
   if (match.outcome == Outcome::not_found) {

@@ -23,6 +23,7 @@ std::string_view code_for_status(int status) {
     case 405: return codes::kMethodNotAllowed;
     case 413: return codes::kPayloadTooLarge;
     case 431: return codes::kHeadersTooLarge;
+    case 408: return codes::kRequestTimeout;
     case 400: return codes::kBadRequest;
     default: return codes::kRuntimeError;
   }

@@ -17,6 +17,7 @@ inline constexpr std::string_view kMethodNotAllowed = "METHOD_NOT_ALLOWED";
 inline constexpr std::string_view kBadRequest = "BAD_REQUEST";
 inline constexpr std::string_view kPayloadTooLarge = "PAYLOAD_TOO_LARGE";
 inline constexpr std::string_view kHeadersTooLarge = "HEADERS_TOO_LARGE";
+inline constexpr std::string_view kRequestTimeout = "REQUEST_TIMEOUT";
 inline constexpr std::string_view kFileNotFound = "FILE_NOT_FOUND";
 inline constexpr std::string_view kContextNotFound = "CONTEXT_NOT_FOUND";
 inline constexpr std::string_view kAlreadyConnected = "ALREADY_CONNECTED";

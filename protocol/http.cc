@@ -17,6 +17,7 @@ RequestParser::RequestParser(RequestVisitor& visitor, Limits limits) : visitor_(
   settings_.on_message_begin = on_message_begin;
   settings_.on_url = on_url;
   settings_.on_header_field = on_header_field;
+  settings_.on_header_field_complete = on_header_field_complete;
   settings_.on_header_value = on_header_value;
   settings_.on_headers_complete = on_headers_complete;
   settings_.on_body = on_body_cb;
@@ -41,8 +42,10 @@ int RequestParser::on_message_begin(llhttp_t* p) {
   auto* self = static_cast<RequestParser*>(p->data);
   self->req_ = HttpRequest{};
   self->field_.clear();
-  self->field_done_ = false;
   self->head_bytes_ = 0;
+  self->header_count_ = 0;
+  self->in_field_ = false;
+  self->in_trailers_ = false;
   self->body_mode_ = BodyMode::buffer;
   self->in_message_ = true;
   return 0;
@@ -55,26 +58,38 @@ int RequestParser::on_url(llhttp_t* p, const char* at, size_t len) {
   return 0;
 }
 
+int RequestParser::header_started() {
+  if (++header_count_ > limits_.max_headers) return fail(431, "too many request header fields");
+  if (!count_head(kHeaderOverhead)) return fail(431, "request header fields too large");
+  return 0;
+}
+
 int RequestParser::on_header_field(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<RequestParser*>(p->data);
   if (!self->count_head(len)) return self->fail(431, "request header fields too large");
-  if (self->field_done_) {
+  if (!self->in_field_) {  // llhttp may deliver one name in several pieces
+    if (int rc = self->header_started()) return rc;
+    self->in_field_ = true;
     self->field_.clear();
-    self->field_done_ = false;
   }
+  if (self->in_trailers_) return 0;
   for (size_t i = 0; i < len; ++i) self->field_.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(at[i]))));
+  return 0;
+}
+
+int RequestParser::on_header_field_complete(llhttp_t* p) {
+  auto* self = static_cast<RequestParser*>(p->data);
+  self->in_field_ = false;
+  // A chunked-body trailer must never stand in for a header (the token above
+  // all): the head was routed and authorized before the body began.
+  if (!self->in_trailers_) self->req_.headers.emplace_back(std::move(self->field_), std::string());
   return 0;
 }
 
 int RequestParser::on_header_value(llhttp_t* p, const char* at, size_t len) {
   auto* self = static_cast<RequestParser*>(p->data);
   if (!self->count_head(len)) return self->fail(431, "request header fields too large");
-  auto& headers = self->req_.headers;
-  if (!self->field_done_) {
-    headers.emplace_back(self->field_, std::string());
-    self->field_done_ = true;
-  }
-  headers.back().second.append(at, len);
+  if (!self->in_trailers_ && !self->req_.headers.empty()) self->req_.headers.back().second.append(at, len);
   return 0;
 }
 
@@ -85,6 +100,8 @@ int RequestParser::on_headers_complete(llhttp_t* p) {
   req.keep_alive = llhttp_should_keep_alive(p) != 0;
   req.upgrade = p->upgrade != 0;
   req.version_minor = p->http_major == 1 ? p->http_minor : 0;
+  self->in_trailers_ = true;
+  self->in_field_ = false;
   std::string_view target = req.target;
   size_t q = target.find('?');
   std::string_view raw_path = target.substr(0, q);

@@ -54,7 +54,11 @@ struct ParseError {
 class RequestParser {
  public:
   struct Limits {
+    // The request line and every header line as sent, each header also
+    // charged kHeaderOverhead for what it costs to hold (so many tiny headers
+    // cost as much as a few long ones).
     size_t max_head_bytes = 16 * 1024;
+    size_t max_headers = 100;
     size_t max_body_bytes = 8 * 1024 * 1024;  // buffered bodies only
   };
   enum class Result { need_more, paused, upgrade, error };
@@ -78,12 +82,19 @@ class RequestParser {
   static int on_message_begin(llhttp_t*);
   static int on_url(llhttp_t*, const char*, size_t);
   static int on_header_field(llhttp_t*, const char*, size_t);
+  static int on_header_field_complete(llhttp_t*);
   static int on_header_value(llhttp_t*, const char*, size_t);
   static int on_headers_complete(llhttp_t*);
   static int on_body_cb(llhttp_t*, const char*, size_t);
   static int on_message_complete(llhttp_t*);
   int fail(int status, std::string message);
   bool count_head(size_t n);
+  int header_started();
+
+ public:
+  static constexpr size_t kHeaderOverhead = 64;
+
+ private:
 
   llhttp_t parser_;
   llhttp_settings_t settings_;
@@ -91,7 +102,9 @@ class RequestParser {
   Limits limits_;
   HttpRequest req_;
   std::string field_;
-  bool field_done_ = false;
+  bool in_field_ = false;     // a header name is being received
+  bool in_trailers_ = false;  // after the head: chunked trailers are counted, never kept
+  size_t header_count_ = 0;
   size_t head_bytes_ = 0;
   BodyMode body_mode_ = BodyMode::buffer;
   bool in_message_ = false;

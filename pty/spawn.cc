@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
@@ -37,7 +38,26 @@ void close_pair(int fds[2]) {
     if (fds[i] >= 0) close(fds[i]);
 }
 
+// The soft limit children get back (set once at start, before any spawn).
+struct rlimit g_child_nofile {};
+bool g_restore_nofile = false;
+
 }  // namespace
+
+uint64_t raise_open_files_limit() {
+  struct rlimit lim {};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
+  if (lim.rlim_cur < lim.rlim_max) {
+    struct rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      g_child_nofile = lim;
+      g_restore_nofile = true;
+      return raised.rlim_cur;
+    }
+  }
+  return lim.rlim_cur;
+}
 
 std::string find_in_path(const std::string& name) {
   const char* path = getenv("PATH");
@@ -147,6 +167,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error) {
       if (setuid(uid) < 0) child_fail(&failure, "setuid");
     }
     if (cwd && chdir(cwd) < 0) child_fail(&failure, "chdir");
+    if (g_restore_nofile) setrlimit(RLIMIT_NOFILE, &g_child_nofile);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -39,6 +39,12 @@ struct Spawned {
 // returned fds are non-blocking and close-on-exec.
 int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error);
 
+// Raises execd's own soft open-files limit to the hard limit (a daemon that
+// holds every client's socket needs them) while children keep being started
+// with the soft limit execd was given, as Go's runtime does. Returns the new
+// soft limit.
+uint64_t raise_open_files_limit();
+
 // Finds `name` in $PATH (as execd saw it at start); empty if absent.
 std::string find_in_path(const std::string& name);
 

@@ -58,6 +58,7 @@ void Connection::resume_reading() {
 void Connection::on_transport_data(const char* data, size_t len) {
   if (close_requested_ || lingering_) return;  // lingering: the peer's input is discarded
   idle_since_ms_ = host_.now_ms();
+  if (!exchange_ && !upgraded_ && head_started_ms_ == 0) head_started_ms_ = idle_since_ms_;
   if (upgraded_) {
     upgraded_->on_data(data, len);
     return;
@@ -122,13 +123,17 @@ void Connection::process_input(const char* data, size_t len) {
 }
 
 protocol::BodyMode Connection::on_request_head(protocol::HttpRequest& req) {
+  head_started_ms_ = 0;
   exchange_ = std::make_unique<Exchange>(*this);
   // The parser keeps appending a buffered body to its own (moved-from) copy;
   // on_request hands it over.
   exchange_->request_ = std::move(req);
   read_paused_ = false;
-  host_.on_request_head(*exchange_);
-  if (close_requested_ || !exchange_) return protocol::BodyMode::buffer;
+  Exchange* ex = exchange_.get();
+  host_.on_request_head(*ex);
+  if (ex->authorized) trusted_ = true;
+  // Answered at head time (or closing): the body is read past, never held.
+  if (close_requested_ || !exchange_) return protocol::BodyMode::stream;
   if (exchange_->invite_body) {
     // curl waits a second for this before sending a body over 1 KiB.
     const std::string* expect = exchange_->header("expect");
@@ -185,6 +190,8 @@ void Connection::exchange_finished(Exchange& ex) {
   }
   retired_.push_back(std::move(exchange_));
   idle_since_ms_ = host_.now_ms();
+  // A pipelined request already waiting: its head deadline starts now.
+  head_started_ms_ = pending_input_.empty() ? 0 : idle_since_ms_;
   queue_.drop_spares();
   if (!keep_alive_) close_after_writes();
   schedule();  // frees it, and parses what was pipelined meanwhile
@@ -348,9 +355,28 @@ void Connection::tick(uint64_t now_ms) {
     return;
   }
   if (exchange_ && exchange_->source_) exchange_->source_->tick(now_ms);
-  if (close_requested_ || (exchange_ && exchange_->request_complete_)) return;
-  // The client owes us (the rest of) a request.
-  if (limits_.idle_timeout_ms && !read_paused_ && now_ms - idle_since_ms_ >= limits_.idle_timeout_ms) {
+  if (close_requested_ || parser_done_ || (exchange_ && exchange_->request_complete_)) return;
+  if (exchange_) {
+    // Inside a request body: each silence is bounded, however slowly the
+    // bytes trickle in overall (a paused body is our choice, not the client's).
+    if (read_paused_) return;
+    uint64_t silent = now_ms - idle_since_ms_;
+    if ((limits_.body_timeout_ms && silent >= limits_.body_timeout_ms) ||
+        (limits_.idle_timeout_ms && silent >= limits_.idle_timeout_ms)) {
+      spdlog::debug("{}: request body timed out", peer_);
+      if (exchange_->head_sent_) close();
+      else reject(408, "request body timed out");
+    }
+    return;
+  }
+  // A head must be complete within the deadline from its first byte, so a
+  // client trickling a byte at a time cannot hold the connection.
+  if (head_started_ms_ != 0 && limits_.header_timeout_ms && now_ms - head_started_ms_ >= limits_.header_timeout_ms) {
+    spdlog::debug("{}: request head timed out", peer_);
+    reject(408, "request head timed out");
+    return;
+  }
+  if (limits_.idle_timeout_ms && now_ms - idle_since_ms_ >= limits_.idle_timeout_ms) {
     spdlog::debug("{}: closing idle connection", peer_);
     close();
   }

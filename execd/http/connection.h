@@ -47,7 +47,10 @@ class ConnectionHost {
 
 struct ConnectionLimits {
   protocol::RequestParser::Limits parser;
-  uint64_t idle_timeout_ms = 0;  // 0 = none
+  uint64_t idle_timeout_ms = 0;    // keep-alive connection with nothing in progress; 0 = none
+  uint64_t header_timeout_ms = 0;  // first byte of a request head to its end; 0 = none
+  uint64_t body_timeout_ms = 0;    // longest silence inside a request body; 0 = none
+  size_t max_connections = 0;      // 0 = no limit of our own
 };
 
 class Connection final : public TransportEvents, private protocol::RequestVisitor {
@@ -74,6 +77,12 @@ class Connection final : public TransportEvents, private protocol::RequestVisito
   void run_deferred();
   // No request in progress (the server closes these first when stopping).
   bool idle() const { return !exchange_ && !upgraded_; }
+  // Sent at least one request that passed the token check.
+  bool trusted() const { return trusted_; }
+  // Idle or still sending a request head: what the server sheds first when
+  // it runs short of connections or descriptors.
+  bool sheddable() const { return idle() && !close_requested_; }
+  uint64_t idle_since_ms() const { return idle_since_ms_; }
 
   // --- for Exchange and Upgraded protocols ---
   WriteQueue& queue() { return queue_; }
@@ -119,6 +128,8 @@ class Connection final : public TransportEvents, private protocol::RequestVisito
   std::string pending_input_;
   std::string peer_;
   uint64_t idle_since_ms_ = 0, linger_since_ms_ = 0;
+  uint64_t head_started_ms_ = 0;     // a request head is arriving (0: none)
+  bool trusted_ = false;
   bool keep_alive_ = true;
   bool scheduled_ = false;           // run_deferred() is due
   bool close_requested_ = false;     // close() was called

@@ -18,7 +18,9 @@ void Exchange::respond(int status, std::string_view content_type, std::string_vi
                        const std::vector<std::string>& extra_headers) {
   if (finished_) return;
   if (!conn_.closing()) {
-    conn_.queue().append(protocol::simple_response(status, content_type, body, conn_.keep_alive(), extra_headers));
+    // Answered before the request ended: the connection closes after it.
+    bool keep_alive = conn_.keep_alive() && request_complete_;
+    conn_.queue().append(protocol::simple_response(status, content_type, body, keep_alive, extra_headers));
     conn_.flush();
   }
   head_sent_ = true;
@@ -30,14 +32,20 @@ void Exchange::respond_error(int status, std::string_view code, std::string_view
 }
 
 void Exchange::begin_chunked(int status, std::vector<std::string> headers, bool flush_now) {
-  headers.emplace_back("Transfer-Encoding: chunked");
-  chunked_ = true;
+  if (request_.version_minor < 1) {
+    // An HTTP/1.0 client knows no chunked encoding: the body ends when the
+    // connection does.
+    conn_.keep_alive_ = false;
+  } else {
+    headers.emplace_back("Transfer-Encoding: chunked");
+    chunked_ = true;
+  }
   begin_sized(status, std::move(headers), flush_now);
 }
 
 void Exchange::begin_sized(int status, std::vector<std::string> headers, bool flush_now) {
   if (finished_ || head_sent_) return;
-  if (!conn_.keep_alive()) headers.emplace_back("Connection: close");
+  if (!conn_.keep_alive() || !request_complete_) headers.emplace_back("Connection: close");
   head_sent_ = true;
   if (conn_.closing()) return;
   conn_.queue().append(protocol::response_head(status, headers));

@@ -82,6 +82,8 @@ class Exchange {
   bool stream_body = false;
   // Authorized and routed: an `Expect: 100-continue` gets its 100.
   bool invite_body = false;
+  // The access token was checked and matched (the connection is trusted).
+  bool authorized = false;
 
   // --- complete responses (the exchange ends) ---
   void respond(int status, std::string_view content_type, std::string_view body,

@@ -86,8 +86,60 @@ int Server::bound_port() const {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
 }
 
+Connection* Server::shed_candidate() const {
+  // Untrusted before trusted (a client that never showed the token is the
+  // likelier attacker), then the one silent the longest.
+  Connection* best = nullptr;
+  for (Connection* c : connections_) {
+    if (!c->sheddable()) continue;
+    if (!best || (!c->trusted() && best->trusted()) ||
+        (c->trusted() == best->trusted() && c->idle_since_ms() < best->idle_since_ms()))
+      best = c;
+  }
+  return best;
+}
+
+bool Server::shed_one(const char* why) {
+  Connection* victim = shed_candidate();
+  if (!victim) return false;
+  ++shed_total_;
+  uint64_t now = uv_now(loop_);
+  if (now - last_shed_warning_ms_ >= 10000) {
+    last_shed_warning_ms_ = now;
+    spdlog::warn("{}: closing idle and unauthenticated connections first ({} so far)", why, shed_total_);
+  }
+  victim->close();
+  return true;
+}
+
+void Server::pause_accepting() {
+  if (accept_paused_) return;
+  accept_paused_ = true;
+  uv_poll_stop(&listen_poll_);
+  // The tick retries; so does every connection that closes.
+  uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Server*>(t->data)->on_tick(); }, tick_ms_, tick_ms_);
+}
+
+void Server::resume_accepting() {
+  if (!accept_paused_ || !listening_) return;
+  accept_paused_ = false;
+  uv_poll_start(&listen_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+    static_cast<Server*>(h->data)->on_acceptable();
+  });
+}
+
 void Server::on_acceptable() {
   for (int i = 0; i < kAcceptsPerWake && listening_; ++i) {
+    if (limits_.max_connections && connections_.size() >= limits_.max_connections + kShedSlack) {
+      // Victims close at this pass's safe point; until then wait for them.
+      pause_accepting();
+      return;
+    }
+    if (limits_.max_connections && connections_.size() >= limits_.max_connections &&
+        !shed_one("connection limit reached")) {
+      pause_accepting();
+      return;
+    }
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -95,15 +147,16 @@ void Server::on_acceptable() {
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       // Out of descriptors or memory: the pending connection stays in the
-      // backlog; try again at the next tick instead of spinning on it.
+      // backlog. Free a descriptor by shedding, and accept again when a
+      // connection has closed (or at the next tick) instead of spinning.
+      int err = errno;
       uint64_t now = uv_now(loop_);
       if (now - last_accept_warning_ms_ >= 10000) {
         last_accept_warning_ms_ = now;
-        spdlog::warn("accept failed: {}; pausing new connections", strerror(errno));
+        spdlog::warn("accept failed: {}; pausing new connections", strerror(err));
       }
-      accept_paused_ = true;
-      uv_poll_stop(&listen_poll_);
-      uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Server*>(t->data)->on_tick(); }, tick_ms_, tick_ms_);
+      if (err == EMFILE || err == ENFILE) shed_one("out of file descriptors");
+      pause_accepting();
       return;
     }
     int one = 1;
@@ -161,16 +214,13 @@ void Server::on_connection_closed(Connection& conn) {
   if (connections_.empty() && !accept_paused_ && handles_open_) uv_timer_stop(&tick_);
   due_.erase(std::remove(due_.begin(), due_.end(), &conn), due_.end());
   delete &conn;
+  // A descriptor and a connection slot are free again.
+  if (accept_paused_ && handles_open_) resume_accepting();
 }
 
 void Server::on_tick() {
   uint64_t now = uv_now(loop_);
-  if (accept_paused_ && listening_) {
-    accept_paused_ = false;
-    uv_poll_start(&listen_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
-      static_cast<Server*>(h->data)->on_acceptable();
-    });
-  }
+  resume_accepting();
   for (Connection* c : connections_) c->tick(now);
 }
 

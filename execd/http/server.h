@@ -2,9 +2,12 @@
 // safe point and the tick.
 //
 // * Accepting: the listener is a non-blocking socket watched by a uv_poll_t;
-//   each accepted socket becomes a Connection over a SocketTransport. When
-//   the process is out of descriptors, accepting pauses until the next tick
-//   instead of spinning.
+//   each accepted socket becomes a Connection over a SocketTransport.
+// * Limits: at the connection limit, or out of descriptors, a connection is
+//   shed to make room (idle or still sending its head; untrusted ones, that
+//   never passed the token check, first, then the longest silent); with none
+//   to shed, accepting pauses until a connection closes or the next tick,
+//   never spinning on a full backlog.
 // * The safe point: connections ask for run_deferred() through schedule();
 //   a uv_check handle runs them once per loop pass, after I/O callbacks, when
 //   no handler or source is on the stack (a uv_idle handle keeps the loop
@@ -55,6 +58,10 @@ class Server final : public ConnectionHost {
 
  private:
   void on_acceptable();
+  Connection* shed_candidate() const;
+  bool shed_one(const char* why);
+  void pause_accepting();
+  void resume_accepting();
   void run_safe_point();
   void on_tick();
 
@@ -69,7 +76,10 @@ class Server final : public ConnectionHost {
   uv_timer_t tick_;
   std::unordered_set<Connection*> connections_;
   std::vector<Connection*> due_;
-  uint64_t last_accept_warning_ms_ = 0;
+  uint64_t last_accept_warning_ms_ = 0, last_shed_warning_ms_ = 0;
+  uint64_t shed_total_ = 0;
+  // Connections shed but not yet closed may exceed the limit by this much.
+  static constexpr size_t kShedSlack = 64;
   static constexpr uint64_t kMaxTickMs = 250;
   uint64_t tick_ms_ = kMaxTickMs;
 };

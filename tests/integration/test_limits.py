@@ -1,0 +1,214 @@
+"""Connection limits, written as the attacks they stop (issue: hardening).
+
+A client without the token, or one that trickles, must not be able to hold
+execd's memory, descriptors or connections: head deadlines, header counts,
+401 before any body, trailers that never count as headers, HTTP/1.0 answered
+without chunked encoding, and shedding of idle/unauthenticated connections
+at the connection limit so that /ping is still answered.
+"""
+from __future__ import annotations
+
+import socket
+import time
+
+from execd_client import SLOW, TOKEN_HEADER
+from test_http_connection import _closed_by_server, post_command, read_response
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _recv_all(sock: socket.socket, timeout: float) -> bytes:
+    sock.settimeout(timeout)
+    out = bytearray()
+    try:
+        while chunk := sock.recv(65536):
+            out += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return bytes(out)
+
+
+def _ping(ex, timeout=5.0, token=None) -> int:
+    with socket.create_connection((ex.host, ex.port), timeout=timeout * SLOW) as s:
+        extra = f"{TOKEN_HEADER}: {token}\r\n" if token else ""
+        s.sendall(f"GET /ping HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode())
+        return read_response(s, bytearray())[0]
+
+
+def test_a_trickled_head_is_cut_at_the_header_deadline(execd_factory):
+    ex = execd_factory("--header-timeout", "1s", "--idle-timeout", "1m")
+    with socket.create_connection((ex.host, ex.port)) as s:
+        s.sendall(b"GET /ping HTTP/1.1\r\n")
+        start = time.monotonic()
+        s.settimeout(0.2)
+        closed = False
+        data = bytearray()
+        # One byte every 100 ms keeps resetting any idle timer; only a deadline
+        # from the first byte ends it.
+        while time.monotonic() - start < 10 * SLOW:
+            try:
+                s.sendall(b"x")
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            try:
+                chunk = s.recv(65536)
+                if not chunk:
+                    closed = True
+                    break
+                data += chunk
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                closed = True
+                break
+        assert closed, "a trickling client held its connection past the header deadline"
+        assert time.monotonic() - start < 8 * SLOW
+        if data:
+            assert data.startswith(b"HTTP/1.1 408")
+
+
+def test_a_silent_body_is_cut_at_the_body_deadline(execd_factory):
+    ex = execd_factory("--body-timeout", "1s", "--idle-timeout", "1m")
+    head, _ = post_command(ex.token, "echo never")
+    head = head.replace(b"Content-Length: ", b"Content-Length: 1")  # longer than what follows
+    with socket.create_connection((ex.host, ex.port)) as s:
+        s.sendall(head + b"{\"comm")
+        data = _recv_all(s, 10 * SLOW)
+        assert data.startswith(b"HTTP/1.1 408"), data[:200]
+
+
+def test_too_many_tiny_headers_are_refused(execd):
+    with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
+        s.sendall(b"GET /ping HTTP/1.1\r\n" + b"a: b\r\n" * 101 + b"\r\n")
+        status, _, _ = read_response(s, bytearray())
+        assert status == 431
+    # 100 are fine.
+    with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
+        s.sendall(b"GET /ping HTTP/1.1\r\n" + b"a: b\r\n" * 99 + b"\r\n")
+        assert read_response(s, bytearray())[0] == 200
+
+
+def test_half_open_unauthenticated_connections_cost_little_memory(execd):
+    # Each connection sends as many tiny headers as it may, never ends its head.
+    rss0 = _rss_kib(execd.proc.pid)
+    socks = []
+    try:
+        for _ in range(400):
+            s = socket.create_connection((execd.host, execd.port), timeout=10 * SLOW)
+            s.sendall(b"POST /command HTTP/1.1\r\n" + b"a: b\r\n" * 99)
+            socks.append(s)
+        # execd has read them all once a /ping on a fresh connection is answered
+        # and the last connection's bytes are consumed (its receive queue is empty).
+        deadline = time.monotonic() + 20 * SLOW
+        while time.monotonic() < deadline:
+            assert _ping(execd) == 200
+            if _rss_kib(execd.proc.pid) > rss0 and _all_read(execd.port):
+                break
+            time.sleep(0.05)
+        per_conn = (_rss_kib(execd.proc.pid) - rss0) / len(socks)
+        print(f"RSS per half-open unauthenticated connection: {per_conn:.1f} KiB")
+        assert per_conn < 64, per_conn
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _all_read(port: int) -> bool:
+    """True when no socket to `port` on the server side has unread input."""
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            parts = line.split()
+            local, rx = parts[1], parts[4].split(":")[1]
+            if int(local.split(":")[1], 16) == port and int(rx, 16) != 0:
+                return False
+    return True
+
+
+def test_401_is_answered_before_the_body_and_closes(execd):
+    with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
+        s.sendall(b"POST /command HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000\r\n\r\n")
+        status, headers, body = read_response(s, bytearray())
+        assert status == 401
+        assert headers.get("connection", "").lower() == "close"
+        assert _closed_by_server(s, 10 * SLOW)
+
+
+def test_a_token_in_a_trailer_is_not_a_token(execd):
+    body = b'{"command":"echo smuggled"}'
+    req = (b"POST /command HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+           + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n"
+           + f"{TOKEN_HEADER}: {execd.token}\r\n\r\n".encode())
+    with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
+        s.sendall(req)
+        data = _recv_all(s, 5 * SLOW)
+        assert data.startswith(b"HTTP/1.1 401"), data[:200]
+        assert b"smuggled" not in data
+    # With the token in the head, a trailer does not break anything.
+    req = (b"POST /command HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+           + f"{TOKEN_HEADER}: {execd.token}\r\n\r\n".encode()
+           + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\nX-Trailer: 1\r\n\r\n")
+    with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
+        s.sendall(req)
+        status, _, data = read_response(s, bytearray())
+        assert status == 200 and b"smuggled" in data
+
+
+def test_http10_gets_a_close_delimited_stream(execd):
+    head, body = post_command(execd.token, "printf 'a\\nb\\n'")
+    head = head.replace(b"HTTP/1.1", b"HTTP/1.0", 1)
+    with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
+        s.sendall(head + body)
+        data = _recv_all(s, 10 * SLOW)  # ends at EOF: the body is close-delimited
+    head_bytes, _, payload = data.partition(b"\r\n\r\n")
+    lower = head_bytes.lower()
+    assert head_bytes.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding" not in lower
+    assert b"connection: close" in lower
+    assert b'"execution_complete"' in payload and b'"a"' in payload
+
+
+def test_connections_are_shed_under_a_512_descriptor_limit_and_ping_still_answers(execd_factory):
+    ex = execd_factory(wrapper=("prlimit", "--nofile=512:512", "--"))
+    # A trusted keep-alive connection, idle, made before the flood.
+    trusted = socket.create_connection((ex.host, ex.port), timeout=10 * SLOW)
+    trusted.sendall(f"GET /ping HTTP/1.1\r\nHost: t\r\n{TOKEN_HEADER}: {ex.token}\r\n\r\n".encode())
+    assert read_response(trusted, bytearray())[0] == 200
+    flood = []
+    try:
+        for _ in range(700):
+            flood.append(socket.create_connection((ex.host, ex.port), timeout=10 * SLOW))
+        for _ in range(5):
+            assert _ping(ex, timeout=10) == 200
+        held = 0
+        for s in flood:
+            s.setblocking(False)
+            try:
+                if s.recv(1) != b"":
+                    held += 1
+            except BlockingIOError:
+                held += 1  # still open, nothing to read
+            except OSError:
+                pass  # reset: shed
+        print(f"connections held under a 512-descriptor limit: {held} (+1 trusted)")
+        assert 300 <= held < 512
+        # The untrusted ones went first: the trusted idle connection still works.
+        trusted.sendall(b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_response(trusted, bytearray())[0] == 200
+        # Commands still start (descriptors are kept for them).
+        head, body = post_command(ex.token, "echo ok")
+        with socket.create_connection((ex.host, ex.port), timeout=10 * SLOW) as s:
+            s.sendall(head + body)
+            status, _, data = read_response(s, bytearray())
+            assert status == 200 and b'"ok"' in data
+    finally:
+        for s in flood:
+            s.close()
+        trusted.close()
