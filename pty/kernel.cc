@@ -16,6 +16,8 @@
 #include <set>
 #include <sstream>
 
+#include "pty/spawn.h"
+
 namespace execd::pty {
 
 namespace {
@@ -39,16 +41,6 @@ bool read_small_file(const std::string& path, std::string& out) {
   ss << f.rdbuf();
   out = ss.str();
   return out.size() < (1 << 20);
-}
-
-void set_env(std::vector<std::string>& env, const std::string& key, const std::string& value) {
-  std::string prefix = key + "=";
-  for (auto& kv : env)
-    if (kv.compare(0, prefix.size(), prefix) == 0) {
-      kv = prefix + value;
-      return;
-    }
-  env.push_back(prefix + value);
 }
 
 }  // namespace

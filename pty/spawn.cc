@@ -59,6 +59,16 @@ uint64_t raise_open_files_limit() {
   return lim.rlim_cur;
 }
 
+void set_env(std::vector<std::string>& env, const std::string& key, const std::string& value) {
+  std::string prefix = key + "=";
+  for (auto& kv : env)
+    if (kv.compare(0, prefix.size(), prefix) == 0) {
+      kv = prefix + value;
+      return;
+    }
+  env.push_back(prefix + value);
+}
+
 std::string find_in_path(const std::string& name) {
   const char* path = getenv("PATH");
   std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";

@@ -45,6 +45,9 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error);
 // soft limit.
 uint64_t raise_open_files_limit();
 
+// Sets KEY=value in a "K=V" environment list, replacing an existing KEY.
+void set_env(std::vector<std::string>& env, const std::string& key, const std::string& value);
+
 // Finds `name` in $PATH (as execd saw it at start); empty if absent.
 std::string find_in_path(const std::string& name);
 

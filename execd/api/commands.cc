@@ -25,6 +25,7 @@
 #include "protocol/errors.h"
 #include "protocol/requests.h"
 #include "pty/log_cursor.h"
+#include "pty/spawn.h"
 
 namespace execd::api {
 
@@ -884,16 +885,6 @@ struct PrepareWork : Awaitable {
   std::optional<ApiError> error;
 };
 
-void set_env(std::vector<std::string>& env, const std::string& key, const std::string& value) {
-  std::string prefix = key + "=";
-  for (auto& kv : env)
-    if (kv.compare(0, prefix.size(), prefix) == 0) {
-      kv = prefix + value;
-      return;
-    }
-  env.push_back(prefix + value);
-}
-
 // EXECD_ENVS: KEY=VALUE lines, '#' comments and blank lines skipped, values
 // $VAR-expanded against execd's environment, no quote processing.
 void apply_env_file(const std::string& path, const std::vector<std::string>& base, std::vector<std::string>& env) {
@@ -912,7 +903,7 @@ void apply_env_file(const std::string& path, const std::vector<std::string>& bas
     if (!fs::expand_vars(line.substr(eq + 1), [&](std::string_view n) { return env_lookup(base, n); }, value, err,
                          /*allow_undefined=*/true))
       continue;
-    set_env(env, key, value);
+    pty::set_env(env, key, value);
   }
 }
 
@@ -941,17 +932,17 @@ void prepare(uv_work_t* work) {
       }
       groups.resize(static_cast<size_t>(n));
       opts.groups = groups;
-      set_env(env, "HOME", found->pw_dir);
-      set_env(env, "USER", found->pw_name);
-      set_env(env, "LOGNAME", found->pw_name);
+      pty::set_env(env, "HOME", found->pw_dir);
+      pty::set_env(env, "USER", found->pw_name);
+      pty::set_env(env, "LOGNAME", found->pw_name);
     } else {
       // No passwd entry: no supplementary groups, and never root's group by
       // accident (the Go daemon ran such commands with gid 0).
       opts.groups = {gid};
-      set_env(env, "HOME", "/");
+      pty::set_env(env, "HOME", "/");
     }
   }
-  for (const auto& [k, v] : req.envs) set_env(env, k, v);
+  for (const auto& [k, v] : req.envs) pty::set_env(env, k, v);
 
   if (!req.cwd.empty()) {
     // Expanded with the same variables the command will see (the Go daemon

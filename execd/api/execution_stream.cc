@@ -39,14 +39,20 @@ void ExecutionStream::output(protocol::OutputStream s, const uint8_t* data, size
   if (!ex_.send(std::move(buf)) && producer) producer->set_client_paused(true);
 }
 
-void ExecutionStream::finish(const protocol::ExecutionResult& result) {
-  if (ended_) return;
+bool ExecutionStream::begin_ending(std::string& buf, int64_t now) {
+  if (ended_) return false;
   ended_ = true;
   producer.cut();
-  std::string buf = ex_.take_buffer();
-  int64_t now = unix_ms();
+  buf = ex_.take_buffer();
   enc_.flush(buf, protocol::OutputStream::out, now);
   enc_.flush(buf, protocol::OutputStream::err, now);
+  return true;
+}
+
+void ExecutionStream::finish(const protocol::ExecutionResult& result) {
+  std::string buf;
+  int64_t now = unix_ms();
+  if (!begin_ending(buf, now)) return;
   enc_.terminal(buf, result, now);
   ex_.end(std::move(buf));
 }
@@ -59,13 +65,8 @@ void ExecutionStream::event(std::string_view json_object) {
 }
 
 void ExecutionStream::finish_with(std::string_view json_object) {
-  if (ended_) return;
-  ended_ = true;
-  producer.cut();
-  std::string buf = ex_.take_buffer();
-  int64_t now = unix_ms();
-  enc_.flush(buf, protocol::OutputStream::out, now);
-  enc_.flush(buf, protocol::OutputStream::err, now);
+  std::string buf;
+  if (!begin_ending(buf, unix_ms())) return;
   enc_.event(buf, json_object);
   ex_.end(std::move(buf));
 }

@@ -60,6 +60,9 @@ class ExecutionStream final : public http::Source {
   Link<ExecutionProducer> producer;
 
  private:
+  // Marks the stream ended, cuts the producer and flushes held-back output
+  // into `buf`; false if it had already ended.
+  bool begin_ending(std::string& buf, int64_t now);
   void drop_producer();
 
   http::Exchange& ex_;
