@@ -83,6 +83,7 @@ bench: build static venv
 	$(VENV)/bin/python tests/bench/bench_resume.py --execd $(BUILD)/execd --client $(BUILD)/stream_client
 	$(VENV)/bin/python tests/bench/bench_proxy.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd
+	$(VENV)/bin/python tests/bench/bench_fair.py --execd $(BUILD)/execd
 
 static: deps
 	./image/fetch-simdjson.sh $(STATIC_BUILD)/simdjson

@@ -15,6 +15,7 @@ namespace execd {
 
 namespace {
 constexpr uint64_t kHousekeepingMs = 1000;
+constexpr size_t kTrimFreeBytes = 16 << 20;
 constexpr uint64_t kShutdownPollMs = 20;
 
 Context bind(Context ctx, uv_loop_t* loop, pty::Reaper* reaper) {
@@ -100,9 +101,11 @@ bool Daemon::drained() const {
 void Daemon::on_tick() {
   ptys_.reap();
   if (!stopping_) {
-    // After a burst (hundreds of commands, big uploads), give freed memory
-    // back once things are quiet: glibc keeps it otherwise.
-    if (commands_.running() == 0 && server_.connection_count() == 0) malloc_trim(0);
+    // After a burst (hundreds of commands, big uploads, searches), give
+    // freed memory back: glibc keeps it otherwise. When quiet, always; under
+    // load (an SDK keeps its connections open), once a lot lies free.
+    bool quiet = commands_.running() == 0 && server_.connection_count() == 0;
+    if (quiet || mallinfo2().fordblks > kTrimFreeBytes) malloc_trim(0);
     return;
   }
   server_.close_idle_connections();

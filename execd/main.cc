@@ -8,13 +8,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <string>
 
+#include "execd/api/work_gate.h"
 #include "execd/config.h"
 #include "execd/context.h"
 #include "execd/daemon.h"
@@ -181,19 +182,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Every command holds a few descriptors; use all the kernel allows us.
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
   // A client hanging up must never kill execd.
   signal(SIGPIPE, SIG_IGN);
 
   // Uploads, downloads and tree walks each hold a pool thread while they
   // touch the disk; libuv's default of 4 would let two slow transfers delay
   // every command start. Must be set before the first uv_queue_work.
-  setenv("UV_THREADPOOL_SIZE", "16", 0);
+  setenv("UV_THREADPOOL_SIZE", std::to_string(execd::api::kPoolThreads).c_str(), 0);
 
   uv_loop_t* loop = uv_default_loop();
   {

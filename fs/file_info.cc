@@ -40,7 +40,19 @@ std::string_view file_type_name(FileType type) {
   return "other";
 }
 
-FileInfo file_info_from_stat(std::string path, const struct stat& st) {
+const std::string& OwnerNames::user(uid_t uid) {
+  auto it = users_.find(uid);
+  if (it == users_.end()) it = users_.emplace(uid, user_name_for(uid)).first;
+  return it->second;
+}
+
+const std::string& OwnerNames::group(gid_t gid) {
+  auto it = groups_.find(gid);
+  if (it == groups_.end()) it = groups_.emplace(gid, group_name_for(gid)).first;
+  return it->second;
+}
+
+FileInfo file_info_from_stat(std::string path, const struct stat& st, OwnerNames* names) {
   FileInfo info;
   info.path = std::move(path);
   if (S_ISREG(st.st_mode)) {
@@ -55,8 +67,8 @@ FileInfo file_info_from_stat(std::string path, const struct stat& st) {
   info.size = static_cast<int64_t>(st.st_size);
   info.modified_at = st.st_mtim;
   info.created_at = st.st_ctim;
-  info.owner = user_name_for(st.st_uid);
-  info.group = group_name_for(st.st_gid);
+  info.owner = names ? names->user(st.st_uid) : user_name_for(st.st_uid);
+  info.group = names ? names->group(st.st_gid) : group_name_for(st.st_gid);
   info.mode = st.st_mode & 07777;
   return info;
 }

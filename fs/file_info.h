@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -34,8 +35,22 @@ struct FileInfo {
 
 // lstat(path) -> FileInfo. ENOENT -> not_found ("file not found: <path>").
 Result<FileInfo> stat_file_info(const std::string& path);
-// Builds a FileInfo from stat data already at hand (used by walks with fstatat).
-FileInfo file_info_from_stat(std::string path, const struct stat& st);
+// Owner and group names remembered for the length of one walk: every lookup
+// goes through NSS (reading /etc/passwd and /etc/group each time, tens of
+// microseconds), and a walk meets the same few owners over and over.
+class OwnerNames {
+ public:
+  const std::string& user(uid_t uid);
+  const std::string& group(gid_t gid);
+
+ private:
+  std::unordered_map<uid_t, std::string> users_;
+  std::unordered_map<gid_t, std::string> groups_;
+};
+
+// Builds a FileInfo from stat data already at hand (used by walks with
+// fstatat), looking names up through `names` when given.
+FileInfo file_info_from_stat(std::string path, const struct stat& st, OwnerNames* names = nullptr);
 
 // JSON shape: {"path","type","size","modified_at","created_at","owner","group","mode"}
 // where mode is the permission bits written as octal digits read as decimal

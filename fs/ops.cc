@@ -337,8 +337,8 @@ Status move_files(const std::vector<MoveRequest>& requests, const EnvLookup& env
 
 // ---- search -----------------------------------------------------------------
 
-Result<SearchResult> search_files(std::string_view root, std::string_view pattern, size_t max_results,
-                                  const EnvLookup& env) {
+Result<std::unique_ptr<SearchWalk>> SearchWalk::start(std::string_view root, std::string_view pattern,
+                                                      const EnvLookup& env) {
   auto absolute = expand_path_abs(root, env);
   if (!absolute) return absolute.error();
   const std::string& root_path = absolute.value();
@@ -347,7 +347,7 @@ Result<SearchResult> search_files(std::string_view root, std::string_view patter
   auto glob = GlobPattern::compile(pattern_text, &why);
   if (!glob) return Error{ErrorKind::bad_request, "invalid search pattern '" + pattern_text + "': " + why};
 
-  SearchResult result;
+  std::unique_ptr<SearchWalk> walk(new SearchWalk(std::move(*glob)));
   struct stat root_stat {};
   if (stat(root_path.c_str(), &root_stat) != 0 || !S_ISDIR(root_stat.st_mode)) {
     // Not a directory (or a dangling symlink): test the entry itself.
@@ -357,25 +357,77 @@ Result<SearchResult> search_files(std::string_view root, std::string_view patter
       return errno_error(errno, "lstat " + root_path);
     }
     std::string name = base_name(root_path);
-    if (!S_ISDIR(entry.st_mode) && glob->matches_entry(name, name)) {
-      result.files.push_back(file_info_from_stat(root_path, entry));
+    if (!S_ISDIR(entry.st_mode) && walk->glob_.matches_entry(name, name)) {
+      walk->pending_.push_back(file_info_from_stat(root_path, entry));
     }
-    return result;
+    return walk;
   }
-
   int fd = open(root_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return errno_error(errno, "open " + root_path);
-  FdGuard guard(fd);
-  walk_directory(fd, root_path, "", 0, [&](const WalkEntry& entry) {
-    if (S_ISDIR(entry.st.st_mode)) return WalkAction::descend;
-    if (!glob->matches_entry(entry.relative, entry.name)) return WalkAction::skip;
-    if (max_results != 0 && result.files.size() >= max_results) {
-      result.truncated = true;
-      return WalkAction::stop;
+  auto names = read_sorted_names(fd, root_path);
+  walk->levels_.push_back(Level{fd, root_path, "", names ? std::move(names.value()) : std::vector<std::string>{}});
+  return walk;
+}
+
+SearchWalk::~SearchWalk() {
+  for (Level& level : levels_) close(level.fd);
+}
+
+bool SearchWalk::next(std::vector<FileInfo>& out, size_t max_files, size_t max_entries,
+                      const std::atomic<bool>* cancelled) {
+  size_t appended = 0, visited = 0;
+  if (!pending_.empty()) {
+    for (FileInfo& info : pending_) out.push_back(std::move(info));
+    appended = pending_.size();
+    pending_.clear();
+  }
+  // Pre-order, lexical: the same order as walk_directory.
+  while (!levels_.empty()) {
+    if (appended >= max_files || visited >= max_entries) return true;
+    if (cancelled && cancelled->load(std::memory_order_relaxed)) return false;
+    Level& level = levels_.back();
+    if (level.next == level.names.size()) {
+      close(level.fd);
+      levels_.pop_back();
+      continue;
     }
-    result.files.push_back(file_info_from_stat(entry.path, entry.st));
-    return WalkAction::skip;
-  });
+    const std::string& name = level.names[level.next++];
+    ++visited;
+    struct stat st {};
+    if (fstatat(level.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // vanished
+    std::string path = join_path(level.path, name);
+    std::string relative = level.relative.empty() ? name : level.relative + "/" + name;
+    if (S_ISDIR(st.st_mode)) {
+      int child = openat(level.fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (child < 0) continue;  // unreadable or replaced meanwhile: skip it
+      auto names = read_sorted_names(child, path);
+      // `level` may move when levels_ grows: nothing below uses it.
+      levels_.push_back(Level{child, std::move(path), std::move(relative),
+                              names ? std::move(names.value()) : std::vector<std::string>{}});
+      continue;
+    }
+    if (!glob_.matches_entry(relative, name)) continue;
+    out.push_back(file_info_from_stat(path, st, &names_));
+    ++appended;
+  }
+  return false;
+}
+
+Result<SearchResult> search_files(std::string_view root, std::string_view pattern, size_t max_results,
+                                  const EnvLookup& env) {
+  auto walk = SearchWalk::start(root, pattern, env);
+  if (!walk) return walk.error();
+  SearchResult result;
+  size_t limit = max_results == 0 ? SIZE_MAX : max_results;
+  while (walk.value()->next(result.files, limit - result.files.size(), SIZE_MAX)) {
+    if (result.files.size() < limit) continue;
+    // Full: one more match means the result was cut.
+    std::vector<FileInfo> extra;
+    while (extra.empty() && walk.value()->next(extra, 1, SIZE_MAX)) {
+    }
+    result.truncated = !extra.empty();
+    break;
+  }
   return result;
 }
 
@@ -538,8 +590,9 @@ Result<std::vector<FileInfo>> list_directory(std::string_view path, int depth, c
   // The root itself must be readable; deeper failures are skipped by the walk.
   auto readable = read_sorted_names(fd, root);
   if (!readable) return readable.error();
+  OwnerNames names;
   walk_directory(fd, root, "", 0, [&](const WalkEntry& entry) {
-    entries.push_back(file_info_from_stat(entry.path, entry.st));
+    entries.push_back(file_info_from_stat(entry.path, entry.st, &names));
     return entry.level + 1 < depth ? WalkAction::descend : WalkAction::skip;
   });
   return entries;

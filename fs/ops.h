@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <atomic>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +22,7 @@
 
 #include "fs/error.h"
 #include "fs/file_info.h"
+#include "fs/glob.h"
 #include "fs/paths.h"
 #include "fs/permissions.h"
 
@@ -86,6 +89,39 @@ struct SearchResult {
 // Errors: root missing -> not_found; malformed pattern -> bad_request.
 Result<SearchResult> search_files(std::string_view root, std::string_view pattern, size_t max_results,
                                   const EnvLookup& env);
+
+// The same walk in slices, for streaming: each next() call visits a bounded
+// number of entries, so a pool thread is never held for a whole tree and a
+// walk whose client left stops at the next slice (or at once, through
+// `cancelled`). Holds one open descriptor per directory level.
+class SearchWalk {
+ public:
+  // Expands and opens the root; errors as search_files.
+  static Result<std::unique_ptr<SearchWalk>> start(std::string_view root, std::string_view pattern,
+                                                   const EnvLookup& env);
+  ~SearchWalk();
+  SearchWalk(const SearchWalk&) = delete;
+  SearchWalk& operator=(const SearchWalk&) = delete;
+
+  // Appends matches to `out` until `max_files` were appended, `max_entries`
+  // entries were visited, `*cancelled` turned true or the walk ended.
+  // Returns false once the walk is over (nothing more will be appended).
+  bool next(std::vector<FileInfo>& out, size_t max_files, size_t max_entries,
+            const std::atomic<bool>* cancelled = nullptr);
+
+ private:
+  struct Level {
+    int fd;
+    std::string path, relative;
+    std::vector<std::string> names;  // sorted
+    size_t next = 0;
+  };
+  explicit SearchWalk(GlobPattern glob) : glob_(std::move(glob)) {}
+  GlobPattern glob_;
+  OwnerNames names_;
+  std::vector<Level> levels_;
+  std::vector<FileInfo> pending_;  // a root that is not a directory: its one match
+};
 
 // ---- POST /files/replace ----------------------------------------------------
 struct ReplaceRequest {

@@ -22,11 +22,20 @@ class Awaitable {
   Link<Awaiter> awaiter;
   // The exchange still waiting for this work, or nullptr.
   http::Exchange* exchange() const;
+  // The exchange went away first (the link is already cut): work that has
+  // not started yet may withdraw itself, even free itself.
+  virtual void client_gone() {}
 };
 
 class Awaiter final : public http::Source {
  public:
   explicit Awaiter(http::Exchange& ex) : ex_(ex) {}
+  ~Awaiter() override {
+    if (Awaitable* w = work.get()) {
+      work.cut();
+      w->client_gone();
+    }
+  }
   http::Exchange& exchange() { return ex_; }
   Link<Awaitable> work;
 

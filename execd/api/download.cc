@@ -14,6 +14,7 @@
 #include "execd/api/api.h"
 #include "execd/api/awaiter.h"
 #include "execd/api/file_jobs.h"
+#include "execd/api/work_gate.h"
 #include "execd/http/connection.h"
 #include "fs/expand.h"
 #include "fs/line_range.h"
@@ -213,7 +214,7 @@ class FileSender final : public http::Source {
     r->offset = prefetched_;
     r->length = std::min(kWindowBytes, end_ - prefetched_);
     link(*r, r->sender, *this, job);
-    int rc = uv_queue_work(
+    int rc = file_work().queue(
         loop_, &r->work,
         [](uv_work_t* w) {
           auto* r = static_cast<ReadAhead*>(w->data);
@@ -283,7 +284,7 @@ class LineSender final : public http::Source {
     j->work.data = j;
     j->reader = std::move(reader_);
     link(*j, j->sender, *this, job);
-    int rc = uv_queue_work(
+    int rc = file_work().queue(
         loop_, &j->work,
         [](uv_work_t* w) {
           auto* j = static_cast<LineJob*>(w->data);
@@ -340,7 +341,7 @@ void handle_line_download(Context& ctx, Exchange& ex, const std::string& path, f
   w->work.data = w;
   w->path = path;
   w->params = params;
-  int rc = uv_queue_work(
+  int rc = file_work().queue(
       ctx.loop, &w->work,
       [](uv_work_t* work) {
         auto* w = static_cast<LineOpen*>(work->data);
@@ -385,7 +386,7 @@ void handle_download(Context& ctx, Exchange& ex) {
   w->work.data = w;
   w->path = *path;
   if (const std::string* range = ex.header("range")) w->range = *range;
-  int rc = uv_queue_work(
+  int rc = file_work().queue(
       ctx.loop, &w->work, [](uv_work_t* work) { open_for_download(*static_cast<OpenWork*>(work->data)); }, after_open);
   if (rc != 0) {
     delete w;

@@ -2,6 +2,7 @@
 #include "execd/api/file_jobs.h"
 
 #include "execd/api/awaiter.h"
+#include "execd/api/work_gate.h"
 #include "execd/context.h"
 #include "fs/atomic_file.h"
 #include "fs/paths.h"
@@ -58,6 +59,9 @@ struct FileJob : Awaitable {
   std::function<FileReply()> job;
   std::function<void(const FileReply&)> done;
   FileReply reply;
+  // Still waiting at the gate: it never takes a thread (the after-callback
+  // runs now, with UV_ECANCELED, and frees the job).
+  void client_gone() override { file_work().cancel(&work); }
 };
 }  // namespace
 
@@ -67,7 +71,7 @@ void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()
   w->job = std::move(job);
   w->done = std::move(done);
   w->work.data = w;
-  int rc = uv_queue_work(
+  int rc = file_work().queue(
       loop, &w->work,
       [](uv_work_t* work) {
         auto* w = static_cast<FileJob*>(work->data);
@@ -77,8 +81,9 @@ void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()
           w->reply = FileReply::error(500, protocol::codes::kRuntimeError, e.what());
         }
       },
-      [](uv_work_t* work, int) {
+      [](uv_work_t* work, int status) {
         std::unique_ptr<FileJob> w(static_cast<FileJob*>(work->data));
+        if (status == UV_ECANCELED) return;  // never ran: nothing to report
         if (w->done) w->done(w->reply);
         if (http::Exchange* ex = w->exchange()) send_reply(*ex, w->reply);
       });

@@ -38,6 +38,7 @@
 #include <unordered_map>
 
 #include "execd/api/file_jobs.h"
+#include "execd/api/work_gate.h"
 #include "fs/atomic_file.h"
 #include "fs/paths.h"
 #include "fs/permissions.h"
@@ -368,7 +369,7 @@ class Upload {
     }
     queue_.clear();
     in_flight_ = true;
-    uv_queue_work(
+    file_work().queue(
         loop_, &job->work,
         [](uv_work_t* w) {
           auto* job = static_cast<Job*>(w->data);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -503,6 +504,29 @@ TEST_CASE("search_files") {
   SUBCASE("errors") {
     CHECK(search_files(dir / "missing", "*", 0, kEnv).error().kind == ErrorKind::not_found);
     CHECK(search_files(root, "[abc", 0, kEnv).error().kind == ErrorKind::bad_request);
+  }
+  SUBCASE("a walk in slices yields the same matches in the same order") {
+    auto whole = search_files(dir.path(), "", 0, kEnv);
+    REQUIRE(whole.ok());
+    auto walk = SearchWalk::start(dir.path(), "", kEnv);
+    REQUIRE(walk.ok());
+    std::vector<FileInfo> sliced;
+    int calls = 0;
+    for (bool more = true; more; ++calls) {
+      size_t before = sliced.size();
+      more = walk.value()->next(sliced, 1, 2);
+      CHECK(sliced.size() - before <= 1);
+    }
+    CHECK(paths_of(sliced) == paths_of(whole.value().files));
+    CHECK(calls > static_cast<int>(sliced.size()));  // entries bounded each call, not only matches
+  }
+  SUBCASE("a cancelled walk stops and appends nothing more") {
+    auto walk = SearchWalk::start(dir.path(), "", kEnv);
+    REQUIRE(walk.ok());
+    std::atomic<bool> cancelled{true};
+    std::vector<FileInfo> out;
+    CHECK_FALSE(walk.value()->next(out, 100, 100, &cancelled));
+    CHECK(out.empty());
   }
   SUBCASE("unreadable subdirectory is skipped (non-root only)") {
     if (geteuid() == 0) return;
