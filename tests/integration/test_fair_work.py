@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from execd_client import SLOW, TOKEN_HEADER, vm_rss_kib, wait_until
+from execd_client import SANITIZED, SLOW, TOKEN_HEADER, vm_rss_kib, wait_until
 
 N_FILES = 100_000
 
@@ -128,7 +128,8 @@ def test_a_stalled_reader_holds_neither_memory_nor_a_thread(execd, big_tree):
         assert first.recv(1, socket.MSG_PEEK)  # the head is out: the stream is running
         assert _echo_ok_seconds(execd) < 10 * SLOW
         grown = vm_rss_kib(execd.pid) - base
-        assert grown < 40 * 1024, f"execd grew by {grown} KiB behind six stalled searches"
+        # ASan's allocator keeps freed memory in quarantine: RSS says nothing there.
+        assert SANITIZED or grown < 40 * 1024, f"execd grew by {grown} KiB behind six stalled searches"
         # Then one reads slowly to the end and gets everything.
         first.settimeout(60 * SLOW)
         status, body = _read_chunked(first)
@@ -198,5 +199,7 @@ def test_memory_goes_back_after_a_burst_of_searches(execd, big_tree):
     for t in threads:
         t.join()
     assert results == [(200, N_FILES)] * 6
+    if SANITIZED:
+        return  # ASan's allocator neither trims nor returns its quarantine
     wait_until(lambda: vm_rss_kib(execd.pid) - base < 30 * 1024, 10 * SLOW, 0.1,
                "execd's memory to go back after the burst")
