@@ -61,7 +61,9 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).
-  pty::protect_from_oom_killer(pty::kDaemonOomScoreAdj);
+  if (!pty::protect_from_oom_killer(pty::kDaemonOomScoreAdj))
+    spdlog::info("oom_score_adj of execd stays as it was ({}); commands still get {}", strerror(errno),
+                 pty::kChildOomScoreAdj);
   spdlog::info("{}", pty::Containment::init(loop, ctx_.config.cgroups, ctx_.config.cgroup_parent));
   // The containment mode rides along as a header: the body stays empty, as Go's.
   auto ping = [](http::Exchange& ex) {

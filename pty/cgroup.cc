@@ -172,6 +172,9 @@ void remove_stale(const std::string& parent_dir) {
 }
 
 bool make_base(const std::string& parent_dir, std::string& base) {
+  // --cgroup-parent may name one that does not exist yet (one level is made;
+  // it is left in place at exit, for the next execd).
+  mkdir(parent_dir.c_str(), 0755);
   remove_stale(parent_dir);
   base = parent_dir + "/execd-" + std::to_string(getpid());
   if (mkdir(base.c_str(), 0755) != 0 && errno != EEXIST) return false;

@@ -60,14 +60,15 @@ uint64_t raise_open_files_limit() {
   return lim.rlim_cur;
 }
 
-void protect_from_oom_killer(int adj) {
+bool protect_from_oom_killer(int adj) {
   int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return;
+  if (fd < 0) return false;
   std::string v = std::to_string(adj);
-  if (write(fd, v.data(), v.size()) < 0) {
-    // Unprivileged: execd keeps what it was given.
-  }
+  bool ok = write(fd, v.data(), v.size()) == static_cast<ssize_t>(v.size());
+  int e = errno;
   close(fd);
+  errno = e;
+  return ok;
 }
 
 void set_env(std::vector<std::string>& env, const std::string& key, const std::string& value) {

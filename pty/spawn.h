@@ -55,8 +55,9 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
 // soft limit.
 uint64_t raise_open_files_limit();
 
-// Lowers execd's own oom_score_adj (best effort: needs CAP_SYS_RESOURCE).
-void protect_from_oom_killer(int adj);
+// Lowers execd's own oom_score_adj; false with errno if the kernel refused
+// (it needs CAP_SYS_RESOURCE, and some sandboxes refuse it to root too).
+bool protect_from_oom_killer(int adj);
 
 // Sets KEY=value in a "K=V" environment list, replacing an existing KEY.
 void set_env(std::vector<std::string>& env, const std::string& key, const std::string& value);

@@ -113,6 +113,30 @@ def unique() -> str:
     return f"{300 + secrets.randbelow(10**6) / 10**6:.6f}"
 
 
+def test_cgroup_parent_puts_commands_elsewhere(cg_execd):
+    parent = f"/execd-test-{secrets.token_hex(4)}"
+    ex = cg_execd("--cgroup-parent", parent)
+    try:
+        n = unique()
+        r = ex.run(f"sleep {n} & echo started", exact=True)
+        assert r.terminal["leftover_processes"] == 1
+        [pid] = pids_with_cmdline(f"sleep {n}")
+        with open(f"/proc/{pid}/cgroup") as f:
+            assert f"{parent}/execd-{ex.pid}/cmd-" in f.read()
+        assert ex.request("DELETE", f"/command?id={r.id}")[0] == 200
+        wait_until(lambda: not alive(pid), 3 * SLOW, what="the job to be killed")
+    finally:
+        pid = ex.pid
+        ex.stop()
+        wait_until(lambda: not execd_cgroup_dirs(pid), 5 * SLOW, what="execd's cgroups to go")
+        for top, dirs, _ in os.walk(CGROUP_ROOT):
+            if top.count("/") > CGROUP_ROOT.count("/") + 3:
+                dirs[:] = []
+            elif parent.lstrip("/") in dirs:
+                os.rmdir(os.path.join(top, parent.lstrip("/")))
+                dirs.remove(parent.lstrip("/"))
+
+
 def test_ping_says_the_containment_mode(execd_factory):
     ex = execd_factory()
     assert mode(ex) in ("cgroup-v2", "cgroup-v1", "process-group")
@@ -268,6 +292,17 @@ def test_cpu_shares_are_accepted(cg_execd):
     ex = cg_execd()
     r = ex.run("echo ok", exact=True, limits={"cpu_shares": 128})
     assert r.terminal["exit_code"] == 0 and r.stdout == b"ok\n"
+
+
+def test_the_oom_killer_takes_a_command_before_execd(execd):
+    r = execd.run("cat /proc/self/oom_score_adj", exact=True)
+    child = int(r.stdout)
+    with open(f"/proc/{execd.pid}/oom_score_adj") as f:
+        own = int(f.read())
+    # execd's own is -900 where the kernel lets it lower it (some sandboxes
+    # refuse that even to root); never above what it was started with.
+    assert own <= 0
+    assert child == 500 and child > own
 
 
 @pytest.mark.parametrize("limits", [{"memory_bytes": 0}, {"pids": -1}, {"pids": "5"}, {"bogus": 1}, [1]])
