@@ -84,6 +84,8 @@ struct State {
     uint64_t deadline_ms;
   };
   std::vector<Lingering> lingering;
+  // Static storage: no allocation to leak when the loop never runs again.
+  uv_timer_t timer_storage;
   uv_timer_t* timer = nullptr;
 };
 
@@ -365,7 +367,7 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
   State& s = state();
   s.loop = loop;
   if (s.timer) close();
-  s.timer = new uv_timer_t;
+  s.timer = &s.timer_storage;
   uv_timer_init(loop, s.timer);
   uv_unref(reinterpret_cast<uv_handle_t*>(s.timer));
   s.mode = ContainmentMode::process_group;
@@ -489,6 +491,7 @@ void Containment::linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms
       x.deadline_ms = deadline_ms;
       return;
     }
+  if (!s.timer) return;  // no loop (never initialised): nothing can wait for it
   s.lingering.push_back({std::move(cg), deadline_ms});
   if (!uv_is_active(reinterpret_cast<uv_handle_t*>(s.timer)))
     uv_timer_start(s.timer, on_linger_tick, kLingerTickMs, kLingerTickMs);
@@ -522,7 +525,7 @@ void Containment::close() {
   State& s = state();
   if (s.timer) {
     uv_timer_stop(s.timer);
-    uv_close(reinterpret_cast<uv_handle_t*>(s.timer), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    uv_close(reinterpret_cast<uv_handle_t*>(s.timer), nullptr);
     s.timer = nullptr;
   }
 }

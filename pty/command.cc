@@ -110,6 +110,14 @@ Command* Command::start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opt
   Spawned sp;
   int rc = spawn_process(opts, sp, error, place);
   if (cg) cg->close_join_fds();
+  if (rc != 0 && cg && !limits.resources.any() && error.rfind("join cgroup", 0) == 0) {
+    // A cgroup the kernel would not let the child into (delegation rules):
+    // this one command runs as a process group rather than not at all.
+    reaper.reap();
+    Containment::linger(std::move(cg), 0);
+    place.cgroup_procs_fds.clear();
+    rc = spawn_process(opts, sp, error, place);
+  }
   if (rc != 0) {
     reaper.reap();
     Containment::linger(cg, 0);  // removed as soon as the failed child is gone

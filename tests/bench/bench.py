@@ -9,7 +9,7 @@ Measures, against a release execd:
     client's own cost is not measured), next to the floor: posix_spawn+wait of
     `bash -c true` (build/spawn_floor N bash_path);
   * the cost of the per-command cgroup: the same round trip with cgroups and
-    with --no-cgroups (the floor), alternating daemons over 3 rounds, medians;
+    with --no-cgroups (the floor), alternating daemons over 5 rounds, medians;
   * stdout throughput in exact framing for `head -c 256M /dev/zero | base64`,
     decoded and verified by build/stream_client (offsets, and SHA-256 against
     the terminal event), next to the floor
@@ -130,7 +130,7 @@ def containment_mode(port):
         c.close()
 
 
-def bench_cgroup_cost(binary, runs, client, rounds=3):
+def bench_cgroup_cost(binary, runs, client, rounds=5):
     """The /command round trip with execd's per-command cgroup and with
     --no-cgroups, alternating daemons round by round; medians of the p50s."""
     p50 = {"cgroup": [], "plain": []}
@@ -386,7 +386,7 @@ def main():
                      f"{rt['p99_us'] / rt['floor_p99_us']:.2f}x", "-", None))
     if want("cgroup"):
         cg = bench_cgroup_cost(binary, runs, client)
-        print(f"per-command cgroup ({runs} runs x 3 rounds): {json.dumps(cg)}", flush=True)
+        print(f"per-command cgroup ({runs} runs x 5 rounds): {json.dumps(cg)}", flush=True)
         rows.append((f"round trip p50, cgroup ({cg['mode']}) vs --no-cgroups (us)", f"{cg['cgroup_p50_us']:.0f}",
                      f"{cg['plain_p50_us']:.0f}", f"{cg['cgroup_p50_us'] / cg['plain_p50_us']:.2f}x", "-", None))
     if want("throughput"):
