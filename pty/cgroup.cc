@@ -249,7 +249,11 @@ void on_linger_tick(uv_timer_t*) {
       x.deadline_ms = 0;
     }
   }
-  l.erase(std::remove_if(l.begin(), l.end(), [](State::Lingering& x) { return x.cg->try_remove(); }), l.end());
+  // A bounded number of removals per tick: after a burst of commands the
+  // loop is not held for all of them at once.
+  size_t budget = 256;
+  l.erase(std::remove_if(l.begin(), l.end(), [&budget](State::Lingering& x) { return budget > 0 && (--budget, x.cg->try_remove()); }),
+          l.end());
   if (l.empty()) uv_timer_stop(s.timer);
 }
 
@@ -355,7 +359,7 @@ bool CommandCgroup::try_remove() {
   if (population() > 0) return false;
   bool all = true;
   for (const auto& d : dirs_)
-    if (rmdir(d.c_str()) != 0 && errno != ENOENT) all = false;
+    if (!d.empty() && rmdir(d.c_str()) != 0 && errno != ENOENT) all = false;
   removed_ = all;
   return all;
 }
@@ -419,11 +423,19 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
   auto fail = [&](const std::string& what) -> std::shared_ptr<CommandCgroup> {
     error = what + ": " + strerror(errno);
     cg->close_join_fds();
-    for (const auto& d : cg->dirs_) rmdir(d.c_str());
+    for (const auto& d : cg->dirs_)
+      if (!d.empty()) rmdir(d.c_str());
     cg->removed_ = true;
     return nullptr;
   };
   for (const auto& h : s.hierarchies) {
+    // Every hierarchy joined costs the child a cgroup.procs write (the
+    // dearest step: the kernel's threadgroup lock), so cpu only for cpu_shares.
+    bool only_cpu = !cg->v2_ && h.controllers.size() == 1 && h.controllers.count("cpu");
+    if (only_cpu && limits.cpu_shares <= 0) {
+      cg->dirs_.emplace_back();
+      continue;
+    }
     std::string dir = h.base + "/" + cg->name_;
     if (mkdir(dir.c_str(), 0755) != 0) return fail("mkdir " + dir);
     cg->dirs_.push_back(dir);
@@ -485,13 +497,18 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
 
 void Containment::linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms) {
   State& s = state();
-  if (!cg || cg->try_remove()) return;
+  if (!cg) return;
+  // Even an empty one is removed from the timer, not here: rmdir is off the
+  // path of the command's terminal event.
+  if (!s.timer) {
+    cg->try_remove();
+    return;
+  }
   for (auto& x : s.lingering)
     if (x.cg == cg) {
       x.deadline_ms = deadline_ms;
       return;
     }
-  if (!s.timer) return;  // no loop (never initialised): nothing can wait for it
   s.lingering.push_back({std::move(cg), deadline_ms});
   if (!uv_is_active(reinterpret_cast<uv_handle_t*>(s.timer)))
     uv_timer_start(s.timer, on_linger_tick, kLingerTickMs, kLingerTickMs);

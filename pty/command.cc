@@ -232,7 +232,8 @@ void Command::maybe_finish() {
     uv_timer_stop(&timeout_timer_);
     let_go_of_cgroup();
   } else {
-    outcome_.leftover_processes = count_process_group(pid_);
+    // One signal-0 probe first: the /proc scan only when the group still exists.
+    outcome_.leftover_processes = kill(-pid_, 0) == 0 ? count_process_group(pid_) : 0;
   }
   if (sink_) sink_->on_finished(outcome_);
 }
