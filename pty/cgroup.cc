@@ -148,7 +148,7 @@ std::string join_path(const MountInfo& m, std::string path) {
 
 // Removes empty execd-<pid>/cmd-* directories left by an execd that died
 // without cleaning up (its processes, if any, are left alone).
-void remove_stale(const std::string& parent_dir) {
+void remove_stale(const std::string& parent_dir, time_t min_age) {
   DIR* d = opendir(parent_dir.c_str());
   if (!d) return;
   while (struct dirent* e = readdir(d)) {
@@ -159,11 +159,11 @@ void remove_stale(const std::string& parent_dir) {
     // Only old ones: a pid we cannot see may be a live execd in another pid
     // namespace, whose fresh cgroup must not vanish before its child joins.
     struct stat st {};
-    if (stat(dir.c_str(), &st) != 0 || time(nullptr) - st.st_mtime < 60) continue;
+    if (stat(dir.c_str(), &st) != 0 || time(nullptr) - st.st_mtime < min_age) continue;
     if (DIR* sub = opendir(dir.c_str())) {
       while (struct dirent* c = readdir(sub)) {
         std::string cmd = dir + "/" + c->d_name;
-        if (strncmp(c->d_name, "cmd-", 4) == 0 && stat(cmd.c_str(), &st) == 0 && time(nullptr) - st.st_mtime >= 60)
+        if (strncmp(c->d_name, "cmd-", 4) == 0 && stat(cmd.c_str(), &st) == 0 && time(nullptr) - st.st_mtime >= min_age)
           rmdir(cmd.c_str());
       }
       closedir(sub);
@@ -177,7 +177,7 @@ bool make_base(const std::string& parent_dir, std::string& base) {
   // --cgroup-parent may name one that does not exist yet (one level is made;
   // it is left in place at exit, for the next execd).
   mkdir(parent_dir.c_str(), 0755);
-  remove_stale(parent_dir);
+  remove_stale(parent_dir, 60);
   base = parent_dir + "/execd-" + std::to_string(getpid());
   if (mkdir(base.c_str(), 0755) != 0 && errno != EEXIST) return false;
   // A cgroup directory has cgroup.procs; anything else is not one.
@@ -534,7 +534,11 @@ void Containment::shutdown() {
   }
   s.lingering.clear();
   s.all.clear();
-  for (const auto& h : s.hierarchies) rmdir(h.base.c_str());
+  for (const auto& h : s.hierarchies) {
+    rmdir(h.base.c_str());
+    // What an execd killed before us (a restart after SIGKILL) left empty.
+    remove_stale(h.base.substr(0, h.base.rfind('/')), 0);
+  }
   s.hierarchies.clear();
 }
 
