@@ -44,6 +44,10 @@ const char* const kUsage =
     "  --body-timeout D                longest silence inside a request body (default 60s)\n"
     "  --max-connections N             connections held at once; idle and unauthenticated ones are shed first\n"
     "                                  (default 16384, and never more than the open-files limit allows)\n"
+    "  --no-cgroups                    no per-command cgroups: commands are process groups only\n"
+    "                                  (no limits, no containment of setsid children)\n"
+    "  --cgroup-parent PATH            cgroup (as in /proc/self/cgroup) under which execd-<pid>/cmd-<n>\n"
+    "                                  are made (default: execd's own cgroup)\n"
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
@@ -282,6 +286,13 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     } else if (name == "no-journal") {
       if (!bool_value()) return bad_bool();
       cfg.journal = !flag_value;
+    } else if (name == "no-cgroups") {
+      if (!bool_value()) return bad_bool();
+      cfg.cgroups = !flag_value;
+    } else if (name == "cgroup-parent") {
+      if (!need_value() || value.empty() || value[0] != '/' || value.find("..") != std::string::npos)
+        return "--cgroup-parent needs an absolute cgroup path like /execd";
+      cfg.cgroup_parent = value;
     } else if (name == "journal-max-bytes") {
       int64_t n;
       if (!need_value() || !parse_int(value, 4096, int64_t(1) << 40, n))

@@ -37,6 +37,8 @@ struct Config {
   bool init_mode = false;                 // PID-1 duties
   bool state_dir_given = false;           // --state-dir on the command line
   bool journal = true;                    // --no-journal turns it off
+  bool cgroups = true;                    // --no-cgroups: process groups only (pty/cgroup)
+  std::string cgroup_parent;              // --cgroup-parent: where execd-<pid> goes (default: execd's own cgroup)
   int64_t journal_max_bytes = 16ll << 20; // rotate past this size
   int64_t stdin_timeout_ms = 30 * 1000;   // a stdin write blocked this long: 503
   bool show_help = false, show_version = false;

@@ -10,6 +10,9 @@
 #include <cstring>
 
 #include "execd/api/api.h"
+#include "pty/cgroup.h"
+#include "pty/command.h"
+#include "pty/spawn.h"
 
 namespace execd {
 
@@ -57,8 +60,18 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
       proxy_(ctx_),
       code_(ctx_) {
   reaper_.start();
-  routes_.add_open("GET", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
-  routes_.add_open("HEAD", "/ping", [](http::Exchange& ex) { ex.respond_empty(200); });
+  // The OOM killer takes a command before the daemon (children get
+  // pty::kChildOomScoreAdj as they start).
+  if (!pty::protect_from_oom_killer(pty::kDaemonOomScoreAdj))
+    spdlog::info("oom_score_adj of execd stays as it was ({}); commands still get {}", strerror(errno),
+                 pty::kChildOomScoreAdj);
+  spdlog::info("{}", pty::Containment::init(loop, ctx_.config.cgroups, ctx_.config.cgroup_parent));
+  // The containment mode rides along as a header: the body stays empty, as Go's.
+  auto ping = [](http::Exchange& ex) {
+    ex.respond(200, "", "", {std::string("X-Execd-Containment: ") + pty::containment_mode_name(pty::Containment::mode())});
+  };
+  routes_.add_open("GET", "/ping", ping);
+  routes_.add_open("HEAD", "/ping", ping);
   api::add_command_routes(routes_, commands_, sessions_);
   api::add_session_routes(routes_, sessions_);
   api::add_pty_routes(routes_, ptys_);
@@ -84,7 +97,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   uv_unref(reinterpret_cast<uv_handle_t*>(&housekeeping_));
 }
 
-Daemon::~Daemon() = default;
+Daemon::~Daemon() { pty::Containment::shutdown(); }
 
 int Daemon::listen() {
   int rc = server_.listen(ctx_.config.host, ctx_.config.port);
@@ -149,6 +162,8 @@ void Daemon::finish() {
   sessions_.kill_all();
   ptys_.kill_all();
   code_.kill_all();
+  // Whatever the commands left behind, setsid() or not.
+  pty::Containment::kill_everything();
   uv_timer_stop(&housekeeping_);
   uv_close(reinterpret_cast<uv_handle_t*>(&housekeeping_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
@@ -170,6 +185,8 @@ void Daemon::finish() {
     d->metrics_.close();
     d->proxy_.close();
     d->server_.close_handles();
+    pty::Containment::shutdown();
+    pty::Containment::close();
     d->reaper_.stop();
     uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
   }, 0, 10);

@@ -26,6 +26,9 @@ ojson result_json(const ExecutionResult& r) {
   j["user_cpu_ms"] = r.user_cpu_ms;
   j["system_cpu_ms"] = r.system_cpu_ms;
   j["max_rss_kib"] = r.max_rss_kib;
+  j["leftover_processes"] = r.leftover_processes;
+  j["oom_killed"] = r.oom_killed;
+  j["pids_limit_hit"] = r.pids_limit_hit;
   return j;
 }
 
@@ -44,6 +47,10 @@ void result_from(const nlohmann::json& j, ExecutionResult& r) {
   r.user_cpu_ms = j.at("user_cpu_ms").get<int64_t>();
   r.system_cpu_ms = j.at("system_cpu_ms").get<int64_t>();
   r.max_rss_kib = j.at("max_rss_kib").get<int64_t>();
+  // Absent from records written before containment.
+  r.leftover_processes = j.value("leftover_processes", 0);
+  r.oom_killed = j.value("oom_killed", false);
+  r.pids_limit_hit = j.value("pids_limit_hit", false);
 }
 }  // namespace
 

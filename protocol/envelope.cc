@@ -37,6 +37,12 @@ void append_result_fields(std::string& out, const ExecutionResult& r) {
   append_int(out, r.system_cpu_ms);
   out += ",\"max_rss_kib\":";
   append_int(out, r.max_rss_kib);
+  out += ",\"leftover_processes\":";
+  append_int(out, r.leftover_processes);
+  out += ",\"oom_killed\":";
+  out += r.oom_killed ? "true" : "false";
+  out += ",\"pids_limit_hit\":";
+  out += r.pids_limit_hit ? "true" : "false";
   if (!r.start_error.empty()) {
     out += ",\"start_error\":";
     append_json_string_lossy(out, r.start_error);

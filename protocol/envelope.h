@@ -38,6 +38,11 @@ struct ExecutionResult {
   int64_t user_cpu_ms = 0;
   int64_t system_cpu_ms = 0;
   int64_t max_rss_kib = 0;
+  // Processes of the command still running when its stream ended (its shell
+  // exited and left them); -1 if unknown.
+  int leftover_processes = 0;
+  bool oom_killed = false;      // the cgroup's memory limit made the kernel kill a process
+  bool pids_limit_hit = false;  // a fork failed at the cgroup's pids limit
 };
 
 class EventEncoder {

@@ -65,6 +65,24 @@ std::variant<CommandRequest, DecodeError> decode_command_request(std::string_vie
       if (is_null) continue;
       if (v.get(n) || n < 1 || n > 65535) return DecodeError{type_error(key, "an integer between 1 and 65535")};
       (key == "rows" ? req.rows : req.cols) = static_cast<uint16_t>(n);
+    } else if (key == "limits") {
+      if (is_null) continue;
+      simdjson::dom::object lim;
+      if (v.get(lim)) return DecodeError{type_error(key, "an object")};
+      for (auto kv : lim) {
+        int64_t n;
+        std::string name(kv.key);
+        int64_t* slot = name == "memory_bytes" ? &req.limit_memory_bytes
+                        : name == "pids"       ? &req.limit_pids
+                        : name == "cpu_shares" ? &req.limit_cpu_shares
+                                               : nullptr;
+        if (!slot)
+          return DecodeError{"invalid request, validation error: limits." + name +
+                             " is not a limit (memory_bytes, pids, cpu_shares)"};
+        if (kv.value.is_null()) continue;
+        if (kv.value.get(n) || n <= 0) return DecodeError{type_error("limits." + name, "a positive integer")};
+        *slot = n;
+      }
     } else if (key == "envs") {
       if (is_null) continue;
       simdjson::dom::object envs;

@@ -25,6 +25,11 @@ struct CommandRequest {
   uint16_t cols = 80;
   std::string id;           // client-chosen (idempotent start); empty: execd picks one
   bool stdin_open = false;  // "stdin": true keeps stdin open for POST /command/{id}/stdin
+  // "limits": {"memory_bytes", "pids", "cpu_shares"}, each optional, > 0;
+  // applied through the command's cgroup. 0 = not asked for.
+  int64_t limit_memory_bytes = 0;
+  int64_t limit_pids = 0;
+  int64_t limit_cpu_shares = 0;
 };
 
 struct DecodeError {

@@ -74,7 +74,7 @@ bool BashSession::start(const std::string& shell, const std::vector<std::string>
   opts.pipe_stdin = true;
   opts.new_session = true;
   opts.extra_fd3 = status_pipe[1];
-  cmd_ = Command::start(loop_, reaper_, opts, CommandLimits{0, 0}, this, error);
+  cmd_ = Command::start(loop_, reaper_, opts, CommandLimits{0, 0, {}}, this, error);
   ::close(status_pipe[1]);
   if (!cmd_) {
     ::close(status_pipe[0]);
@@ -316,6 +316,8 @@ void BashSession::detach_listener() {
 }
 
 void BashSession::kill_all() {
+  // The cgroup also holds what left the session (setsid, double forks).
+  if (cmd_ && cmd_->cgroup()) cmd_->cgroup()->kill_all();
   if (pid_ > 0 && !shell_exited_) kill_session(pid_, SIGKILL);
 }
 

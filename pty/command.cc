@@ -9,7 +9,11 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "pty/pump.h"
 
@@ -32,6 +36,32 @@ const SignalName kSignals[] = {
 };
 
 int64_t timeval_ms(const struct timeval& tv) { return int64_t(tv.tv_sec) * 1000 + tv.tv_usec / 1000; }
+
+// Without a cgroup, what is left of a command is what is left of its process
+// group (setsid() children are not counted: they cannot be found).
+int count_process_group(pid_t pgid) {
+  DIR* d = opendir("/proc");
+  if (!d) return -1;
+  int n = 0;
+  while (struct dirent* e = readdir(d)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0) continue;
+    buf[len] = 0;
+    // pid (comm) state ppid pgrp ...: comm may hold anything, so from the last ')'.
+    const char* p = strrchr(buf, ')');
+    char state = 0;
+    int ppid = 0, pgrp = 0;
+    if (p && sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid && state != 'Z') ++n;
+  }
+  closedir(d);
+  return n;
+}
 }  // namespace
 
 const char* signal_name(int sig) {
@@ -63,12 +93,39 @@ Command::Command(uv_loop_t* loop, Reaper& reaper) : loop_(loop), reaper_(reaper)
 
 Command* Command::start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opts, CommandLimits limits,
                         CommandSink* sink, std::string& error) {
+  std::shared_ptr<CommandCgroup> cg;
+  ChildPlacement place;
+  place.oom_score_adj = kChildOomScoreAdj;
+  if (Containment::mode() != ContainmentMode::process_group || limits.resources.any()) {
+    std::string cg_error;
+    cg = Containment::create(limits.resources, cg_error);
+    // Limits asked for and not applicable: not started. Otherwise a cgroup
+    // that cannot be made leaves this one command a process group.
+    if (!cg && limits.resources.any()) {
+      error = cg_error;
+      return nullptr;
+    }
+    if (cg) place.cgroup_procs_fds = cg->join_fds();
+  }
   Spawned sp;
-  if (spawn_process(opts, sp, error) != 0) {
+  int rc = spawn_process(opts, sp, error, place);
+  if (cg) cg->close_join_fds();
+  if (rc != 0 && cg && !limits.resources.any() && error.rfind("join cgroup", 0) == 0) {
+    // A cgroup the kernel would not let the child into (delegation rules):
+    // this one command runs as a process group rather than not at all.
     reaper.reap();
+    Containment::linger(std::move(cg), 0);
+    place.cgroup_procs_fds.clear();
+    rc = spawn_process(opts, sp, error, place);
+  }
+  if (rc != 0) {
+    reaper.reap();
+    Containment::linger(cg, 0);  // removed as soon as the failed child is gone
     return nullptr;
   }
   auto* c = new Command(loop, reaper);
+  c->cgroup_ = std::move(cg);
+  c->start_ms_ = uv_now(loop);
   c->sink_ = sink;
   c->limits_ = limits;
   c->pid_ = sp.pid;
@@ -123,10 +180,11 @@ void Command::on_exit(const ExitInfo& info) {
   outcome_.system_cpu_ms = timeval_ms(info.usage.ru_stime);
   outcome_.max_rss_kib = info.usage.ru_maxrss;
   outcome_.duration_ms = static_cast<int64_t>((uv_hrtime() - start_ns_) / 1000000);
-  uv_timer_stop(&timeout_timer_);
+  // With a cgroup the timeout still bounds what the leader left behind.
+  if (!cgroup_) uv_timer_stop(&timeout_timer_);
   // A timed-out or interrupted command's stragglers go with it.
   if (kill_started_) {
-    kill(-pid_, SIGKILL);
+    kill_everything();
     uv_timer_stop(&kill_timer_);
   }
   for (int i = 0; i < 2; ++i)
@@ -159,11 +217,45 @@ void Command::maybe_finish() {
   finished_ = true;
   uv_timer_stop(&drain_timer_);
   for (int i = 0; i < 2; ++i) outcome_.sha256[i] = digest_[i].finish_hex();
+  if (cgroup_) {
+    // The command's own usage: vfork makes the leader's rusage start from
+    // execd's peak RSS, and its CPU misses whatever was never waited for.
+    CgroupUsage u = cgroup_->usage();
+    if (u.known) {
+      outcome_.user_cpu_ms = u.user_cpu_ms;
+      outcome_.system_cpu_ms = u.system_cpu_ms;
+    }
+    if (u.peak_memory_bytes > 0) outcome_.max_rss_kib = u.peak_memory_bytes / 1024;
+    outcome_.oom_killed = u.oom_killed;
+    outcome_.pids_limit_hit = u.pids_limit_hit;
+    outcome_.leftover_processes = cgroup_->population();
+    uv_timer_stop(&timeout_timer_);
+    let_go_of_cgroup();
+  } else {
+    // One signal-0 probe first: the /proc scan only when the group still exists.
+    outcome_.leftover_processes = kill(-pid_, 0) == 0 ? count_process_group(pid_) : 0;
+  }
   if (sink_) sink_->on_finished(outcome_);
 }
 
+void Command::let_go_of_cgroup() {
+  if (!cgroup_ || cgroup_let_go_) return;
+  cgroup_let_go_ = true;
+  uint64_t deadline = limits_.timeout_ms > 0 ? start_ms_ + static_cast<uint64_t>(limits_.timeout_ms) : 0;
+  Containment::linger(cgroup_, deadline);
+}
+
+void Command::kill_everything() {
+  if (cgroup_) cgroup_->kill_all();
+  kill(-pid_, SIGKILL);
+}
+
 void Command::on_timeout() {
-  if (leader_exited_) return;
+  if (leader_exited_) {
+    // The shell is gone, its descendants are not: the timeout is theirs too.
+    if (cgroup_) cgroup_->kill_all();
+    return;
+  }
   start_kill(true);
 }
 
@@ -176,18 +268,21 @@ void Command::start_kill(bool timed_out) {
   kill_started_ = true;
   (timed_out ? outcome_.timed_out : outcome_.interrupted) = true;
   kill(-pid_, SIGTERM);
+  if (cgroup_) cgroup_->signal_all(SIGTERM);
   // A stopped job ignores TERM until continued.
   kill(-pid_, SIGCONT);
+  if (cgroup_) cgroup_->signal_all(SIGCONT);
   uv_timer_start(
       &kill_timer_,
       [](uv_timer_t* t) {
         auto* c = static_cast<Command*>(t->data);
-        if (!c->leader_exited_) kill(-c->pid_, SIGKILL);
+        if (!c->leader_exited_) c->kill_everything();
       },
       static_cast<uint64_t>(limits_.kill_grace_ms > 0 ? limits_.kill_grace_ms : 1), 0);
 }
 
 void Command::signal_group(int sig) {
+  if (sig == SIGKILL && cgroup_) cgroup_->kill_all();
   if (!leader_exited_) kill(-pid_, sig);
 }
 
@@ -225,6 +320,7 @@ void Command::release() {
   if (released_) return;
   released_ = true;
   sink_ = nullptr;
+  let_go_of_cgroup();
   if (!leader_exited_) reaper_.unwatch(pid_);
   if (stdin_fd_ >= 0 && !is_pty_) close(stdin_fd_);
   stdin_fd_ = -1;

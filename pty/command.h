@@ -1,7 +1,15 @@
 // pty/command: one running process and everything execd does to it: output
-// pumps (pipes or a PTY), the timeout, interrupt (TERM, grace, KILL to the
-// whole process group), reaping through the Reaper, and the proof of what it
-// wrote (byte counts and SHA-256 per stream). Output goes to exactly one sink.
+// pumps (pipes or a PTY), the timeout, interrupt (TERM to the process group,
+// grace, then KILL to the whole cgroup, or the process group without one),
+// reaping through the Reaper, its cgroup (pty/cgroup: usage, limits,
+// leftovers), and the proof of what it wrote (byte counts and SHA-256 per
+// stream). Output goes to exactly one sink.
+//
+// With a cgroup, the timeout bounds the whole cgroup: what is left of the
+// command when it fires is killed even after the leader has exited and the
+// command has been reported finished (the cgroup then lingers, see
+// Containment::linger). Without a timeout, leftovers keep running in the
+// cgroup, where interrupt() and execd's shutdown still reach them.
 //
 // The stream ends when the leader has exited and its pipes are at EOF. A
 // grandchild that keeps a pipe open cannot hold it forever: once the leader
@@ -17,6 +25,7 @@
 #include <optional>
 #include <string>
 
+#include "pty/cgroup.h"
 #include "pty/digest.h"
 #include "pty/reaper.h"
 #include "pty/spawn.h"
@@ -36,6 +45,9 @@ struct Outcome {
   uint64_t bytes[2] = {0, 0};
   std::string sha256[2];
   int64_t user_cpu_ms = 0, system_cpu_ms = 0, max_rss_kib = 0;
+  // Processes of the command still alive when its stream ended (-1: unknown).
+  int leftover_processes = 0;
+  bool oom_killed = false, pids_limit_hit = false;
 };
 
 class CommandSink {
@@ -48,7 +60,12 @@ class CommandSink {
 struct CommandLimits {
   int64_t timeout_ms = 0;      // 0 = none
   int64_t kill_grace_ms = 2000;  // TERM → KILL
+  ResourceLimits resources;      // applied through the command's cgroup
 };
+
+// oom_score_adj of every process execd starts (execd's own is kDaemonOomScoreAdj).
+constexpr int kChildOomScoreAdj = 500;
+constexpr int kDaemonOomScoreAdj = -900;
 
 class Command {
  public:
@@ -71,8 +88,11 @@ class Command {
   // Backpressure from the sink: stop/start reading the process's output.
   void set_paused(bool paused);
   bool paused() const { return paused_; }
-  // TERM to the process group now, KILL after the grace period.
+  // TERM to the process group now, KILL to everything after the grace period.
   void interrupt();
+  // The command's cgroup (null in process-group mode); it outlives the
+  // command while members remain.
+  const std::shared_ptr<CommandCgroup>& cgroup() const { return cgroup_; }
   void signal_group(int sig);
   void resize(unsigned short rows, unsigned short cols);
   // Reads whatever the output fds hold right now (unless paused), delivering
@@ -94,6 +114,8 @@ class Command {
   void maybe_finish();
   void start_kill(bool timed_out);
   void close_pump(int i);
+  void kill_everything();
+  void let_go_of_cgroup();
 
   uv_loop_t* loop_;
   Reaper& reaper_;
@@ -108,11 +130,14 @@ class Command {
   int open_handles_ = 0;
   bool leader_exited_ = false, finished_ = false, paused_ = false, released_ = false;
   bool kill_started_ = false;
+  bool cgroup_let_go_ = false;
+  uint64_t start_ms_ = 0;  // uv_now at start: the timeout's origin for a lingering cgroup
   uint64_t start_ns_ = 0;
   uint64_t bytes_at_last_tick_ = 0;
   int64_t drain_active_ms_ = 0;
   CommandLimits limits_;
   Outcome outcome_;
+  std::shared_ptr<CommandCgroup> cgroup_;
 };
 
 const char* signal_name(int sig);

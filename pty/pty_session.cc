@@ -176,7 +176,7 @@ bool PtySession::start(const SpawnOptions& opts, std::string& error) {
   pty_mode_ = opts.use_pty;
   SpawnOptions o = opts;
   if (!pty_mode_) o.pipe_stdin = true;
-  cmd_ = Command::start(loop_, reaper_, o, CommandLimits{0, 0}, this, error);
+  cmd_ = Command::start(loop_, reaper_, o, CommandLimits{0, 0, {}}, this, error);
   if (!cmd_) return false;
   started_ = true;
   pid_ = cmd_->pid();
@@ -232,6 +232,7 @@ void PtySession::send_signal(int sig) {
 }
 
 void PtySession::kill_all() {
+  if (cmd_ && cmd_->cgroup()) cmd_->cgroup()->kill_all();
   if (pid_ <= 0 || exited_) return;
   kill_session(pid_, SIGKILL);
 }

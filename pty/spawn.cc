@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 
 namespace execd::pty {
@@ -59,6 +60,17 @@ uint64_t raise_open_files_limit() {
   return lim.rlim_cur;
 }
 
+bool protect_from_oom_killer(int adj) {
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string v = std::to_string(adj);
+  bool ok = write(fd, v.data(), v.size()) == static_cast<ssize_t>(v.size());
+  int e = errno;
+  close(fd);
+  errno = e;
+  return ok;
+}
+
 void set_env(std::vector<std::string>& env, const std::string& key, const std::string& value) {
   std::string prefix = key + "=";
   for (auto& kv : env)
@@ -86,7 +98,7 @@ std::string find_in_path(const std::string& name) {
   return {};
 }
 
-int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error) {
+int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, const ChildPlacement& place) {
   // Everything the child needs is prepared here: it must not allocate.
   std::vector<char*> argv, envp;
   for (const auto& a : opts.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -146,6 +158,12 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error) {
   const bool use_pty = opts.use_pty;
   const bool new_session = opts.new_session;
   const int extra_fd3 = opts.extra_fd3;
+  const int* join_fds = place.cgroup_procs_fds.data();
+  const size_t join_count = place.cgroup_procs_fds.size();
+  char oom_adj[16] = {0};
+  size_t oom_adj_len = 0;
+  if (place.oom_score_adj)
+    oom_adj_len = static_cast<size_t>(snprintf(oom_adj, sizeof oom_adj, "%d", *place.oom_score_adj));
   ChildFailure failure;
 
   // Block every signal so no handler of ours runs in the child before it has
@@ -170,6 +188,21 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error) {
     if (dup2(child_in, 0) < 0 || dup2(child_out, 1) < 0 || dup2(child_err, 2) < 0) child_fail(&failure, "dup2");
     if (extra_fd3 >= 0) {
       if (extra_fd3 == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(extra_fd3, 3) < 0) child_fail(&failure, "dup2 fd 3");
+    }
+    // Into the command's cgroup before anything it runs can fork: "0" is the
+    // writing process itself.
+    for (size_t i = 0; i < join_count; ++i)
+      if (write(join_fds[i], "0", 1) != 1) child_fail(&failure, "join cgroup");
+    if (oom_adj_len) {
+      // A vfork child's write changes only its own score (the kernel skips
+      // the mm-sharing parent for a vfork child).
+      int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        if (write(fd, oom_adj, oom_adj_len) < 0) {
+          // best effort
+        }
+        close(fd);
+      }
     }
     if (set_creds) {
       if (setgroups(opts.groups.size(), opts.groups.data()) < 0) child_fail(&failure, "setgroups");

@@ -35,15 +35,29 @@ struct Spawned {
   int stderr_fd = -1;  // pipe read end; -1 for a PTY
 };
 
+// Where the child goes before exec (set by pty::Command, not by callers).
+struct ChildPlacement {
+  // cgroup.procs files (open for writing) the child joins, by writing "0"
+  // into each, before it changes credentials or execs (pty/cgroup).
+  std::vector<int> cgroup_procs_fds;
+  // Written to the child's /proc/self/oom_score_adj (the OOM killer takes a
+  // command before execd); unset: inherited.
+  std::optional<int> oom_score_adj;
+};
+
 // Returns 0, or an errno with `error` describing the failing step. All
 // returned fds are non-blocking and close-on-exec.
-int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error);
+int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, const ChildPlacement& place = {});
 
 // Raises execd's own soft open-files limit to the hard limit (a daemon that
 // holds every client's socket needs them) while children keep being started
 // with the soft limit execd was given, as Go's runtime does. Returns the new
 // soft limit.
 uint64_t raise_open_files_limit();
+
+// Lowers execd's own oom_score_adj; false with errno if the kernel refused
+// (it needs CAP_SYS_RESOURCE, and some sandboxes refuse it to root too).
+bool protect_from_oom_killer(int adj);
 
 // Sets KEY=value in a "K=V" environment list, replacing an existing KEY.
 void set_env(std::vector<std::string>& env, const std::string& key, const std::string& value);

@@ -424,6 +424,9 @@ protocol::ExecutionResult CommandRecord::result() const {
   r.user_cpu_ms = o.user_cpu_ms;
   r.system_cpu_ms = o.system_cpu_ms;
   r.max_rss_kib = o.max_rss_kib;
+  r.leftover_processes = o.leftover_processes;
+  r.oom_killed = o.oom_killed;
+  r.pids_limit_hit = o.pids_limit_hit;
   return r;
 }
 
@@ -463,6 +466,11 @@ std::string CommandRecord::status_json() const {
     j["stderr_bytes"] = r.stderr_bytes;
     j["stdout_sha256"] = r.stdout_sha256;
     j["stderr_sha256"] = r.stderr_sha256;
+    j["leftover_processes"] = r.leftover_processes;
+    int left = cgroup ? cgroup->population() : -1;
+    if (left >= 0) j["processes_running"] = left;
+    if (r.oom_killed) j["oom_killed"] = true;
+    if (r.pids_limit_hit) j["pids_limit_hit"] = true;
   } else if (lost) {
     j["stdout_bytes"] = r.stdout_bytes;
     j["stderr_bytes"] = r.stderr_bytes;
@@ -998,6 +1006,9 @@ void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
   pty::CommandLimits limits;
   limits.timeout_ms = w.req.timeout_ms;
   limits.kill_grace_ms = ctx.config.kill_grace_ms;
+  limits.resources.memory_bytes = w.req.limit_memory_bytes;
+  limits.resources.pids = w.req.limit_pids;
+  limits.resources.cpu_shares = w.req.limit_cpu_shares;
   std::string error;
   if (ex) {
     auto stream = std::make_unique<ExecutionStream>(*ex, w.framing);
@@ -1025,6 +1036,7 @@ void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
     return;
   }
   rec->pgid = rec->cmd->pid();
+  rec->cgroup = rec->cmd->cgroup();
   rec->start_ticks = process_start_ticks(rec->pgid);
   rec->boot_id = boot_id();
   if (w.req.stdin_open) {
@@ -1140,6 +1152,12 @@ void handle_interrupt(CommandRegistry& reg, SessionRegistry& sessions, http::Exc
         respond_unknown(ex, *id);
         return;
     }
+  }
+  if ((!rec->cmd || !rec->cmd->running()) && rec->cgroup && rec->cgroup->population() > 0) {
+    // The shell has exited; what it started (servers, `&` jobs) has not.
+    rec->cgroup->kill_all();
+    ex.respond_empty(200);
+    return;
   }
   if (!rec->cmd || !rec->cmd->running()) {
     ex.respond_error(500, codes::kRuntimeError,

@@ -69,6 +69,9 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   bool external = false;  // a bash session run: output and outcome come from the session
   int64_t started_ns = 0, finished_ns = 0;
   pty::Command* cmd = nullptr;  // released when the command finishes
+  // The command's cgroup: outlives `cmd` while what it left behind runs, so
+  // that DELETE /command still reaches it (null in process-group mode).
+  std::shared_ptr<pty::CommandCgroup> cgroup;
   std::optional<pty::Outcome> outcome;
   std::optional<protocol::ExecutionResult> final_result;  // reloaded, or never started
   std::string start_error;

@@ -8,6 +8,8 @@ Measures, against a release execd:
     connection (p50/p99) with build/stream_client --rtt (a C client, so the
     client's own cost is not measured), next to the floor: posix_spawn+wait of
     `bash -c true` (build/spawn_floor N bash_path);
+  * the cost of the per-command cgroup: the same round trip with cgroups and
+    with --no-cgroups (the floor), alternating daemons over 5 rounds, medians;
   * stdout throughput in exact framing for `head -c 256M /dev/zero | base64`,
     decoded and verified by build/stream_client (offsets, and SHA-256 against
     the terminal event), next to the floor
@@ -114,6 +116,37 @@ def bench_round_trip(binary, floor, bash, runs, client):
     fl = json.loads(subprocess.check_output([floor, str(runs), bash]))
     return {"p50_us": rt["p50_us"], "p99_us": rt["p99_us"], "errors": rt["errors"],
             "floor_p50_us": fl["p50_us"], "floor_p99_us": fl["p99_us"]}
+
+
+# ------------------------------------------------- cost of per-command cgroups
+def containment_mode(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        c.request("GET", "/ping")
+        r = c.getresponse()
+        r.read()
+        return r.getheader("X-Execd-Containment", "?")
+    finally:
+        c.close()
+
+
+def bench_cgroup_cost(binary, runs, client, rounds=5):
+    """The /command round trip with execd's per-command cgroup and with
+    --no-cgroups, alternating daemons round by round; medians of the p50s."""
+    p50 = {"cgroup": [], "plain": []}
+    mode = "?"
+    for _ in range(rounds):
+        for key, extra in (("cgroup", ()), ("plain", ("--no-cgroups",))):
+            d = Daemon(binary, *extra)
+            try:
+                if key == "cgroup":
+                    mode = containment_mode(d.port)
+                rt = json.loads(subprocess.check_output([client, "--rtt", str(runs), str(d.port), d.token]))
+            finally:
+                d.stop()
+            p50[key].append(rt["p50_us"])
+    return {"mode": mode, "cgroup_p50_us": statistics.median(p50["cgroup"]),
+            "plain_p50_us": statistics.median(p50["plain"]), "rounds": p50}
 
 
 # ---------------------------------------------------------------- throughput
@@ -329,7 +362,7 @@ def main():
     ap.add_argument("--client", default="build/stream_client")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--only", default="",
-                    help="comma list: rtt,throughput,rss,startup,concurrent,burst,idleconns")
+                    help="comma list: rtt,cgroup,throughput,rss,startup,concurrent,burst,idleconns")
     ap.add_argument("--static", default="", help="also measure idle RSS and start-up of this (static) binary")
     a = ap.parse_args()
     binary = os.path.abspath(a.execd)
@@ -351,6 +384,11 @@ def main():
                      f"{r50:.2f}x", "<= 1.15x floor", r50 <= 1.15 and rt["errors"] == 0))
         rows.append(("round trip p99 (us)", f"{rt['p99_us']:.0f}", f"{rt['floor_p99_us']:.0f}",
                      f"{rt['p99_us'] / rt['floor_p99_us']:.2f}x", "-", None))
+    if want("cgroup"):
+        cg = bench_cgroup_cost(binary, runs, client)
+        print(f"per-command cgroup ({runs} runs x 5 rounds): {json.dumps(cg)}", flush=True)
+        rows.append((f"round trip p50, cgroup ({cg['mode']}) vs --no-cgroups (us)", f"{cg['cgroup_p50_us']:.0f}",
+                     f"{cg['plain_p50_us']:.0f}", f"{cg['cgroup_p50_us'] / cg['plain_p50_us']:.2f}x", "-", None))
     if want("throughput"):
         tp = bench_throughput(binary, size, client)
         print(f"throughput ({size} zero | base64, verified): {json.dumps(tp)}", flush=True)

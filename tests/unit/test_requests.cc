@@ -144,3 +144,20 @@ TEST_CASE("session and pty request bodies") {
   CHECK(std::holds_alternative<PtyCreateRequest>(decode_pty_create("  ")));
   CHECK(std::get<DecodeError>(decode_pty_create(R"({"command":[]})")).message == "cwd and command must be strings");
 }
+
+TEST_CASE("per-command limits decode and are validated") {
+  auto r = decode_command_request(R"({"command":"x","limits":{"memory_bytes":1048576,"pids":10,"cpu_shares":512}})");
+  REQUIRE(std::holds_alternative<CommandRequest>(r));
+  auto& c = std::get<CommandRequest>(r);
+  CHECK(c.limit_memory_bytes == 1048576);
+  CHECK(c.limit_pids == 10);
+  CHECK(c.limit_cpu_shares == 512);
+  auto none = decode_command_request(R"({"command":"x","limits":{"pids":null}})");
+  REQUIRE(std::holds_alternative<CommandRequest>(none));
+  CHECK(std::get<CommandRequest>(none).limit_pids == 0);
+  CHECK(decode_error(R"({"command":"x","limits":[1]})").find("'limits'") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","limits":{"pids":0}})").find("limits.pids") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","limits":{"pids":"5"}})").find("limits.pids") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","limits":{"memory_bytes":-1}})").find("limits.memory_bytes") != std::string::npos);
+  CHECK(decode_error(R"({"command":"x","limits":{"cpu":1}})").find("not a limit") != std::string::npos);
+}

@@ -1,0 +1,554 @@
+// pty/cgroup: see header.
+#include "pty/cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace execd::pty {
+
+namespace {
+
+bool read_text(const std::string& path, std::string& out) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out.clear();
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return n == 0;
+}
+
+bool write_text(const std::string& path, const std::string& text) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = write(fd, text.data(), text.size());
+  int e = errno;
+  close(fd);
+  errno = e;
+  return n == static_cast<ssize_t>(text.size());
+}
+
+bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+int64_t read_int(const std::string& path, int64_t fallback = -1) {
+  std::string s;
+  if (!read_text(path, s) || s.empty()) return fallback;
+  return std::strtoll(s.c_str(), nullptr, 10);
+}
+
+// "key value" lines (cpu.stat, memory.events, pids.events, memory.oom_control).
+int64_t keyed_value(const std::string& path, const std::string& key, int64_t fallback = -1) {
+  std::string s;
+  if (!read_text(path, s)) return fallback;
+  std::istringstream in(s);
+  std::string k;
+  int64_t v;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return fallback;
+}
+
+void sleep_ms(int ms) {
+  struct timespec ts {0, ms * 1000000L};
+  nanosleep(&ts, nullptr);
+}
+
+// One cgroup hierarchy execd uses: where execd-<pid> lives in it.
+struct Hierarchy {
+  std::string base;  // .../execd-<pid>
+  std::set<std::string> controllers;
+};
+
+struct State {
+  uv_loop_t* loop = nullptr;
+  ContainmentMode mode = ContainmentMode::process_group;
+  std::vector<Hierarchy> hierarchies;
+  bool v2_has_kill = false;
+  uint64_t next_id = 0;
+  std::vector<std::weak_ptr<CommandCgroup>> all;
+  struct Lingering {
+    std::shared_ptr<CommandCgroup> cg;
+    uint64_t deadline_ms;
+  };
+  std::vector<Lingering> lingering;
+  // Static storage: no allocation to leak when the loop never runs again.
+  uv_timer_t timer_storage;
+  uv_timer_t* timer = nullptr;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+constexpr uint64_t kLingerTickMs = 100;
+
+struct MountInfo {
+  std::string root, mount_point, fstype;
+  std::set<std::string> options;  // super options (v1: the controllers)
+};
+
+std::vector<MountInfo> cgroup_mounts() {
+  std::vector<MountInfo> out;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream pre(line.substr(0, dash)), post(line.substr(dash + 3));
+    std::string id, parent, devno, root, mp, fstype, source, opts;
+    pre >> id >> parent >> devno >> root >> mp;
+    post >> fstype >> source >> opts;
+    if (fstype != "cgroup" && fstype != "cgroup2") continue;
+    MountInfo m{root, mp, fstype, {}};
+    std::istringstream o(opts);
+    std::string opt;
+    while (std::getline(o, opt, ',')) m.options.insert(opt);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// /proc/self/cgroup: controller set ("" for the unified line) → path.
+std::vector<std::pair<std::set<std::string>, std::string>> own_cgroups() {
+  std::vector<std::pair<std::set<std::string>, std::string>> out;
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::set<std::string> ctrls;
+    std::istringstream c(line.substr(a + 1, b - a - 1));
+    std::string name;
+    while (std::getline(c, name, ',')) ctrls.insert(name);
+    out.emplace_back(std::move(ctrls), line.substr(b + 1));
+  }
+  return out;
+}
+
+std::string join_path(const MountInfo& m, std::string path) {
+  // Inside a cgroup namespace or a bind mount the mount's root prefixes the path.
+  if (m.root != "/" && path.compare(0, m.root.size(), m.root) == 0) path = path.substr(m.root.size());
+  std::string dir = m.mount_point + (path == "/" ? "" : path);
+  return dir;
+}
+
+// Removes empty execd-<pid>/cmd-* directories left by an execd that died
+// without cleaning up (its processes, if any, are left alone).
+void remove_stale(const std::string& parent_dir, time_t min_age) {
+  DIR* d = opendir(parent_dir.c_str());
+  if (!d) return;
+  while (struct dirent* e = readdir(d)) {
+    if (strncmp(e->d_name, "execd-", 6) != 0) continue;
+    pid_t pid = static_cast<pid_t>(atoi(e->d_name + 6));
+    if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::string dir = parent_dir + "/" + e->d_name;
+    // Only old ones: a pid we cannot see may be a live execd in another pid
+    // namespace, whose fresh cgroup must not vanish before its child joins.
+    struct stat st {};
+    if (stat(dir.c_str(), &st) != 0 || time(nullptr) - st.st_mtime < min_age) continue;
+    if (DIR* sub = opendir(dir.c_str())) {
+      while (struct dirent* c = readdir(sub)) {
+        std::string cmd = dir + "/" + c->d_name;
+        if (strncmp(c->d_name, "cmd-", 4) == 0 && stat(cmd.c_str(), &st) == 0 && time(nullptr) - st.st_mtime >= min_age)
+          rmdir(cmd.c_str());
+      }
+      closedir(sub);
+    }
+    rmdir(dir.c_str());
+  }
+  closedir(d);
+}
+
+bool make_base(const std::string& parent_dir, std::string& base) {
+  // --cgroup-parent may name one that does not exist yet (one level is made;
+  // it is left in place at exit, for the next execd).
+  mkdir(parent_dir.c_str(), 0755);
+  remove_stale(parent_dir, 60);
+  base = parent_dir + "/execd-" + std::to_string(getpid());
+  if (mkdir(base.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  // A cgroup directory has cgroup.procs; anything else is not one.
+  return exists(base + "/cgroup.procs");
+}
+
+std::string setup_v2(const MountInfo& m, const std::string& own_path, const std::string& parent) {
+  State& s = state();
+  std::string parent_dir = join_path(m, parent.empty() ? own_path : parent);
+  Hierarchy h;
+  if (!make_base(parent_dir, h.base)) return "cannot create " + h.base + ": " + strerror(errno);
+  // Controllers are only handed down where the parent allows it (its own
+  // processes may forbid that: the no-internal-process rule). Best effort.
+  for (const char* c : {"memory", "pids", "cpu"}) write_text(parent_dir + "/cgroup.subtree_control", std::string("+") + c);
+  std::string avail;
+  read_text(h.base + "/cgroup.controllers", avail);
+  std::istringstream in(avail);
+  std::string c;
+  while (in >> c)
+    if (c == "memory" || c == "pids" || c == "cpu") {
+      if (write_text(h.base + "/cgroup.subtree_control", "+" + c)) h.controllers.insert(c);
+    }
+  s.v2_has_kill = true;  // checked per cgroup (cgroup.kill needs Linux 5.14)
+  s.mode = ContainmentMode::cgroup_v2;
+  std::string list;
+  for (const auto& x : h.controllers) list += (list.empty() ? "" : ",") + x;
+  std::string line = "containment: cgroup-v2 at " + h.base + " (controllers: " + (list.empty() ? "none" : list) + ")";
+  s.hierarchies.push_back(std::move(h));
+  return line;
+}
+
+std::string setup_v1(const std::vector<MountInfo>& mounts,
+                     const std::vector<std::pair<std::set<std::string>, std::string>>& own,
+                     const std::string& parent) {
+  State& s = state();
+  std::string line;
+  for (const char* ctrl : {"pids", "freezer", "memory", "cpuacct", "cpu"}) {
+    bool done = false;
+    for (const auto& h : s.hierarchies)
+      if (h.controllers.count(ctrl)) done = true;
+    if (done) continue;
+    for (const auto& m : mounts) {
+      if (m.fstype != "cgroup" || !m.options.count(ctrl)) continue;
+      std::string path;
+      for (const auto& [ctrls, p] : own)
+        if (ctrls.count(ctrl)) path = p;
+      if (path.empty()) continue;
+      Hierarchy h;
+      if (!make_base(join_path(m, parent.empty() ? path : parent), h.base)) break;
+      for (const char* c : {"pids", "freezer", "memory", "cpuacct", "cpu"})
+        if (m.options.count(c)) h.controllers.insert(c);
+      line += (line.empty() ? "" : " ") + h.base;
+      s.hierarchies.push_back(std::move(h));
+      break;
+    }
+  }
+  if (s.hierarchies.empty()) return "";
+  s.mode = ContainmentMode::cgroup_v1;
+  return "containment: cgroup-v1 at " + line;
+}
+
+void on_linger_tick(uv_timer_t*) {
+  State& s = state();
+  uint64_t now = uv_now(s.loop);
+  auto& l = s.lingering;
+  for (auto& x : l) {
+    if (x.deadline_ms && now >= x.deadline_ms) {
+      x.cg->kill_all();
+      x.deadline_ms = 0;
+    }
+  }
+  // A bounded number of removals per tick: after a burst of commands the
+  // loop is not held for all of them at once.
+  size_t budget = 256;
+  l.erase(std::remove_if(l.begin(), l.end(), [&budget](State::Lingering& x) { return budget > 0 && (--budget, x.cg->try_remove()); }),
+          l.end());
+  if (l.empty()) uv_timer_stop(s.timer);
+}
+
+}  // namespace
+
+const char* containment_mode_name(ContainmentMode m) {
+  switch (m) {
+    case ContainmentMode::cgroup_v2: return "cgroup-v2";
+    case ContainmentMode::cgroup_v1: return "cgroup-v1";
+    default: return "process-group";
+  }
+}
+
+// ---------------------------------------------------------------------------
+// One command's cgroup
+
+CommandCgroup::~CommandCgroup() { close_join_fds(); }
+
+void CommandCgroup::close_join_fds() {
+  for (int fd : join_fds_) close(fd);
+  join_fds_.clear();
+}
+
+std::vector<int> CommandCgroup::read_pids() const {
+  std::vector<int> pids;
+  std::string s;
+  if (!read_text(procs_dir_ + "/cgroup.procs", s)) return pids;
+  std::istringstream in(s);
+  int pid;
+  while (in >> pid) pids.push_back(pid);
+  return pids;
+}
+
+int CommandCgroup::population() const {
+  if (removed_) return 0;
+  std::string s;
+  if (!read_text(procs_dir_ + "/cgroup.procs", s)) return -1;
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+void CommandCgroup::signal_all(int sig) {
+  if (removed_) return;
+  for (int pid : read_pids()) kill(pid, sig);
+}
+
+int CommandCgroup::kill_all() {
+  if (removed_) return 0;
+  if (v2_ && write_text(dirs_[0] + "/cgroup.kill", "1")) return population();
+  // Frozen, nobody can fork while we go through the list; without a freezer,
+  // go round until nobody is left (a fork bomb is outpaced: each round kills
+  // every member there is, and new ones can only come from them).
+  std::string freeze_file = v2_ ? dirs_[0] + "/cgroup.freeze" : freezer_dir_.empty() ? "" : freezer_dir_ + "/freezer.state";
+  bool frozen = !freeze_file.empty() && write_text(freeze_file, v2_ ? "1" : "FROZEN");
+  if (frozen && !v2_) {
+    std::string st;
+    for (int i = 0; i < 200 && read_text(freeze_file, st) && st.rfind("FROZEN", 0) != 0; ++i) sleep_ms(1);
+  }
+  int signalled = 0;
+  for (int round = 0; round < (frozen ? 2 : 200); ++round) {
+    std::vector<int> pids = read_pids();
+    if (pids.empty()) break;
+    for (int pid : pids)
+      if (kill(pid, SIGKILL) == 0) ++signalled;
+    if (frozen) break;
+  }
+  if (frozen) write_text(freeze_file, v2_ ? "0" : "THAWED");
+  return signalled;
+}
+
+CgroupUsage CommandCgroup::usage() const {
+  CgroupUsage u;
+  if (removed_) return u;
+  if (v2_) {
+    const std::string& d = dirs_[0];
+    int64_t user = keyed_value(d + "/cpu.stat", "user_usec");
+    int64_t sys = keyed_value(d + "/cpu.stat", "system_usec");
+    int64_t peak = read_int(d + "/memory.peak");
+    u.known = user >= 0 && sys >= 0;
+    u.user_cpu_ms = std::max<int64_t>(0, user) / 1000;
+    u.system_cpu_ms = std::max<int64_t>(0, sys) / 1000;
+    u.peak_memory_bytes = std::max<int64_t>(0, peak);
+    u.oom_killed = keyed_value(d + "/memory.events", "oom_kill", 0) > 0;
+    u.pids_limit_hit = keyed_value(d + "/pids.events", "max", 0) > 0;
+    return u;
+  }
+  if (!cpuacct_dir_.empty()) {
+    int64_t user = read_int(cpuacct_dir_ + "/cpuacct.usage_user");
+    int64_t sys = read_int(cpuacct_dir_ + "/cpuacct.usage_sys");
+    u.known = user >= 0 && sys >= 0;
+    u.user_cpu_ms = std::max<int64_t>(0, user) / 1000000;
+    u.system_cpu_ms = std::max<int64_t>(0, sys) / 1000000;
+  }
+  if (!memory_dir_.empty()) {
+    u.peak_memory_bytes = std::max<int64_t>(0, read_int(memory_dir_ + "/memory.max_usage_in_bytes"));
+    u.oom_killed = keyed_value(memory_dir_ + "/memory.oom_control", "oom_kill", 0) > 0;
+  }
+  if (!pids_dir_.empty()) u.pids_limit_hit = keyed_value(pids_dir_ + "/pids.events", "max", 0) > 0;
+  return u;
+}
+
+bool CommandCgroup::try_remove() {
+  if (removed_) return true;
+  if (population() > 0) return false;
+  bool all = true;
+  for (const auto& d : dirs_)
+    if (!d.empty() && rmdir(d.c_str()) != 0 && errno != ENOENT) all = false;
+  removed_ = all;
+  return all;
+}
+
+// ---------------------------------------------------------------------------
+// The daemon-wide side
+
+std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& parent) {
+  State& s = state();
+  s.loop = loop;
+  if (s.timer) close();
+  s.timer = &s.timer_storage;
+  uv_timer_init(loop, s.timer);
+  uv_unref(reinterpret_cast<uv_handle_t*>(s.timer));
+  s.mode = ContainmentMode::process_group;
+  if (!enabled) return "containment: process-group (--no-cgroups)";
+  auto mounts = cgroup_mounts();
+  auto own = own_cgroups();
+  const MountInfo* unified = nullptr;
+  bool v1_useful = false;
+  for (const auto& m : mounts) {
+    if (m.fstype == "cgroup2") unified = &m;
+    else if (m.options.count("pids") || m.options.count("memory") || m.options.count("freezer"))
+      v1_useful = true;
+  }
+  std::string unified_path;
+  for (const auto& [ctrls, p] : own)
+    if (ctrls.empty() || (ctrls.size() == 1 && ctrls.count(""))) unified_path = p;
+  std::string why;
+  // v2 first when its hierarchy carries the controllers (a pure v2 machine);
+  // on a hybrid one the controllers sit in v1, which then does more.
+  if (unified && !unified_path.empty()) {
+    std::string ctrls;
+    read_text(unified->mount_point + "/cgroup.controllers", ctrls);
+    bool has_controllers = ctrls.find("memory") != std::string::npos || ctrls.find("pids") != std::string::npos;
+    if (has_controllers || !v1_useful) {
+      std::string line = setup_v2(*unified, unified_path, parent);
+      if (s.mode == ContainmentMode::cgroup_v2) return line;
+      why = line;
+    }
+  }
+  if (v1_useful) {
+    std::string line = setup_v1(mounts, own, parent);
+    if (s.mode == ContainmentMode::cgroup_v1) return line;
+  }
+  return "containment: process-group (no usable cgroup hierarchy" + (why.empty() ? "" : ": " + why) + ")";
+}
+
+ContainmentMode Containment::mode() { return state().mode; }
+
+std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits, std::string& error) {
+  State& s = state();
+  error.clear();
+  if (s.mode == ContainmentMode::process_group) {
+    if (limits.any()) error = "limits need cgroups (containment is process-group)";
+    return nullptr;
+  }
+  std::shared_ptr<CommandCgroup> cg(new CommandCgroup);
+  cg->name_ = "cmd-" + std::to_string(++s.next_id);
+  cg->v2_ = s.mode == ContainmentMode::cgroup_v2;
+  auto fail = [&](const std::string& what) -> std::shared_ptr<CommandCgroup> {
+    error = what + ": " + strerror(errno);
+    cg->close_join_fds();
+    for (const auto& d : cg->dirs_)
+      if (!d.empty()) rmdir(d.c_str());
+    cg->removed_ = true;
+    return nullptr;
+  };
+  for (const auto& h : s.hierarchies) {
+    // Every hierarchy joined costs the child a cgroup.procs write (the
+    // dearest step: the kernel's threadgroup lock), so cpu only for cpu_shares.
+    bool only_cpu = !cg->v2_ && h.controllers.size() == 1 && h.controllers.count("cpu");
+    if (only_cpu && limits.cpu_shares <= 0) {
+      cg->dirs_.emplace_back();
+      continue;
+    }
+    std::string dir = h.base + "/" + cg->name_;
+    if (mkdir(dir.c_str(), 0755) != 0) return fail("mkdir " + dir);
+    cg->dirs_.push_back(dir);
+    int fd = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return fail("open " + dir + "/cgroup.procs");
+    cg->join_fds_.push_back(fd);
+    if (cg->procs_dir_.empty() || h.controllers.count("pids")) cg->procs_dir_ = dir;
+    if (h.controllers.count("memory")) cg->memory_dir_ = dir;
+    if (h.controllers.count("pids")) cg->pids_dir_ = dir;
+    if (h.controllers.count("freezer")) cg->freezer_dir_ = dir;
+    if (h.controllers.count("cpuacct")) cg->cpuacct_dir_ = dir;
+  }
+  // Limits: a requested one that cannot be applied fails the start rather
+  // than run the command unbounded.
+  auto dir_of = [&](const char* ctrl) -> std::string {
+    if (cg->v2_) {
+      const Hierarchy& h = s.hierarchies[0];
+      return h.controllers.count(ctrl) ? cg->dirs_[0] : "";
+    }
+    for (size_t i = 0; i < s.hierarchies.size(); ++i)
+      if (s.hierarchies[i].controllers.count(ctrl)) return cg->dirs_[i];
+    return "";
+  };
+  if (limits.memory_bytes > 0) {
+    std::string d = dir_of("memory");
+    if (d.empty()) return fail("memory limit: no memory controller");
+    std::string v = std::to_string(limits.memory_bytes);
+    if (cg->v2_) {
+      if (!write_text(d + "/memory.max", v)) return fail("memory.max");
+      write_text(d + "/memory.swap.max", "0");  // an OOM, not a slow swap-out
+    } else {
+      if (!write_text(d + "/memory.limit_in_bytes", v)) return fail("memory.limit_in_bytes");
+      if (exists(d + "/memory.memsw.limit_in_bytes")) write_text(d + "/memory.memsw.limit_in_bytes", v);
+    }
+  }
+  if (limits.pids > 0) {
+    std::string d = dir_of("pids");
+    if (d.empty()) return fail("pids limit: no pids controller");
+    if (!write_text(d + "/pids.max", std::to_string(limits.pids))) return fail("pids.max");
+  }
+  if (limits.cpu_shares > 0) {
+    std::string d = dir_of("cpu");
+    if (d.empty()) return fail("cpu limit: no cpu controller");
+    int64_t shares = std::clamp<int64_t>(limits.cpu_shares, 2, 262144);
+    if (cg->v2_) {
+      // The mapping runc and systemd use from shares to weight.
+      int64_t weight = 1 + ((shares - 2) * 9999) / 262142;
+      if (!write_text(d + "/cpu.weight", std::to_string(weight))) return fail("cpu.weight");
+    } else if (!write_text(d + "/cpu.shares", std::to_string(shares))) {
+      return fail("cpu.shares");
+    }
+  }
+  auto& all = s.all;
+  all.erase(std::remove_if(all.begin(), all.end(), [](const std::weak_ptr<CommandCgroup>& w) { return w.expired(); }),
+            all.end());
+  all.push_back(cg);
+  return cg;
+}
+
+void Containment::linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms) {
+  State& s = state();
+  if (!cg) return;
+  // Even an empty one is removed from the timer, not here: rmdir is off the
+  // path of the command's terminal event.
+  if (!s.timer) {
+    cg->try_remove();
+    return;
+  }
+  for (auto& x : s.lingering)
+    if (x.cg == cg) {
+      x.deadline_ms = deadline_ms;
+      return;
+    }
+  s.lingering.push_back({std::move(cg), deadline_ms});
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(s.timer)))
+    uv_timer_start(s.timer, on_linger_tick, kLingerTickMs, kLingerTickMs);
+}
+
+size_t Containment::lingering() { return state().lingering.size(); }
+
+void Containment::kill_everything() {
+  for (auto& w : state().all)
+    if (auto cg = w.lock()) cg->kill_all();
+}
+
+void Containment::shutdown() {
+  State& s = state();
+  kill_everything();
+  // SIGKILLed members take a moment to leave; a bounded wait, then rmdir.
+  for (int i = 0; i < 100; ++i) {
+    bool busy = false;
+    for (auto& w : s.all)
+      if (auto cg = w.lock(); cg && !cg->try_remove()) busy = true;
+    if (!busy) break;
+    sleep_ms(10);
+  }
+  s.lingering.clear();
+  s.all.clear();
+  for (const auto& h : s.hierarchies) {
+    rmdir(h.base.c_str());
+    // What an execd killed before us (a restart after SIGKILL) left empty.
+    remove_stale(h.base.substr(0, h.base.rfind('/')), 0);
+  }
+  s.hierarchies.clear();
+}
+
+void Containment::close() {
+  State& s = state();
+  if (s.timer) {
+    uv_timer_stop(s.timer);
+    uv_close(reinterpret_cast<uv_handle_t*>(s.timer), nullptr);
+    s.timer = nullptr;
+  }
+}
+
+}  // namespace execd::pty

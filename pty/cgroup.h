@@ -1,0 +1,109 @@
+// pty/cgroup: containment of everything a command starts. Each command, bash
+// session and PTY session gets its own cgroup under execd's own one
+// (.../execd-<pid>/cmd-<n>), which the child joins between vfork and exec by
+// writing "0" into cgroup.procs fds opened before the vfork. Killing a
+// command then means killing its cgroup (v2: cgroup.kill; v1: freeze, SIGKILL
+// every member, thaw), so setsid() and double-forked children cannot slip
+// out; its resource usage is the cgroup's, not execd's; optional limits
+// (memory, pids, cpu shares) are the cgroup's too.
+//
+// Three modes, chosen once at start: cgroup-v2 (a pure unified hierarchy),
+// cgroup-v1 (per-controller hierarchies: pids, memory, freezer, cpu, cpuacct;
+// whichever are mounted and writable), or process-group (no usable cgroups,
+// or --no-cgroups: the old behaviour, signals to the command's process group).
+//
+// A command whose leader exited while members remain "lingers": the
+// containment keeps its cgroup, kills it when the command's timeout (counted
+// from its start) expires, and removes the directory once it is empty. On
+// shutdown every cgroup is killed and removed.
+#pragma once
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace execd::pty {
+
+enum class ContainmentMode { cgroup_v2, cgroup_v1, process_group };
+const char* containment_mode_name(ContainmentMode m);  // "cgroup-v2", "cgroup-v1", "process-group"
+
+struct ResourceLimits {
+  int64_t memory_bytes = 0;  // 0 = none
+  int64_t pids = 0;          // 0 = none
+  int64_t cpu_shares = 0;    // 0 = default (v1 cpu.shares, 2..262144; v2 mapped to cpu.weight)
+  bool any() const { return memory_bytes > 0 || pids > 0 || cpu_shares > 0; }
+};
+
+struct CgroupUsage {
+  bool known = false;  // false: the counters below could not be read
+  int64_t peak_memory_bytes = 0;
+  int64_t user_cpu_ms = 0, system_cpu_ms = 0;
+  bool oom_killed = false;
+  bool pids_limit_hit = false;
+};
+
+class CommandCgroup {
+ public:
+  ~CommandCgroup();
+  CommandCgroup(const CommandCgroup&) = delete;
+  CommandCgroup& operator=(const CommandCgroup&) = delete;
+
+  // The cgroup.procs files the child writes "0" into (open, close-on-exec);
+  // closed by close_join_fds() once the child has exec'd or failed.
+  const std::vector<int>& join_fds() const { return join_fds_; }
+  void close_join_fds();
+
+  const std::string& name() const { return name_; }
+  // Processes in it now (-1 if it cannot be read).
+  int population() const;
+  // SIGKILL to every member, setsid() ones included. Returns how many were signalled.
+  int kill_all();
+  // Sends `sig` to every member (no freeze: for TERM and the like).
+  void signal_all(int sig);
+  CgroupUsage usage() const;
+  // rmdir in every hierarchy; false if still populated (or already gone: true).
+  bool try_remove();
+
+ private:
+  friend class Containment;
+  CommandCgroup() = default;
+  std::vector<int> read_pids() const;
+
+  std::string name_;
+  std::vector<std::string> dirs_;  // every hierarchy's directory of this cgroup
+  std::string procs_dir_;          // where membership is read
+  std::string memory_dir_, pids_dir_, freezer_dir_, cpuacct_dir_;
+  bool v2_ = false;
+  bool removed_ = false;
+  std::vector<int> join_fds_;
+};
+
+// The daemon-wide side: set up once, then used from the loop thread only.
+class Containment {
+ public:
+  // `enabled` false (--no-cgroups) or no usable cgroup: process-group mode.
+  // `parent`: a cgroup path (as in /proc/self/cgroup) under which execd-<pid>
+  // is made; empty = execd's own cgroup. Returns a line for the log.
+  static std::string init(uv_loop_t* loop, bool enabled, const std::string& parent);
+  static ContainmentMode mode();
+  // A new cgroup with `limits` applied; nullptr in process-group mode (error
+  // empty) or when it cannot be made (error set).
+  static std::shared_ptr<CommandCgroup> create(const ResourceLimits& limits, std::string& error);
+  // Keeps a command's cgroup after its command let go of it: killed at
+  // `deadline_ms` (uv_now time; 0 = never), removed when empty.
+  static void linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms);
+  static size_t lingering();
+  // Kills every command cgroup there is (live and lingering).
+  static void kill_everything();
+  // Kills everything, waits (bounded) for the members to go, removes every
+  // directory execd made. Last thing before exit (idempotent).
+  static void shutdown();
+  // Closes the loop handle init() made.
+  static void close();
+};
+
+}  // namespace execd::pty

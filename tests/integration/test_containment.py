@@ -1,0 +1,338 @@
+"""Containment of commands, written as the attacks it stops (issue 12).
+
+A command must not outlive what execd says about it: a fork bomb under a
+timeout, `setsid` children (timeout, DELETE, execd's SIGTERM), `sleep &`
+after the shell exits (kept without a timeout, but still reachable). Its
+rusage is its own cgroup's, never execd's, and per-command limits are
+reported when hit. Every test checks at the end, by cgroup and by a process
+scan, that nothing it started is left and that execd removed its cgroups.
+
+The cgroup tests skip where execd reports process-group mode (no writable
+cgroups); `--no-cgroups` is exercised on any machine.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+
+import pytest
+
+from execd_client import PYTHON, SLOW, pids_with_cmdline, vm_rss_kib, wait_until
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def mode(ex) -> str:
+    st, h, _ = ex.request("GET", "/ping", token=False)
+    assert st == 200
+    return {k.lower(): v for k, v in h.items()}["x-execd-containment"]
+
+
+def execd_cgroup_dirs(pid: int) -> list[str]:
+    """Every execd-<pid> directory under /sys/fs/cgroup (any hierarchy)."""
+    name = f"execd-{pid}"
+    found = []
+    for top, dirs, _ in os.walk(CGROUP_ROOT):
+        if top.count("/") > CGROUP_ROOT.count("/") + 4:
+            dirs[:] = []
+            continue
+        if name in dirs:
+            found.append(os.path.join(top, name))
+            dirs.remove(name)
+        # Command cgroups of other daemons are none of our business.
+        dirs[:] = [d for d in dirs if not d.startswith("execd-")]
+    return found
+
+
+def contained_pids(pid: int) -> set[int]:
+    """Process scan: every live process whose cgroup path names execd-<pid>."""
+    needle = f"/execd-{pid}/"
+    out = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cgroup") as f:
+                cg = f.read()
+            with open(f"/proc/{d}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in cg and state != "Z":
+            out.add(int(d))
+    return out
+
+
+def cgroup_members(pid: int) -> set[int]:
+    """By cgroup: every pid listed in any cmd-* cgroup of execd-<pid>."""
+    out = set()
+    for base in execd_cgroup_dirs(pid):
+        for name in os.listdir(base):
+            if name.startswith("cmd-"):
+                try:
+                    with open(os.path.join(base, name, "cgroup.procs")) as f:
+                        out.update(int(x) for x in f.read().split())
+                except OSError:
+                    pass
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def cg_execd(execd_factory):
+    """A daemon in a cgroup mode; at the end, after its SIGTERM, nothing of it
+    is left: no execd-<pid> directory, no process in one."""
+    started = []
+
+    def start(*args):
+        ex = execd_factory(*args)
+        m = mode(ex)
+        if m == "process-group":
+            pytest.skip("no usable cgroups on this machine (execd reports process-group)")
+        started.append(ex)
+        return ex
+
+    yield start
+    for ex in started:
+        pid = ex.pid
+        assert ex.stop() == 0, ex.stderr_text()[-3000:]
+        wait_until(lambda: not contained_pids(pid), 5 * SLOW, what="no process left in execd's cgroups")
+        assert execd_cgroup_dirs(pid) == [], "execd left its cgroups behind"
+
+
+def unique() -> str:
+    # A sleep length no other process has: a needle for the process scan.
+    return f"{300 + secrets.randbelow(10**6) / 10**6:.6f}"
+
+
+def test_cgroup_parent_puts_commands_elsewhere(cg_execd):
+    parent = f"/execd-test-{secrets.token_hex(4)}"
+    ex = cg_execd("--cgroup-parent", parent)
+    try:
+        n = unique()
+        r = ex.run(f"sleep {n} & echo started", exact=True)
+        assert r.terminal["leftover_processes"] == 1
+        [pid] = pids_with_cmdline(f"sleep {n}")
+        with open(f"/proc/{pid}/cgroup") as f:
+            assert f"{parent}/execd-{ex.pid}/cmd-" in f.read()
+        assert ex.request("DELETE", f"/command?id={r.id}")[0] == 200
+        wait_until(lambda: not alive(pid), 3 * SLOW, what="the job to be killed")
+    finally:
+        pid = ex.pid
+        ex.stop()
+        wait_until(lambda: not execd_cgroup_dirs(pid), 5 * SLOW, what="execd's cgroups to go")
+        for top, dirs, _ in os.walk(CGROUP_ROOT):
+            if top.count("/") > CGROUP_ROOT.count("/") + 3:
+                dirs[:] = []
+            elif parent.lstrip("/") in dirs:
+                os.rmdir(os.path.join(top, parent.lstrip("/")))
+                dirs.remove(parent.lstrip("/"))
+
+
+def test_ping_says_the_containment_mode(execd_factory):
+    ex = execd_factory()
+    assert mode(ex) in ("cgroup-v2", "cgroup-v1", "process-group")
+    plain = execd_factory("--no-cgroups")
+    assert mode(plain) == "process-group"
+    r = plain.run("echo hi", exact=True)
+    assert r.terminal["exit_code"] == 0 and r.stdout == b"hi\n"
+    assert r.terminal["oom_killed"] is False and r.terminal["pids_limit_hit"] is False
+
+
+def test_fork_bomb_under_a_timeout_leaves_nothing(cg_execd):
+    ex = cg_execd()
+    start = time.monotonic()
+    # nobody, so that ulimit -u binds (root ignores RLIMIT_NPROC); the pids
+    # limit is only a safety net for the machine the test runs on.
+    r = ex.run("ulimit -u 200; b(){ b | b & }; b", exact=True, uid=65534, timeout=5000,
+               limits={"pids": 400}, sock_timeout=30 * SLOW)
+    t = r.terminal
+    # The shell exited at once: its stream ended then, with the bomb still going.
+    assert time.monotonic() - start < 5, t
+    assert t["leftover_processes"] > 0, t
+    # The timeout bounds the whole cgroup, after the shell's exit too.
+    wait_until(lambda: not contained_pids(ex.pid) and not cgroup_members(ex.pid),
+               max(0.5, 10 - (time.monotonic() - start)) * SLOW, 0.05, "the fork bomb to be gone 10 s after it started")
+    # Its cgroup is removed once empty.
+    wait_until(lambda: all(not any(n.startswith("cmd-") for n in os.listdir(b)) for b in execd_cgroup_dirs(ex.pid)),
+               3 * SLOW, 0.05, "the command's cgroup to be removed")
+
+
+def test_setsid_child_dies_with_the_timeout(cg_execd):
+    ex = cg_execd()
+    n = unique()
+    r = ex.run(f"setsid sleep {n} & sleep {n}", exact=True, timeout=500)
+    assert r.terminal["timed_out"] is True
+    wait_until(lambda: not pids_with_cmdline(f"sleep {n}"), 3 * SLOW, what="setsid sleep to be killed by the timeout")
+
+
+def test_setsid_child_dies_with_delete(cg_execd):
+    ex = cg_execd()
+    n = unique()
+    r = ex.run(f"setsid sleep {n} & sleep {n}", exact=True, background=True)
+    cid = r.id
+    wait_until(lambda: len(pids_with_cmdline(f"sleep {n}")) >= 2, 5 * SLOW, what="both sleeps to run")
+    st, _, _ = ex.request("DELETE", f"/command?id={cid}")
+    assert st == 200
+    js = ex.wait_finished(cid)
+    assert js["interrupted"] is True
+    wait_until(lambda: not pids_with_cmdline(f"sleep {n}"), 3 * SLOW, what="both sleeps to be killed by DELETE")
+
+
+def test_setsid_child_dies_with_execd_sigterm(cg_execd):
+    ex = cg_execd()
+    n = unique()
+    r = ex.run(f"setsid sleep {n} & sleep {n}", exact=True, background=True)
+    assert r.status == 200
+    wait_until(lambda: len(pids_with_cmdline(f"sleep {n}")) >= 2, 5 * SLOW, what="both sleeps to run")
+    pid = ex.pid
+    assert ex.stop() == 0
+    wait_until(lambda: not pids_with_cmdline(f"sleep {n}"), 3 * SLOW, what="both sleeps to die with execd")
+    assert execd_cgroup_dirs(pid) == []
+
+
+def test_background_job_outlives_its_shell_until_delete(cg_execd):
+    ex = cg_execd()
+    n = unique()
+    start = time.monotonic()
+    r = ex.run(f"sleep {n} & echo started", exact=True)
+    # The stream ends when the shell does, not when the job does.
+    assert time.monotonic() - start < 5 * SLOW
+    t = r.terminal
+    assert t["exit_code"] == 0 and r.stdout == b"started\n"
+    assert t["leftover_processes"] == 1, t
+    # Without a timeout the job keeps running (servers started with `&`)...
+    [pid] = pids_with_cmdline(f"sleep {n}")
+    assert pid in cgroup_members(ex.pid)
+    st, js = ex.status(r.id)
+    assert st == 200 and js["leftover_processes"] == 1 and js["processes_running"] == 1
+    # ...and DELETE still reaches it.
+    st, _, body = ex.request("DELETE", f"/command?id={r.id}")
+    assert st == 200, body
+    wait_until(lambda: not alive(pid), 3 * SLOW, what="the job to be killed by DELETE")
+    # Nothing left to interrupt now.
+    wait_until(lambda: ex.request("DELETE", f"/command?id={r.id}")[0] == 500, 3 * SLOW,
+               what="a second DELETE to find nothing running")
+
+
+def test_timeout_bounds_jobs_left_after_the_shell_exits(cg_execd):
+    ex = cg_execd()
+    n = unique()
+    r = ex.run(f"sleep {n} & exit 0", exact=True, timeout=1500)
+    t = r.terminal
+    assert t["exit_code"] == 0 and t["timed_out"] is False and t["leftover_processes"] == 1
+    assert pids_with_cmdline(f"sleep {n}")
+    wait_until(lambda: not pids_with_cmdline(f"sleep {n}"), 4 * SLOW, what="the timeout to kill the job")
+
+
+def test_max_rss_is_the_commands_not_execds(cg_execd):
+    ex = cg_execd()
+    # Grow execd's own RSS a little first (a big stream), as a busy daemon's would be.
+    ex.run("head -c 4000000 /dev/zero", exact=True)
+    r = ex.run("/bin/true", exact=True)
+    t = r.terminal
+    execd_rss = vm_rss_kib(ex.pid)
+    assert 0 < t["max_rss_kib"] < 4096, t
+    assert t["max_rss_kib"] < execd_rss, (t, execd_rss)
+    # A command that does use memory shows it.
+    big = ex.run(f"{PYTHON} -c 'b = bytearray(64 << 20)'", exact=True)
+    assert big.terminal["exit_code"] == 0
+    assert big.terminal["max_rss_kib"] > 60 * 1024, big.terminal
+    # CPU is the command's too (a busy loop of about 300 ms).
+    cpu = ex.run(f"{PYTHON} -c 'import time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass'", exact=True)
+    assert cpu.terminal["user_cpu_ms"] + cpu.terminal["system_cpu_ms"] >= 250, cpu.terminal
+
+
+def test_memory_limit_reports_oom_killed(cg_execd):
+    ex = cg_execd()
+    r = ex.run(f"{PYTHON} -c 'b = bytearray(256 << 20)'", exact=True, limits={"memory_bytes": 48 << 20})
+    t = r.terminal
+    assert t["oom_killed"] is True, t
+    assert t["exit_code"] != 0, t
+    ok = ex.run("echo fine", exact=True, limits={"memory_bytes": 48 << 20})
+    assert ok.terminal["oom_killed"] is False and ok.terminal["exit_code"] == 0
+
+
+FORK_LOOP = """
+import os, time
+kids = []
+try:
+    for i in range(20):
+        p = os.fork()
+        if p == 0:
+            time.sleep(1)
+            os._exit(0)
+        kids.append(p)
+except OSError as e:
+    print("fork failed after", len(kids))
+for k in kids:
+    os.waitpid(k, 0)
+"""
+
+
+def test_pids_limit_reports_pids_limit_hit(cg_execd):
+    ex = cg_execd()
+    r = ex.run(f"{PYTHON} -c '{FORK_LOOP}'", exact=True, limits={"pids": 5})
+    t = r.terminal
+    assert b"fork failed after" in r.stdout, (r.stdout, r.stderr)
+    assert t["pids_limit_hit"] is True, t
+    free = ex.run(f"{PYTHON} -c '{FORK_LOOP}'", exact=True, limits={"pids": 64})
+    assert b"fork failed" not in free.stdout and free.terminal["pids_limit_hit"] is False
+
+
+def test_cpu_shares_are_accepted(cg_execd):
+    ex = cg_execd()
+    r = ex.run("echo ok", exact=True, limits={"cpu_shares": 128})
+    assert r.terminal["exit_code"] == 0 and r.stdout == b"ok\n"
+
+
+def test_the_oom_killer_takes_a_command_before_execd(execd):
+    r = execd.run("cat /proc/self/oom_score_adj", exact=True)
+    child = int(r.stdout)
+    with open(f"/proc/{execd.pid}/oom_score_adj") as f:
+        own = int(f.read())
+    # execd's own is -900 where the kernel lets it lower it (some sandboxes
+    # refuse that even to root); never above what it was started with.
+    assert own <= 0
+    assert child == 500 and child > own
+
+
+@pytest.mark.parametrize("limits", [{"memory_bytes": 0}, {"pids": -1}, {"pids": "5"}, {"bogus": 1}, [1]])
+def test_bad_limits_are_rejected(execd, limits):
+    st, _, body = execd.request("POST", "/command", {"command": "true", "limits": limits})
+    assert st == 400, body
+
+
+def test_limits_without_cgroups_fail_the_start(execd_factory):
+    ex = execd_factory("--no-cgroups")
+    r = ex.run("echo never", exact=True, limits={"pids": 10})
+    assert r.stdout == b""
+    assert "limits need cgroups" in r.terminal.get("start_error", ""), r.terminal
+
+
+def test_process_group_mode_still_counts_leftovers(execd_factory):
+    ex = execd_factory("--no-cgroups")
+    n = unique()
+    r = ex.run(f"sleep {n} & echo started", exact=True)
+    assert r.terminal["leftover_processes"] == 1, r.terminal
+    [pid] = pids_with_cmdline(f"sleep {n}")
+    os.kill(pid, 9)
+    wait_until(lambda: not alive(pid), 3 * SLOW, what="the job to go")
+
+
+def test_session_and_pty_shells_get_their_own_cgroups(cg_execd):
+    ex = cg_execd()
+    st, js = ex.json("POST", "/session", {})
+    assert st == 200, js
+    sid = js.get("session_id") or js.get("id")
+    wait_until(lambda: cgroup_members(ex.pid), 5 * SLOW, what="the session's shell in a cgroup")
+    st, _, _ = ex.request("DELETE", f"/session/{sid}")
+    assert st in (200, 204)
