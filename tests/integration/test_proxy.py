@@ -196,6 +196,60 @@ def test_keep_alive_reuse(execd, services):
     assert after - before <= 2, (before, after)
 
 
+def flaky_stats(port: int) -> dict:
+    """Asked of the service directly (not through execd, whose pool it would disturb)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", "/stats")
+        return json.loads(c.getresponse().read())
+    finally:
+        c.close()
+
+
+def test_closed_kept_alive_connection_retried_for_get(execd, services):
+    port = services["flaky"]
+    tag = os.urandom(6).hex()
+    st, _, body = raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}/1")
+    assert st == 200
+    first = json.loads(body)["connection"]
+    # The pooled connection is reset when this request arrives on it: execd
+    # tries once more on a fresh connection, and the client never knows.
+    st, _, body = raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}/2")
+    assert st == 200, body
+    second = json.loads(body)
+    assert second["connection"] != first and second["request"] == 0
+    stats = flaky_stats(port)
+    assert [d for d in stats["dropped"] if d[3] == f"/ok/{tag}/2"] == [[first, 1, "GET", f"/ok/{tag}/2"]]
+    assert [a[0] for a in stats["answered"] if a[3] == f"/ok/{tag}/2"] == [second["connection"]]
+
+
+def test_closed_kept_alive_connection_retried_once_only(execd, services):
+    port = services["flaky"]
+    tag = os.urandom(6).hex()
+    assert raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}")[0] == 200
+    # Dropped on the reused connection and again on the fresh one: 502, no loop.
+    st, _, body = raw_request(execd, "GET", f"/proxy/{port}/always-drop/{tag}")
+    assert st == 502 and json.loads(body)["code"] == "BAD_GATEWAY"
+    dropped = [d for d in flaky_stats(port)["dropped"] if d[3] == f"/always-drop/{tag}"]
+    assert len(dropped) == 2 and dropped[0][0] != dropped[1][0], dropped
+
+
+@pytest.mark.parametrize("method,body", [("POST", b"b" * 100000), ("PUT", b"p" * 100), ("POST", None)])
+def test_closed_kept_alive_connection_not_retried_with_body_or_unsafe(execd, services, method, body):
+    port = services["flaky"]
+    tag = os.urandom(6).hex()
+    assert raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}/1")[0] == 200
+    # A body was (being) sent, or the method is not idempotent: the service
+    # may have acted on it, so execd answers 502 rather than repeat it.
+    st, _, resp = raw_request(execd, method, f"/proxy/{port}/ok/{tag}/2", body=body)
+    assert st == 502 and json.loads(resp)["code"] == "BAD_GATEWAY", resp
+    stats = flaky_stats(port)
+    assert len([d for d in stats["dropped"] if d[3] == f"/ok/{tag}/2"]) == 1
+    assert not [a for a in stats["answered"] if a[3] == f"/ok/{tag}/2"]
+    # The next request is fine (on a fresh connection).
+    assert raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}/3")[0] == 200
+
+
 # ---------------------------------------------------------------------------
 # Errors
 
