@@ -1,6 +1,8 @@
 // execd/http/exchange: see header.
 #include "execd/http/exchange.h"
 
+#include <errno.h>
+
 #include <cstdio>
 
 #include "execd/http/connection.h"
@@ -101,6 +103,19 @@ bool Exchange::send_file(SharedFile file, uint64_t offset, uint64_t length) {
   bool more = conn_.flush();
   if (!more) source_waiting_ = true;
   return more;
+}
+
+ssize_t Exchange::send_spliced(int pipe_fd, size_t len) {
+  if (finished_ || conn_.closing() || chunked_) return -EPIPE;
+  ssize_t n = conn_.splice_from_pipe(pipe_fd, len);
+  if (n == -EAGAIN) source_waiting_ = true;
+  return n;
+}
+
+void Exchange::wait_writable() {
+  if (finished_ || conn_.closing()) return;
+  source_waiting_ = true;
+  conn_.wait_writable();
 }
 
 void Exchange::end() {

@@ -14,6 +14,8 @@
 // budgets themselves.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -110,6 +112,14 @@ class Exchange {
   bool send(std::string&& data);
   bool send(std::string_view data);
   bool send_file(SharedFile file, uint64_t offset, uint64_t length);
+  // Body bytes moved from `pipe_fd` to the peer in the kernel (no chunked
+  // framing: a sized or close-delimited body). Bytes moved; -EAGAIN: wait for
+  // Source::proceed(); another -errno: the peer is gone (or, -ENOSYS, the
+  // transport cannot splice: send the bytes some other way).
+  ssize_t send_spliced(int pipe_fd, size_t len);
+  // Source::proceed() once the peer can take more, though nothing is queued
+  // (a source that yields to other connections before its peer is full).
+  void wait_writable();
   void end();
   // The last body bytes and the end of the response in one write (a client
   // waiting for the end wakes once, not twice).
