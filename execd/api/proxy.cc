@@ -224,8 +224,9 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
                           : refused_message());
       return;
     }
-    // Mid-body: only a body delimited by the close ends well.
-    if (parser_.finish() == protocol::ResponseParser::Result::complete) {
+    // Mid-body: only a body delimited by an orderly close ends well (a reset
+    // cut it short, whatever the framing).
+    if (!up.reset() && parser_.finish() == protocol::ResponseParser::Result::complete) {
       release_upstream(false);
       return;
     }

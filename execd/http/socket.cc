@@ -113,8 +113,10 @@ void SocketTransport::on_poll(int status, int events) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && !failed) return;
+    const int err = n < 0 ? errno : 0;
     readable_ = false;
     update();
+    if (err != 0) events_.on_transport_error(err);
     events_.on_transport_eof();
     return;
   }

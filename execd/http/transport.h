@@ -19,6 +19,9 @@ class TransportEvents {
   virtual void on_transport_data(const char* data, size_t len) = 0;
   // EOF or a read error: the peer is gone.
   virtual void on_transport_eof() = 0;
+  // Just before on_transport_eof() when it was a read error (a reset), not
+  // an orderly close: for owners to whom the difference matters.
+  virtual void on_transport_error(int err) {}
   // The peer can take more (only after want_writable(true)).
   virtual void on_transport_writable() = 0;
   // close() finished; the transport is gone and the owner may be freed.

@@ -60,6 +60,8 @@ class UpstreamConnection final : public TransportEvents {
   bool idle_writes() const { return queue_.empty(); }
   // A write failed: the service is gone (its EOF or reset follows).
   bool broken() const { return broken_; }
+  // The service reset the connection (a read failed), rather than closing it.
+  bool reset() const { return reset_; }
   // Reading on or off (backpressure from the client side).
   void want_data(bool on);
   // On: the owner moves the bytes itself with splice_to_pipe() when told
@@ -77,6 +79,7 @@ class UpstreamConnection final : public TransportEvents {
   void on_transport_writable() override;
   void on_transport_closed() override;
   void on_transport_readable() override;
+  void on_transport_error(int) override { reset_ = true; }
 
  private:
   UpstreamConnection(UpstreamEvents& owner, int port) : owner_(&owner), port_(port) {}
@@ -91,7 +94,7 @@ class UpstreamConnection final : public TransportEvents {
   int fd_ = -1;
   int port_;
   bool connected_ = false, closed_ = false, eof_ = false, want_data_ = true, reading_ = false;
-  bool write_blocked_ = false, owes_drained_ = false, shutdown_pending_ = false, broken_ = false;
+  bool write_blocked_ = false, owes_drained_ = false, shutdown_pending_ = false, broken_ = false, reset_ = false;
 };
 
 // Pipes for splice(2) (service socket → pipe → client socket), kept for

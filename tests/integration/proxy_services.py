@@ -15,6 +15,8 @@ prints their ports as one JSON line and runs until stdin closes:
   connection and resets the connection on any later one (its idle close
   racing that request), or, under /always-drop, on every request. GET
   /stats on a direct connection tells which requests it answered and dropped.
+  GET /close-delimited?size=N[&reset=M] answers N deterministic bytes with
+  no length, ended by closing the connection (or reset after M bytes).
 """
 
 from __future__ import annotations
@@ -228,6 +230,19 @@ def start_flaky() -> int:
                         stats["dropped"].append([conn_id, k, method, path])
                     # Reset, with whatever body followed still unread.
                     c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
+                if path.startswith("/close-delimited"):
+                    query = dict(kv.split("=", 1) for kv in path.partition("?")[2].split("&") if "=" in kv)
+                    size, cut = int(query.get("size", "0")), int(query.get("reset", "-1"))
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n")
+                    data, sent = block(), 0
+                    end = size if cut < 0 else cut
+                    while sent < end:
+                        n = min(len(data), end - sent)
+                        c.sendall(data[:n])
+                        sent += n
+                    if cut >= 0:
+                        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     return
                 length = int(headers.get("content-length", "0"))
                 while len(buf) < length:
