@@ -301,7 +301,10 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   // stops the service reads, with at most one pipe's worth held.
   void pump() {
     if (!splicing_ || !up_ || pumping_) return;
-    if (ex_.finished() || ex_.peer_gone()) return;  // stop() follows at the safe point
+    if (ex_.finished() || ex_.peer_gone()) {
+      up_->want_data(false);  // stop() follows at the safe point
+      return;
+    }
     pumping_ = true;
     size_t moved = 0;
     bool in_blocked = false, out_blocked = false;
@@ -335,7 +338,12 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
         } else if (n == -EAGAIN) {
           out_blocked = true;
         } else {
-          pumping_ = false;  // the client is gone: the connection closes, stop() follows
+          pumping_ = false;
+          if (n == -ENOSYS) {  // a transport that cannot splice: never left waiting
+            fail(502, codes::kBadGateway, "cannot relay the body");
+            return;
+          }
+          up_->want_data(false);  // the client is gone: the connection closes, stop() follows
           return;
         }
       } else {
