@@ -276,11 +276,11 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   }
 
   // --- the spliced body ---
-  // The rest of the body needs no re-framing and is large: from now on it
-  // moves service → pipe → client in the kernel, and the parser is done with.
+  // The rest of the body is large and sized or delimited by the close: from
+  // now on it moves service → pipe → client in the kernel, and the parser is
+  // done with.
   void maybe_splice() {
-    if (splicing_ || !up_ || ex_.finished() || ex_.peer_gone() || client_framing_ == Exchange::Framing::chunked)
-      return;
+    if (splicing_ || !up_ || ex_.finished() || ex_.peer_gone()) return;
     const uint64_t left = parser_.sized_body_left();
     const bool until_close = parser_.in_close_delimited_body();
     if (left < kSpliceMinBytes && !until_close) return;
@@ -290,6 +290,8 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
     splice_left_ = left;
     splice_until_close_ = until_close;
     splice_keep_alive_ = !until_close && parser_.keep_alive();
+    // Close-delimited to an HTTP/1.1 client: each pipe load is one chunk.
+    splice_chunked_ = client_framing_ == Exchange::Framing::chunked;
     up_->spliced_reads(true);
     upstream_paused_ = false;
     pump();
@@ -310,7 +312,8 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
     bool in_blocked = false, out_blocked = false;
     while (true) {
       const bool want_in = !splice_eof_ && (splice_until_close_ || splice_left_ > 0);
-      in_blocked = !want_in || pipe_bytes_ >= pipe_.capacity;
+      // (A chunk's size is announced before its bytes: no refill until sent.)
+      in_blocked = !want_in || pipe_bytes_ >= pipe_.capacity || (splice_chunked_ && pipe_bytes_ > 0);
       if (!in_blocked) {
         size_t room = pipe_.capacity - pipe_bytes_;
         if (!splice_until_close_ && splice_left_ < room) room = static_cast<size_t>(splice_left_);
@@ -318,6 +321,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
         if (n > 0) {
           pipe_bytes_ += static_cast<size_t>(n);
           if (!splice_until_close_) splice_left_ -= static_cast<uint64_t>(n);
+          if (splice_chunked_) ex_.begin_spliced_chunk(static_cast<size_t>(n));
         } else if (n == -EAGAIN) {
           in_blocked = true;  // no data yet, or the pipe is out of slots
         } else if (n == 0 && splice_until_close_) {
@@ -442,6 +446,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   size_t pipe_bytes_ = 0;       // in the pipe, not yet taken by the client
   uint64_t splice_left_ = 0;    // of a sized body, not yet read from the service
   bool splicing_ = false, splice_until_close_ = false, splice_keep_alive_ = false, splice_eof_ = false;
+  bool splice_chunked_ = false;
   bool pumping_ = false;
 };
 

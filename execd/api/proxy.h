@@ -12,9 +12,9 @@
 // with its own framing where it has a length, else chunked (or delimited by
 // closing, for HTTP/1.0 clients); a service vanishing mid-response closes the
 // client connection rather than ending the response as if it were complete.
-// Large bodies that need no re-framing (sized, or close-delimited to a
-// client that reads until close) move service socket → pipe → client socket
-// with splice(2): no copy through execd, fewer wake-ups per byte.
+// Large sized or close-delimited bodies move service socket → pipe → client
+// socket with splice(2): no copy through execd, fewer wake-ups per byte
+// (close-delimited ones to HTTP/1.1 clients one chunk per pipe load).
 #pragma once
 
 #include <cstdint>

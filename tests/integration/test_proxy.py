@@ -507,6 +507,23 @@ def test_spliced_close_delimited_body_to_http10_client(execd, services):
     assert (n, h.hexdigest()) == (size, proxy_services.expected_sha(size))
 
 
+def test_spliced_close_delimited_body_to_http11_client_is_chunked(execd, services):
+    # One chunk per pipe load; the connection stays usable after the last chunk.
+    c = http.client.HTTPConnection(execd.host, execd.port, timeout=60 * SLOW)
+    try:
+        socks = []
+        for size in (24 << 20 | 4321, 100 << 10):
+            c.request("GET", f"/proxy/{services['flaky']}/close-delimited?size={size}", headers=execd.headers())
+            socks.append(c.sock)
+            r = c.getresponse()
+            assert r.status == 200 and r.getheader("Transfer-Encoding") == "chunked"
+            data = r.read()
+            assert (len(data), hashlib.sha256(data).hexdigest()) == (size, proxy_services.expected_sha(size))
+        assert socks[0] is socks[1] and socks[0] is not None  # kept alive
+    finally:
+        c.close()
+
+
 def test_close_delimited_body_reset_is_never_a_complete_response(execd, services):
     # To an HTTP/1.1 client the body goes chunked: a reset (not a close) of
     # the service must not produce the last chunk.
