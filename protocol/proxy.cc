@@ -298,6 +298,16 @@ ResponseParser::Result ResponseParser::feed(const char* data, size_t len, size_t
   return Result::error;
 }
 
+uint64_t ResponseParser::sized_body_left() const {
+  if (!head_done_ || done_ || failed_ || interim_ || !head_.has_body || !head_.content_length) return 0;
+  return parser_.content_length;
+}
+
+bool ResponseParser::in_close_delimited_body() const {
+  return head_done_ && !done_ && !failed_ && !interim_ && head_.has_body && !head_.content_length &&
+         !(parser_.flags & F_CHUNKED);
+}
+
 ResponseParser::Result ResponseParser::finish() {
   if (done_) return Result::complete;
   if (failed_) return Result::error;

@@ -103,6 +103,16 @@ class ResponseParser {
   bool done() const { return done_; }
   const std::string& error() const { return error_; }
 
+  // Inside a final response's body, between feeds: what is left of a sized
+  // body (0 outside one), or whether the body runs until the service closes.
+  // A caller may move such bytes past the parser (splice) and end the
+  // response itself; the parser is then done with.
+  uint64_t sized_body_left() const;
+  bool in_close_delimited_body() const;
+  // The connection may carry another response after this one (valid once
+  // the head is done).
+  bool keep_alive() const { return llhttp_should_keep_alive(&parser_) != 0; }
+
  private:
   static int on_message_begin(llhttp_t*);
   static int on_status(llhttp_t*, const char*, size_t);

@@ -3,6 +3,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <errno.h>
+#include <string.h>
+
 #include <cstdio>
 
 #include "execd/http/connection.h"
@@ -75,6 +78,12 @@ class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
   bool client_eof_ = false, upstream_eof_ = false;
 };
 
+// A body with at least this much left after the bytes that came with the
+// head is spliced; smaller ones are not worth a pipe.
+constexpr uint64_t kSpliceMinBytes = 64 * 1024;
+// Bytes moved per wake-up before yielding to other connections.
+constexpr size_t kSpliceBytesPerWake = 16u << 20;
+
 bool idempotent(std::string_view method) {
   return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE" || method == "PUT" ||
          method == "DELETE";
@@ -89,7 +98,10 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
       : svc_(svc), ex_(ex), port_(port), head_(std::move(head)), body_(body), parser_(*this) {
     parser_.set_head_request(ex.request().method == "HEAD");
   }
-  ~ProxyExchange() override { release_upstream(false); }
+  ~ProxyExchange() override {
+    release_upstream(false);
+    release_pipe();
+  }
 
   // At head time: no response may be written yet (the parser is mid-request).
   void start() {
@@ -138,13 +150,20 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   }
 
   void proceed() override {
+    if (splicing_) {
+      pump();
+      return;
+    }
     if (upstream_paused_ && up_) {
       upstream_paused_ = false;
       up_->want_data(true);
     }
   }
 
-  void stop() override { release_upstream(false); }
+  void stop() override {
+    release_upstream(false);
+    release_pipe();
+  }
 
   void tick(uint64_t now_ms) override {
     if (!up_ || parser_.head_done() || ex_.finished()) return;
@@ -158,10 +177,14 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
 
   // --- UpstreamEvents ---
   void on_upstream_data(UpstreamConnection& up, const char* data, size_t len) override {
+    if (splicing_) return;  // (reads are the splice's own from then on)
     size_t consumed = 0;
     auto result = parser_.feed(data, len, consumed);
     using R = protocol::ResponseParser::Result;
-    if (result == R::need_more) return;
+    if (result == R::need_more) {
+      maybe_splice();
+      return;
+    }
     if (result == R::complete) {
       release_upstream(reusable_ && consumed == len);
       return;
@@ -201,14 +224,17 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
                           : refused_message());
       return;
     }
-    // Mid-body: only a body delimited by the close ends well.
-    if (parser_.finish() == protocol::ResponseParser::Result::complete) {
+    // Mid-body: only a body delimited by an orderly close ends well (a reset
+    // cut it short, whatever the framing).
+    if (!up.reset() && parser_.finish() == protocol::ResponseParser::Result::complete) {
       release_upstream(false);
       return;
     }
     spdlog::debug("proxy to port {}: service closed mid-response", port_);
     fail(502, codes::kBadGateway, "response truncated");
   }
+
+  void on_upstream_readable(UpstreamConnection&) override { pump(); }
 
   void on_upstream_drained(UpstreamConnection&) override {
     if (client_paused_) {
@@ -232,6 +258,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
     Framing framing = Framing::sized;
     if (head.has_body && !head.content_length)
       framing = ex_.request().version_minor >= 1 ? Framing::chunked : Framing::until_close;
+    client_framing_ = framing;
     ex_.begin_relayed(head.status, head.reason, protocol::client_response_headers(head), framing);
   }
 
@@ -248,6 +275,128 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
     ex_.end();
   }
 
+  // --- the spliced body ---
+  // The rest of the body is large and sized or delimited by the close: from
+  // now on it moves service → pipe → client in the kernel, and the parser is
+  // done with.
+  void maybe_splice() {
+    if (splicing_ || !up_ || ex_.finished() || ex_.peer_gone()) return;
+    const uint64_t left = parser_.sized_body_left();
+    const bool until_close = parser_.in_close_delimited_body();
+    if (left < kSpliceMinBytes && !until_close) return;
+    pipe_ = svc_.pipes().take();
+    if (!pipe_.valid()) return;  // out of descriptors: the buffered path still works
+    splicing_ = true;
+    splice_left_ = left;
+    splice_until_close_ = until_close;
+    splice_keep_alive_ = !until_close && parser_.keep_alive();
+    // Close-delimited to an HTTP/1.1 client: each pipe load is one chunk.
+    splice_chunked_ = client_framing_ == Exchange::Framing::chunked;
+    up_->spliced_reads(true);
+    upstream_paused_ = false;
+    pump();
+  }
+
+  // Moves what it can both ways until both ends would block, then waits for
+  // exactly one thing: the service readable (the pipe is empty) or the client
+  // writable (the pipe holds bytes it cannot take yet). A slow client thus
+  // stops the service reads, with at most one pipe's worth held.
+  void pump() {
+    if (!splicing_ || !up_ || pumping_) return;
+    if (ex_.finished() || ex_.peer_gone()) {
+      up_->want_data(false);  // stop() follows at the safe point
+      return;
+    }
+    pumping_ = true;
+    size_t moved = 0;
+    bool in_blocked = false, out_blocked = false;
+    while (true) {
+      const bool want_in = !splice_eof_ && (splice_until_close_ || splice_left_ > 0);
+      // (A chunk's size is announced before its bytes: no refill until sent.)
+      in_blocked = !want_in || pipe_bytes_ >= pipe_.capacity || (splice_chunked_ && pipe_bytes_ > 0);
+      if (!in_blocked) {
+        size_t room = pipe_.capacity - pipe_bytes_;
+        if (!splice_until_close_ && splice_left_ < room) room = static_cast<size_t>(splice_left_);
+        ssize_t n = up_->splice_to_pipe(pipe_.write_fd, room);
+        if (n > 0) {
+          pipe_bytes_ += static_cast<size_t>(n);
+          if (!splice_until_close_) splice_left_ -= static_cast<uint64_t>(n);
+          if (splice_chunked_) ex_.begin_spliced_chunk(static_cast<size_t>(n));
+        } else if (n == -EAGAIN) {
+          in_blocked = true;  // no data yet, or the pipe is out of slots
+        } else if (n == 0 && splice_until_close_) {
+          splice_eof_ = true;  // the close is the end of this body
+        } else {
+          pumping_ = false;
+          spdlog::debug("proxy to port {}: service closed mid-response ({})", port_, n == 0 ? "EOF" : strerror(-n));
+          fail(502, codes::kBadGateway, "response truncated");
+          return;
+        }
+      }
+      if (pipe_bytes_ > 0) {
+        ssize_t n = ex_.send_spliced(pipe_.read_fd, pipe_bytes_);
+        if (n > 0) {
+          pipe_bytes_ -= static_cast<size_t>(n);
+          moved += static_cast<size_t>(n);
+          out_blocked = false;
+        } else if (n == -EAGAIN) {
+          out_blocked = true;
+        } else {
+          pumping_ = false;
+          if (n == -ENOSYS) {  // a transport that cannot splice: never left waiting
+            fail(502, codes::kBadGateway, "cannot relay the body");
+            return;
+          }
+          up_->want_data(false);  // the client is gone: the connection closes, stop() follows
+          return;
+        }
+      } else {
+        out_blocked = false;
+      }
+      if (pipe_bytes_ == 0 && (splice_eof_ || (!splice_until_close_ && splice_left_ == 0))) {
+        pumping_ = false;
+        finish_spliced();
+        return;
+      }
+      if (out_blocked) {
+        up_->want_data(false);  // proceed() resumes
+        break;
+      }
+      if (in_blocked && pipe_bytes_ == 0) {
+        up_->want_data(true);  // on_upstream_readable() resumes
+        break;
+      }
+      if (moved >= kSpliceBytesPerWake) {
+        // Fair to other connections: carry on from the next loop pass.
+        if (pipe_bytes_ > 0) {
+          up_->want_data(false);
+          ex_.wait_writable();
+        } else {
+          up_->want_data(true);
+        }
+        break;
+      }
+    }
+    pumping_ = false;
+  }
+
+  void finish_spliced() {
+    reusable_ = splice_keep_alive_ && request_complete_ && !ex_.request().upgrade && up_ && up_->idle_writes() &&
+                !up_->broken();
+    if (up_) up_->spliced_reads(false);
+    release_pipe();
+    ex_.end();
+    release_upstream(reusable_);
+  }
+
+  void release_pipe() {
+    if (!pipe_.valid()) return;
+    svc_.pipes().give(pipe_, pipe_bytes_ == 0);
+    pipe_ = {};
+    pipe_bytes_ = 0;
+    splicing_ = false;
+  }
+
   bool connect() {
     int err = 0;
     up_ = UpstreamConnection::connect(svc_.ctx().loop, port_, *this, err);
@@ -262,6 +411,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   // client connection: a cut-off body must not look complete.
   void fail(int status, std::string_view code, const std::string& message) {
     release_upstream(false);
+    release_pipe();
     if (ex_.finished()) return;
     if (ex_.responding()) ex_.connection().close();
     else ex_.respond_error(status, code, message);
@@ -291,6 +441,13 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   uint64_t started_ms_ = 0, deadline_ms_ = 0;
   bool request_complete_ = false, refused_at_start_ = false, body_started_ = false, retried_ = false;
   bool client_paused_ = false, upstream_paused_ = false, reusable_ = false, bogus_upgrade_ = false;
+  Exchange::Framing client_framing_ = Exchange::Framing::sized;
+  http::SplicePipes::Pipe pipe_;
+  size_t pipe_bytes_ = 0;       // in the pipe, not yet taken by the client
+  uint64_t splice_left_ = 0;    // of a sized body, not yet read from the service
+  bool splicing_ = false, splice_until_close_ = false, splice_keep_alive_ = false, splice_eof_ = false;
+  bool splice_chunked_ = false;
+  bool pumping_ = false;
 };
 
 void proxy_head(ProxyService& svc, Exchange& ex) {

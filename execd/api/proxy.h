@@ -12,6 +12,9 @@
 // with its own framing where it has a length, else chunked (or delimited by
 // closing, for HTTP/1.0 clients); a service vanishing mid-response closes the
 // client connection rather than ending the response as if it were complete.
+// Large sized or close-delimited bodies move service socket → pipe → client
+// socket with splice(2): no copy through execd, fewer wake-ups per byte
+// (close-delimited ones to HTTP/1.1 clients one chunk per pipe load).
 #pragma once
 
 #include <cstdint>
@@ -30,12 +33,17 @@ class ProxyService {
   int own_port() const { return own_port_; }
   Context& ctx() { return ctx_; }
   http::UpstreamPool& pool() { return pool_; }
+  http::SplicePipes& pipes() { return pipes_; }
   uint64_t timeout_ms() const { return static_cast<uint64_t>(ctx_.config.proxy_timeout_ms); }
-  void close() { pool_.close(); }
+  void close() {
+    pool_.close();
+    pipes_.close();
+  }
 
  private:
   Context& ctx_;
   http::UpstreamPool pool_;
+  http::SplicePipes pipes_;
   int own_port_ = 0;
 };
 

@@ -251,6 +251,35 @@ bool Connection::flush() {
   return true;
 }
 
+ssize_t Connection::splice_from_pipe(int pipe_fd, size_t len) {
+  if (transport_closed_ || close_requested_ || !transport_) return -EPIPE;
+  if (!queue_.empty()) {
+    flush();
+    if (close_requested_) return -EPIPE;
+    if (!queue_.empty()) return -EAGAIN;  // flush() waits for writable
+  }
+  if (write_blocked_) return -EAGAIN;
+  ssize_t n = transport_->splice_from_pipe(pipe_fd, len);
+  if (n > 0) return n;
+  if (n == -EAGAIN || n == -EWOULDBLOCK) {
+    write_blocked_ = true;
+    transport_->want_writable(true);
+    return -EAGAIN;
+  }
+  if (n == 0) n = -EPIPE;  // an empty pipe: the caller's accounting is wrong
+  if (n != -ENOSYS) {
+    spdlog::debug("{}: splice failed: {}", peer_, strerror(static_cast<int>(-n)));
+    close();
+  }
+  return n;
+}
+
+void Connection::wait_writable() {
+  if (transport_closed_ || close_requested_ || !transport_ || write_blocked_) return;
+  write_blocked_ = true;
+  transport_->want_writable(true);
+}
+
 void Connection::on_transport_writable() {
   if (close_requested_) return;
   write_blocked_ = false;

@@ -88,6 +88,14 @@ class Connection final : public TransportEvents, private protocol::RequestVisito
   WriteQueue& queue() { return queue_; }
   // Writes what it can now; false if the queue is still above its high-water mark.
   bool flush();
+  // Moves up to `len` bytes from `pipe_fd` to the peer once the queue is
+  // empty (queued bytes go first). Bytes moved; -EAGAIN: the peer is full or
+  // the queue not yet empty (writable is being waited for); another -errno:
+  // the connection is closing.
+  ssize_t splice_from_pipe(int pipe_fd, size_t len);
+  // Report writable (to the exchange's source, or the upgraded protocol)
+  // even though the queue is empty.
+  void wait_writable();
   bool keep_alive() const { return keep_alive_; }
   void pause_reading();
   void resume_reading();

@@ -1,6 +1,8 @@
 // execd/http/exchange: see header.
 #include "execd/http/exchange.h"
 
+#include <errno.h>
+
 #include <cstdio>
 
 #include "execd/http/connection.h"
@@ -103,9 +105,31 @@ bool Exchange::send_file(SharedFile file, uint64_t offset, uint64_t length) {
   return more;
 }
 
+ssize_t Exchange::send_spliced(int pipe_fd, size_t len) {
+  if (finished_ || conn_.closing() || (chunked_ && !spliced_chunk_open_)) return -EPIPE;
+  ssize_t n = conn_.splice_from_pipe(pipe_fd, len);
+  if (n == -EAGAIN) source_waiting_ = true;
+  return n;
+}
+
+void Exchange::begin_spliced_chunk(size_t len) {
+  if (finished_ || conn_.closing() || !chunked_ || len == 0) return;
+  char line[32];
+  int n = snprintf(line, sizeof line, "%s%zx\r\n", spliced_chunk_open_ ? "\r\n" : "", len);
+  conn_.queue().append(std::string_view(line, static_cast<size_t>(n)));
+  spliced_chunk_open_ = true;
+}
+
+void Exchange::wait_writable() {
+  if (finished_ || conn_.closing()) return;
+  source_waiting_ = true;
+  conn_.wait_writable();
+}
+
 void Exchange::end() {
   if (finished_) return;
   if (chunked_ && !conn_.closing()) {
+    if (spliced_chunk_open_) conn_.queue().append(std::string_view("\r\n"));
     conn_.queue().append(protocol::kLastChunk);
     conn_.flush();
   }

@@ -14,6 +14,8 @@
 // budgets themselves.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -110,6 +112,17 @@ class Exchange {
   bool send(std::string&& data);
   bool send(std::string_view data);
   bool send_file(SharedFile file, uint64_t offset, uint64_t length);
+  // Body bytes moved from `pipe_fd` to the peer in the kernel. Bytes moved;
+  // -EAGAIN: wait for Source::proceed(); another -errno: the peer is gone
+  // (-ENOSYS: the transport cannot splice). A chunked response must first
+  // announce each chunk with begin_spliced_chunk().
+  ssize_t send_spliced(int pipe_fd, size_t len);
+  // Chunked responses: the size line of the next `len` bytes sent with
+  // send_spliced() (their closing CRLF comes with the next chunk or end()).
+  void begin_spliced_chunk(size_t len);
+  // Source::proceed() once the peer can take more, though nothing is queued
+  // (a source that yields to other connections before its peer is full).
+  void wait_writable();
   void end();
   // The last body bytes and the end of the response in one write (a client
   // waiting for the end wakes once, not twice).
@@ -147,6 +160,7 @@ class Exchange {
   std::unique_ptr<Source> source_;
   bool request_complete_ = false, head_sent_ = false, chunked_ = false, finished_ = false;
   bool source_waiting_ = false;  // send() said "full"; proceed() is owed
+  bool spliced_chunk_open_ = false;  // a spliced chunk still owes its CRLF
   bool stopped_ = false;
 };
 

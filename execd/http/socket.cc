@@ -2,6 +2,7 @@
 #include "execd/http/socket.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -45,6 +46,24 @@ ssize_t SocketTransport::sendfile(int fd, uint64_t offset, size_t len) {
   }
 }
 
+ssize_t SocketTransport::splice_from_pipe(int pipe_fd, size_t len) {
+  while (true) {
+    ssize_t n = ::splice(pipe_fd, nullptr, fd_, nullptr, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    return -errno;
+  }
+}
+
+ssize_t SocketTransport::splice_to_pipe(int pipe_fd, size_t len) {
+  while (true) {
+    ssize_t n = ::splice(fd_, nullptr, pipe_fd, nullptr, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    return -errno;
+  }
+}
+
 void SocketTransport::want_readable(bool on) {
   readable_ = on;
   update();
@@ -79,7 +98,13 @@ void SocketTransport::on_poll(int status, int events) {
     if (closing_) return;
   }
   if (!(events & (UV_READABLE | UV_DISCONNECT)) || (!readable_ && !failed)) return;
-  for (int i = 0; (i < kReadsPerWake || failed) && (readable_ || failed) && !closing_; ++i) {
+  if (owner_reads_) {
+    // The owner's splice sees the data, the EOF or the error itself.
+    events_.on_transport_readable();
+    return;
+  }
+  // (owner_reads_ may turn on from inside on_transport_data: the rest is the owner's.)
+  for (int i = 0; (i < kReadsPerWake || failed) && (readable_ || failed) && !closing_ && !owner_reads_; ++i) {
     ssize_t n = ::read(fd_, g_read_buffer, kReadBufferSize);
     if (n > 0) {
       events_.on_transport_data(g_read_buffer, static_cast<size_t>(n));
@@ -88,8 +113,10 @@ void SocketTransport::on_poll(int status, int events) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && !failed) return;
+    const int err = n < 0 ? errno : 0;
     readable_ = false;
     update();
+    if (err != 0) events_.on_transport_error(err);
     events_.on_transport_eof();
     return;
   }

@@ -17,6 +17,9 @@ class SocketTransport final : public Transport {
 
   ssize_t writev(const struct iovec* iov, int count) override;
   ssize_t sendfile(int fd, uint64_t offset, size_t len) override;
+  ssize_t splice_from_pipe(int pipe_fd, size_t len) override;
+  ssize_t splice_to_pipe(int pipe_fd, size_t len) override;
+  void set_owner_reads(bool on) override { owner_reads_ = on; }
   void want_readable(bool on) override;
   void want_writable(bool on) override;
   void shutdown_write() override;
@@ -31,7 +34,7 @@ class SocketTransport final : public Transport {
   TransportEvents& events_;
   int fd_;
   uv_poll_t poll_;
-  bool readable_ = false, writable_ = false, closing_ = false;
+  bool readable_ = false, writable_ = false, closing_ = false, owner_reads_ = false;
   int polled_ = 0;  // events currently asked of libuv
 };
 

@@ -4,6 +4,7 @@
 // Connection never touches a descriptor or a libuv handle itself.
 #pragma once
 
+#include <errno.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -18,10 +19,16 @@ class TransportEvents {
   virtual void on_transport_data(const char* data, size_t len) = 0;
   // EOF or a read error: the peer is gone.
   virtual void on_transport_eof() = 0;
+  // Just before on_transport_eof() when it was a read error (a reset), not
+  // an orderly close: for owners to whom the difference matters.
+  virtual void on_transport_error(int err) {}
   // The peer can take more (only after want_writable(true)).
   virtual void on_transport_writable() = 0;
   // close() finished; the transport is gone and the owner may be freed.
   virtual void on_transport_closed() = 0;
+  // Readable while reading is left to the owner (set_owner_reads(true)):
+  // nothing was read; the owner moves the bytes itself (splice_to_pipe).
+  virtual void on_transport_readable() {}
 };
 
 class Transport {
@@ -31,6 +38,14 @@ class Transport {
   virtual ssize_t writev(const struct iovec* iov, int count) = 0;
   // Sends `len` bytes of `fd` from `offset`; same return convention.
   virtual ssize_t sendfile(int fd, uint64_t offset, size_t len) = 0;
+  // Zero-copy moves between the socket and a pipe (splice(2)): up to `len`
+  // bytes from the pipe to the peer, or from the peer into the pipe (0: EOF).
+  // Same return convention; -ENOSYS where there is no socket to splice.
+  virtual ssize_t splice_from_pipe(int pipe_fd, size_t len) { return -ENOSYS; }
+  virtual ssize_t splice_to_pipe(int pipe_fd, size_t len) { return -ENOSYS; }
+  // On: a readable socket is reported with on_transport_readable() and not
+  // read (the owner splices); off: the default, bytes come to on_transport_data().
+  virtual void set_owner_reads(bool on) {}
   virtual void want_readable(bool on) = 0;
   virtual void want_writable(bool on) = 0;
   // Half-close: no more writes (the read side stays open).

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -124,6 +125,25 @@ void UpstreamConnection::want_data(bool on) {
   update_reading();
 }
 
+void UpstreamConnection::spliced_reads(bool on) {
+  if (transport_) transport_->set_owner_reads(on);
+}
+
+ssize_t UpstreamConnection::splice_to_pipe(int pipe_fd, size_t len) {
+  if (closed_ || !transport_) return -EPIPE;
+  ssize_t n = transport_->splice_to_pipe(pipe_fd, len);
+  if (n == 0) {
+    eof_ = true;
+    update_reading();
+  }
+  return n;
+}
+
+void UpstreamConnection::on_transport_readable() {
+  if (closed_) return;
+  owner_->on_upstream_readable(*this);
+}
+
 void UpstreamConnection::update_reading() {
   bool want = !closed_ && connected_ && !eof_ && (want_data_ || broken_);
   if (want == reading_) return;
@@ -157,6 +177,44 @@ void UpstreamConnection::close() {
 }
 
 void UpstreamConnection::on_transport_closed() { delete this; }
+
+// ---------------------------------------------------------------------------
+// SplicePipes
+
+SplicePipes::Pipe SplicePipes::take() {
+  if (!spare_.empty()) {
+    Pipe p = spare_.back();
+    spare_.pop_back();
+    return p;
+  }
+  int fds[2];
+  if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return {};
+  fcntl(fds[1], F_SETPIPE_SZ, kPipeSize);  // best effort
+  int size = fcntl(fds[1], F_GETPIPE_SZ);
+  Pipe p;
+  p.read_fd = fds[0];
+  p.write_fd = fds[1];
+  p.capacity = size > 0 ? static_cast<size_t>(size) : 65536;
+  return p;
+}
+
+void SplicePipes::give(Pipe pipe, bool empty) {
+  if (!pipe.valid()) return;
+  if (empty && spare_.size() < kKeep) {
+    spare_.push_back(pipe);
+    return;
+  }
+  ::close(pipe.read_fd);
+  ::close(pipe.write_fd);
+}
+
+void SplicePipes::close() {
+  for (const Pipe& p : spare_) {
+    ::close(p.read_fd);
+    ::close(p.write_fd);
+  }
+  spare_.clear();
+}
 
 // ---------------------------------------------------------------------------
 // UpstreamPool

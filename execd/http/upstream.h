@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "execd/http/transport.h"
 #include "execd/http/write_queue.h"
@@ -37,6 +38,8 @@ class UpstreamEvents {
   virtual void on_upstream_eof(UpstreamConnection& up) = 0;
   // The write queue fell below its low-water mark after write() said false.
   virtual void on_upstream_drained(UpstreamConnection& up) {}
+  // Readable while the owner splices (spliced_reads(true)); nothing was read.
+  virtual void on_upstream_readable(UpstreamConnection& up) {}
 };
 
 class UpstreamConnection final : public TransportEvents {
@@ -57,8 +60,15 @@ class UpstreamConnection final : public TransportEvents {
   bool idle_writes() const { return queue_.empty(); }
   // A write failed: the service is gone (its EOF or reset follows).
   bool broken() const { return broken_; }
+  // The service reset the connection (a read failed), rather than closing it.
+  bool reset() const { return reset_; }
   // Reading on or off (backpressure from the client side).
   void want_data(bool on);
+  // On: the owner moves the bytes itself with splice_to_pipe() when told
+  // on_upstream_readable(); off (the default): on_upstream_data().
+  void spliced_reads(bool on);
+  // Up to `len` bytes into `pipe_fd`; 0 at EOF, -errno (-EAGAIN: nothing yet).
+  ssize_t splice_to_pipe(int pipe_fd, size_t len);
   // Shuts the write side once everything queued went out (a half-close).
   void shutdown_write_when_flushed();
   void close();
@@ -68,6 +78,8 @@ class UpstreamConnection final : public TransportEvents {
   void on_transport_eof() override;
   void on_transport_writable() override;
   void on_transport_closed() override;
+  void on_transport_readable() override;
+  void on_transport_error(int) override { reset_ = true; }
 
  private:
   UpstreamConnection(UpstreamEvents& owner, int port) : owner_(&owner), port_(port) {}
@@ -82,7 +94,33 @@ class UpstreamConnection final : public TransportEvents {
   int fd_ = -1;
   int port_;
   bool connected_ = false, closed_ = false, eof_ = false, want_data_ = true, reading_ = false;
-  bool write_blocked_ = false, owes_drained_ = false, shutdown_pending_ = false, broken_ = false;
+  bool write_blocked_ = false, owes_drained_ = false, shutdown_pending_ = false, broken_ = false, reset_ = false;
+};
+
+// Pipes for splice(2) (service socket → pipe → client socket), kept for
+// reuse while empty. A pipe is owned by one proxied response at a time;
+// one given back with bytes still in it is closed instead.
+class SplicePipes {
+ public:
+  static constexpr size_t kKeep = 8;
+  // Pipe capacity asked for: fewer, larger moves per wake-up. The kernel may
+  // refuse (pipe-user-pages-soft); the default then serves.
+  static constexpr int kPipeSize = 1 << 20;
+  struct Pipe {
+    int read_fd = -1, write_fd = -1;
+    size_t capacity = 0;
+    bool valid() const { return read_fd >= 0; }
+  };
+
+  ~SplicePipes() { close(); }
+  // An empty pipe, or an invalid one when none can be made (no descriptors).
+  Pipe take();
+  // Back from its user; `empty`: nothing left inside.
+  void give(Pipe pipe, bool empty);
+  void close();
+
+ private:
+  std::vector<Pipe> spare_;
 };
 
 // Idle keep-alive connections per port: bounded per port and in total, each

@@ -10,6 +10,13 @@ prints their ports as one JSON line and runs until stdin closes:
 * "tunnel": a raw server answering any request with 101 and then echoing
   bytes until EOF, then writing "BYE" and closing (half-close both ways).
 * "plain": Python's http.server (HTTP/1.0, a file directory).
+* "flaky": a raw keep-alive service whose kept-alive connections are gone by
+  the time the next request arrives: it answers the first request on each
+  connection and resets the connection on any later one (its idle close
+  racing that request), or, under /always-drop, on every request. GET
+  /stats on a direct connection tells which requests it answered and dropped.
+  GET /close-delimited?size=N[&reset=M] answers N deterministic bytes with
+  no length, ended by closing the connection (or reset after M bytes).
 """
 
 from __future__ import annotations
@@ -183,6 +190,91 @@ async def tunnel_client(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         writer.close()
 
 
+def start_flaky() -> int:
+    lock = threading.Lock()
+    stats = {"connections": 0, "answered": [], "dropped": []}
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(128)
+
+    def read_head(c: socket.socket, buf: bytes) -> tuple[bytes, bytes] | None:
+        while b"\r\n\r\n" not in buf:
+            piece = c.recv(65536)
+            if not piece:
+                return None
+            buf += piece
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        return head, rest
+
+    def serve(c: socket.socket, conn_id: int):
+        buf = b""
+        k = 0
+        try:
+            while True:
+                got = read_head(c, buf)
+                if got is None:
+                    return
+                head, buf = got
+                lines = head.decode("latin-1").split("\r\n")
+                method, path = lines[0].split(" ")[:2]
+                headers = {ln.split(":", 1)[0].strip().lower(): ln.split(":", 1)[1].strip() for ln in lines[1:]}
+                if path == "/stats":
+                    with lock:
+                        body = json.dumps(stats).encode()
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+                              + body)
+                    return
+                if k > 0 or path.startswith("/always-drop"):
+                    with lock:
+                        stats["dropped"].append([conn_id, k, method, path])
+                    # Reset, with whatever body followed still unread.
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
+                if path.startswith("/close-delimited"):
+                    query = dict(kv.split("=", 1) for kv in path.partition("?")[2].split("&") if "=" in kv)
+                    size, cut = int(query.get("size", "0")), int(query.get("reset", "-1"))
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n")
+                    data, sent = block(), 0
+                    end = size if cut < 0 else cut
+                    while sent < end:
+                        n = min(len(data), end - sent)
+                        c.sendall(data[:n])
+                        sent += n
+                    if cut >= 0:
+                        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
+                length = int(headers.get("content-length", "0"))
+                while len(buf) < length:
+                    piece = c.recv(65536)
+                    if not piece:
+                        return
+                    buf += piece
+                body_len, buf = length, buf[length:]
+                with lock:
+                    stats["answered"].append([conn_id, k, method, path, body_len])
+                body = json.dumps({"connection": conn_id, "request": k, "method": method,
+                                   "body_len": body_len}).encode()
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                          % len(body) + body)
+                k += 1
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def accept():
+        while True:
+            c, _ = srv.accept()
+            with lock:
+                stats["connections"] += 1
+                conn_id = stats["connections"]
+            threading.Thread(target=serve, args=(c, conn_id), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return srv.getsockname()[1]
+
+
 def start_plain(root: str) -> int:
     with open(os.path.join(root, "hello.txt"), "w") as f:
         f.write("hello from http.server\n")
@@ -205,7 +297,9 @@ async def main():
     tunnel_port = tunnel.sockets[0].getsockname()[1]
     root = tempfile.mkdtemp(prefix="proxy-plain-")
     plain_port = start_plain(root)
-    print(json.dumps({"aiohttp": app_port, "ws": ws_port, "tunnel": tunnel_port, "plain": plain_port}), flush=True)
+    flaky_port = start_flaky()
+    print(json.dumps({"aiohttp": app_port, "ws": ws_port, "tunnel": tunnel_port, "plain": plain_port,
+                      "flaky": flaky_port}), flush=True)
     loop = asyncio.get_running_loop()
     try:
         await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes stdin

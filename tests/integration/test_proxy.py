@@ -10,6 +10,7 @@ endpoint `<host>:<execd port>/proxy/{port}`."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import http.client
 import json
@@ -18,6 +19,7 @@ import socket
 import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -194,6 +196,60 @@ def test_keep_alive_reuse(execd, services):
         assert st == 200
     after = json.loads(raw_request(execd, "GET", f"/proxy/{port}/connections")[2])["connections"]
     assert after - before <= 2, (before, after)
+
+
+def flaky_stats(port: int) -> dict:
+    """Asked of the service directly (not through execd, whose pool it would disturb)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", "/stats")
+        return json.loads(c.getresponse().read())
+    finally:
+        c.close()
+
+
+def test_closed_kept_alive_connection_retried_for_get(execd, services):
+    port = services["flaky"]
+    tag = os.urandom(6).hex()
+    st, _, body = raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}/1")
+    assert st == 200
+    first = json.loads(body)["connection"]
+    # The pooled connection is reset when this request arrives on it: execd
+    # tries once more on a fresh connection, and the client never knows.
+    st, _, body = raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}/2")
+    assert st == 200, body
+    second = json.loads(body)
+    assert second["connection"] != first and second["request"] == 0
+    stats = flaky_stats(port)
+    assert [d for d in stats["dropped"] if d[3] == f"/ok/{tag}/2"] == [[first, 1, "GET", f"/ok/{tag}/2"]]
+    assert [a[0] for a in stats["answered"] if a[3] == f"/ok/{tag}/2"] == [second["connection"]]
+
+
+def test_closed_kept_alive_connection_retried_once_only(execd, services):
+    port = services["flaky"]
+    tag = os.urandom(6).hex()
+    assert raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}")[0] == 200
+    # Dropped on the reused connection and again on the fresh one: 502, no loop.
+    st, _, body = raw_request(execd, "GET", f"/proxy/{port}/always-drop/{tag}")
+    assert st == 502 and json.loads(body)["code"] == "BAD_GATEWAY"
+    dropped = [d for d in flaky_stats(port)["dropped"] if d[3] == f"/always-drop/{tag}"]
+    assert len(dropped) == 2 and dropped[0][0] != dropped[1][0], dropped
+
+
+@pytest.mark.parametrize("method,body", [("POST", b"b" * 100000), ("PUT", b"p" * 100), ("POST", None)])
+def test_closed_kept_alive_connection_not_retried_with_body_or_unsafe(execd, services, method, body):
+    port = services["flaky"]
+    tag = os.urandom(6).hex()
+    assert raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}/1")[0] == 200
+    # A body was (being) sent, or the method is not idempotent: the service
+    # may have acted on it, so execd answers 502 rather than repeat it.
+    st, _, resp = raw_request(execd, method, f"/proxy/{port}/ok/{tag}/2", body=body)
+    assert st == 502 and json.loads(resp)["code"] == "BAD_GATEWAY", resp
+    stats = flaky_stats(port)
+    assert len([d for d in stats["dropped"] if d[3] == f"/ok/{tag}/2"]) == 1
+    assert not [a for a in stats["answered"] if a[3] == f"/ok/{tag}/2"]
+    # The next request is fine (on a fresh connection).
+    assert raw_request(execd, "GET", f"/proxy/{port}/ok/{tag}/3")[0] == 200
 
 
 # ---------------------------------------------------------------------------
@@ -394,6 +450,164 @@ def test_http10_client_gets_close_delimited_body(execd, services):
     assert b"transfer-encoding" not in head.lower()
     assert b"connection: close" in head.lower()
     assert hashlib.sha256(body).hexdigest() == proxy_services.expected_sha(300000)
+
+
+# ---------------------------------------------------------------------------
+# Spliced bodies (sized, or close-delimited to an HTTP/1.0 client, with more
+# than 64 KiB left after the head: service socket -> pipe -> client socket)
+
+
+def read_sized_body(s, rest: bytes, size: int) -> tuple[int, str]:
+    h = hashlib.sha256(rest[:size])
+    n = min(len(rest), size)
+    while n < size:
+        piece = s.recv(min(1 << 20, size - n))
+        assert piece, f"closed after {n} of {size} bytes"
+        h.update(piece)
+        n += len(piece)
+    return n, h.hexdigest()
+
+
+def test_spliced_bodies_back_to_back_on_one_connection(execd, services):
+    port = services["aiohttp"]
+    before = json.loads(raw_request(execd, "GET", f"/proxy/{port}/connections")[2])["connections"]
+    s = connect(execd)
+    try:
+        # Pipes and upstream connections go back for reuse after each body:
+        # any byte left behind would show in the next digest.
+        for size in (64 << 10, (64 << 10) + 1, 5 << 20 | 777, 32 << 20):
+            send_head(s, execd, "GET", f"/proxy/{port}/download?size={size}")
+            head, rest = read_head(s)
+            assert b" 200 " in head.split(b"\r\n")[0] and f"Content-Length: {size}".encode() in head
+            assert read_sized_body(s, rest, size) == (size, proxy_services.expected_sha(size))
+        send_head(s, execd, "GET", f"/proxy/{port}/echo/after")
+        head, rest = read_head(s)
+        assert b" 200 " in head.split(b"\r\n")[0]
+    finally:
+        s.close()
+    after = json.loads(raw_request(execd, "GET", f"/proxy/{port}/connections")[2])["connections"]
+    assert after - before <= 2, (before, after)
+
+
+def test_spliced_close_delimited_body_to_http10_client(execd, services):
+    size = 24 << 20 | 4321
+    s = connect(execd)
+    try:
+        s.sendall(f"GET /proxy/{services['flaky']}/close-delimited?size={size} HTTP/1.0\r\n"
+                  f"{TOKEN_HEADER}: {execd.token}\r\n\r\n".encode())
+        head, rest = read_head(s)
+        h = hashlib.sha256(rest)
+        n = len(rest)
+        while piece := s.recv(1 << 20):
+            h.update(piece)
+            n += len(piece)
+    finally:
+        s.close()
+    assert b"connection: close" in head.lower() and b"content-length" not in head.lower()
+    assert (n, h.hexdigest()) == (size, proxy_services.expected_sha(size))
+
+
+def test_spliced_close_delimited_body_to_http11_client_is_chunked(execd, services):
+    # One chunk per pipe load; the connection stays usable after the last chunk.
+    c = http.client.HTTPConnection(execd.host, execd.port, timeout=60 * SLOW)
+    try:
+        socks = []
+        for size in (24 << 20 | 4321, 100 << 10):
+            c.request("GET", f"/proxy/{services['flaky']}/close-delimited?size={size}", headers=execd.headers())
+            socks.append(c.sock)
+            r = c.getresponse()
+            assert r.status == 200 and r.getheader("Transfer-Encoding") == "chunked"
+            data = r.read()
+            assert (len(data), hashlib.sha256(data).hexdigest()) == (size, proxy_services.expected_sha(size))
+        assert socks[0] is socks[1] and socks[0] is not None  # kept alive
+    finally:
+        c.close()
+
+
+def test_close_delimited_body_reset_is_never_a_complete_response(execd, services):
+    # To an HTTP/1.1 client the body goes chunked: a reset (not a close) of
+    # the service must not produce the last chunk.
+    s = connect(execd)
+    try:
+        send_head(s, execd, "GET", f"/proxy/{services['flaky']}/close-delimited?size={64 << 20}&reset={8 << 20}")
+        head, rest = read_head(s)
+        assert b"transfer-encoding: chunked" in head.lower()
+        data = rest
+        while not data.endswith(b"0\r\n\r\n") and (piece := s.recv(1 << 20)):
+            data += piece
+        assert not data.endswith(b"0\r\n\r\n")  # the connection closed instead
+    finally:
+        s.close()
+    assert execd.ping() == 200
+
+
+def test_spliced_body_service_reset_closes_client(execd, services):
+    # Sized (4 MiB promised, reset after 1): the client sees a short body and
+    # the connection closed. Close-delimited to an HTTP/1.0 client: closed
+    # short. Either way execd goes on serving.
+    c = http.client.HTTPConnection(execd.host, execd.port, timeout=30 * SLOW)
+    c.request("GET", f"/proxy/{services['aiohttp']}/reset", headers=execd.headers())
+    r = c.getresponse()
+    with pytest.raises(http.client.IncompleteRead):
+        r.read()
+    c.close()
+    s = connect(execd)
+    try:
+        s.sendall(f"GET /proxy/{services['flaky']}/close-delimited?size={64 << 20}&reset={8 << 20} HTTP/1.0\r\n"
+                  f"{TOKEN_HEADER}: {execd.token}\r\n\r\n".encode())
+        head, rest = read_head(s)
+        n = len(rest)
+        try:
+            while piece := s.recv(1 << 20):
+                n += len(piece)
+        except ConnectionResetError:
+            pass
+        assert n < 64 << 20
+    finally:
+        s.close()
+    assert execd.ping() == 200
+
+
+@pytest.mark.parametrize("phase", ["after-head", "mid-body", "stalled", "half-close"])
+def test_spliced_body_client_vanishes(execd, services, phase):
+    port = services["aiohttp"]
+    size = 256 << 20
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)  # fills early when not read
+    s.settimeout(30 * SLOW)
+    s.connect((execd.host, execd.port))
+    send_head(s, execd, "GET", f"/proxy/{port}/download?size={size}")
+    head, rest = read_head(s)
+    assert f"Content-Length: {size}".encode() in head
+    if phase == "mid-body":
+        read_sized_body(s, rest, 8 << 20)
+    elif phase == "stalled":
+        # Read nothing until our receive buffer holds most of what it can:
+        # execd then waits for the client to be writable, the pipe full.
+        def queued():
+            return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+        wait_until(lambda: queued() >= 128 << 10, 10 * SLOW, what="client receive buffer filling")
+    if phase == "half-close":
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(30 * SLOW)
+        try:
+            while s.recv(1 << 20):
+                pass
+        except ConnectionResetError:
+            pass
+        s.close()
+    else:
+        reset_socket(s)
+    # Still serving; the next spliced body is whole (no stale pipe bytes).
+    assert execd.ping() == 200
+    s = connect(execd)
+    try:
+        size2 = 3 << 20 | 99
+        send_head(s, execd, "GET", f"/proxy/{port}/download?size={size2}")
+        head, rest = read_head(s)
+        assert read_sized_body(s, rest, size2) == (size2, proxy_services.expected_sha(size2))
+    finally:
+        s.close()
 
 
 # ---------------------------------------------------------------------------

@@ -276,3 +276,64 @@ TEST_CASE("response parser: 101 stops where the other protocol begins") {
   CHECK(got.heads[0].upgrade);
   CHECK(got.heads[0].status == 101);
 }
+
+TEST_CASE("response parser: what is left of a body, for a caller that splices it") {
+  size_t used = 0;
+  SUBCASE("sized: counts down as body bytes are fed") {
+    Collected got;
+    ResponseParser p(got);
+    std::string wire = "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + std::string(1000, 'x');
+    CHECK(p.sized_body_left() == 0);  // nothing parsed yet
+    REQUIRE(p.feed(wire.data(), wire.size(), used) == ResponseParser::Result::need_more);
+    CHECK(p.sized_body_left() == 99000);
+    CHECK_FALSE(p.in_close_delimited_body());
+    CHECK(p.keep_alive());
+  }
+  SUBCASE("sized, Connection: close: not for reuse") {
+    Collected got;
+    ResponseParser p(got);
+    std::string wire = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 10\r\n\r\n";
+    REQUIRE(p.feed(wire.data(), wire.size(), used) == ResponseParser::Result::need_more);
+    CHECK(p.sized_body_left() == 10);
+    CHECK_FALSE(p.keep_alive());
+  }
+  SUBCASE("close-delimited") {
+    Collected got;
+    ResponseParser p(got);
+    std::string wire = "HTTP/1.1 200 OK\r\n\r\nabc";
+    REQUIRE(p.feed(wire.data(), wire.size(), used) == ResponseParser::Result::need_more);
+    CHECK(p.sized_body_left() == 0);
+    CHECK(p.in_close_delimited_body());
+    CHECK_FALSE(p.keep_alive());
+  }
+  SUBCASE("chunked, HEAD, 304 and complete responses have nothing to splice") {
+    for (const char* w : {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n",
+                          "HTTP/1.1 304 Not Modified\r\nContent-Length: 500000\r\n\r\n",
+                          "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"}) {
+      Collected got;
+      ResponseParser p(got);
+      std::string wire = w;
+      p.feed(wire.data(), wire.size(), used);
+      CHECK(p.sized_body_left() == 0);
+      CHECK_FALSE(p.in_close_delimited_body());
+    }
+    Collected got;
+    ResponseParser p(got);
+    p.set_head_request(true);
+    std::string wire = "HTTP/1.1 200 OK\r\nContent-Length: 500000\r\n\r\n";
+    p.feed(wire.data(), wire.size(), used);
+    CHECK(p.sized_body_left() == 0);
+    CHECK_FALSE(p.in_close_delimited_body());
+  }
+  SUBCASE("interim 100 then a sized head") {
+    Collected got;
+    ResponseParser p(got);
+    std::string wire = "HTTP/1.1 100 Continue\r\n\r\n";
+    REQUIRE(p.feed(wire.data(), wire.size(), used) == ResponseParser::Result::need_more);
+    CHECK(p.sized_body_left() == 0);
+    CHECK_FALSE(p.in_close_delimited_body());
+    wire = "HTTP/1.1 200 OK\r\nContent-Length: 70000\r\n\r\n";
+    REQUIRE(p.feed(wire.data(), wire.size(), used) == ResponseParser::Result::need_more);
+    CHECK(p.sized_body_left() == 70000);
+  }
+}
