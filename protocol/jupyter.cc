@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/core_names.h>
 #include <openssl/params.h>
+#include <simdjson.h>
 #include <sys/time.h>
 
 #include <ctime>
@@ -123,6 +124,21 @@ std::optional<Envelope> read_envelope(const WireMessage& m) {
   json parent = json::parse(m.parent_header, nullptr, false);
   if (!header.is_object() || !parent.is_object()) return std::nullopt;
   return Envelope{string_field(header, "msg_type"), string_field(header, "msg_id"), string_field(parent, "msg_id")};
+}
+
+std::optional<StreamContent> read_stream_content(std::string_view content) {
+  // One parser per thread: its buffers are reused from message to message.
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  if (parser.parse(content.data(), content.size()).get(obj)) return std::nullopt;
+  auto name = obj["name"];
+  std::string_view text;
+  if (name.error() || obj["text"].get(text)) return std::nullopt;
+  std::string_view n;
+  StreamContent out;
+  out.is_stderr = !name.get(n) && n == "stderr";
+  out.text.assign(text);
+  return out;
 }
 
 WireMessage make_request(std::string_view msg_type, std::string_view msg_id, std::string_view session,

@@ -109,6 +109,7 @@ class Exchange {
   // gone); wait for Source::proceed() before sending more.
   bool send(std::string&& data);
   bool send(std::string_view data);
+  // A file range; in a chunked response, one chunk.
   bool send_file(SharedFile file, uint64_t offset, uint64_t length);
   void end();
   // The last body bytes and the end of the response in one write (a client
