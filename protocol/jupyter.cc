@@ -151,7 +151,7 @@ WireMessage make_request(std::string_view msg_type, std::string_view msg_id, std
   h["date"] = iso_now();
   h["version"] = kProtocolVersion;
   WireMessage m;
-  m.header = h.dump();
+  m.header = h.dump(-1, ' ', false, kReplace);  // never throws, whatever the caller passes
   m.content = std::move(content);
   return m;
 }
