@@ -34,6 +34,8 @@ const char* const kUsage =
     "  --graceful-shutdown-timeout D   drain time on SIGTERM (default 1s; env EXECD_API_GRACE_SHUTDOWN)\n"
     "  --retention D                   keep finished commands and their output (default 15m)\n"
     "  --log-limit BYTES               retained output per command (default 67108864)\n"
+    "  --code-spill-limit BYTES        /code output kept on disk for a slow client before its stream\n"
+    "                                  ends with OutputOverflow (default 1073741824; 0 = none)\n"
     "  --max-body BYTES                largest JSON request body (default 8388608)\n"
     "  --pty-replay-bytes BYTES        replay buffer per PTY session (default 1048576)\n"
     "  --kill-grace D                  TERM to KILL delay on timeout/interrupt (default 2s)\n"
@@ -358,6 +360,10 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--max-connections needs a count >= 1";
       cfg.max_connections = n;
+    } else if (name == "code-spill-limit") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 0, int64_t(1) << 50, n)) return "--code-spill-limit needs a byte count";
+      cfg.code_spill_limit_bytes = n;
     } else if (name == "log-limit" || name == "max-body") {
       int64_t n;
       if (!need_value() || !parse_int(value, 0, int64_t(1) << 50, n)) return "--" + name + " needs a byte count";

@@ -90,7 +90,15 @@ void KernelChannels::drain(int i) {
   draining_ = true;
   void* s = sockets_[i];
   std::vector<std::string> frames;
+  size_t taken = 0;
   while (!closed_) {
+    // A kernel printing as fast as it can must not hold the loop: after a
+    // turn's worth, the rest waits for the next iteration, so the clients,
+    // other kernels and the spill file's write completions get theirs.
+    if (taken >= kDrainTurnBytes) {
+      schedule_drain();
+      break;
+    }
     int events = 0;
     size_t len = sizeof events;
     if (zmq_getsockopt(s, ZMQ_EVENTS, &events, &len) != 0 || !(events & ZMQ_POLLIN)) break;
@@ -105,6 +113,7 @@ void KernelChannels::drain(int i) {
         break;
       }
       frames.emplace_back(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
+      taken += zmq_msg_size(&part);
       more = zmq_msg_more(&part);
       zmq_msg_close(&part);
     }

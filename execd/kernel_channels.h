@@ -43,6 +43,8 @@ class KernelChannels {
 
  private:
   static constexpr int kCount = 5;
+  // Bytes of kernel messages one drain() takes before yielding the loop.
+  static constexpr size_t kDrainTurnBytes = 2 << 20;
   KernelChannels(uv_loop_t* loop, KernelChannelHandler& handler, std::string key);
   ~KernelChannels() = default;
   static void on_poll(uv_poll_t* p, int status, int events);

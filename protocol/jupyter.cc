@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/core_names.h>
 #include <openssl/params.h>
+#include <simdjson.h>
 #include <sys/time.h>
 
 #include <ctime>
@@ -125,6 +126,21 @@ std::optional<Envelope> read_envelope(const WireMessage& m) {
   return Envelope{string_field(header, "msg_type"), string_field(header, "msg_id"), string_field(parent, "msg_id")};
 }
 
+std::optional<StreamContent> read_stream_content(std::string_view content) {
+  // One parser per thread: its buffers are reused from message to message.
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  if (parser.parse(content.data(), content.size()).get(obj)) return std::nullopt;
+  auto name = obj["name"];
+  std::string_view text;
+  if (name.error() || obj["text"].get(text)) return std::nullopt;
+  std::string_view n;
+  StreamContent out;
+  out.is_stderr = !name.get(n) && n == "stderr";
+  out.text.assign(text);
+  return out;
+}
+
 WireMessage make_request(std::string_view msg_type, std::string_view msg_id, std::string_view session,
                          std::string content) {
   ojson h;
@@ -135,7 +151,7 @@ WireMessage make_request(std::string_view msg_type, std::string_view msg_id, std
   h["date"] = iso_now();
   h["version"] = kProtocolVersion;
   WireMessage m;
-  m.header = h.dump();
+  m.header = h.dump(-1, ' ', false, kReplace);  // never throws, whatever the caller passes
   m.content = std::move(content);
   return m;
 }

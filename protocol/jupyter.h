@@ -57,6 +57,16 @@ struct Envelope {
 // nullopt when the header or parent header is not a JSON object.
 std::optional<Envelope> read_envelope(const WireMessage& m);
 
+// A `stream` message's content: which stream, and its text. nullopt unless
+// the content is an object with a `name` and a string `text`. Parsed with
+// simdjson: a kernel printing as fast as it can sends little else, and this
+// parse is most of what execd spends per byte of its output.
+struct StreamContent {
+  bool is_stderr = false;
+  std::string text;
+};
+std::optional<StreamContent> read_stream_content(std::string_view content);
+
 // A request from execd: a fresh header (msg_id, session, ISO 8601 date,
 // protocol version) around `content`.
 WireMessage make_request(std::string_view msg_type, std::string_view msg_id, std::string_view session,
@@ -100,7 +110,8 @@ std::string error_event(std::string_view ename, std::string_view evalue, const s
 std::string error_event_from(const nlohmann::json& content, int64_t ts_ms);
 
 struct CodeOutcome {
-  std::string status;  // "ok", "error", "aborted", "interrupted", "died", "start_failed"
+  std::string status;  // "ok", "error", "aborted", "interrupted", "died", "start_failed",
+                       // "output_overflow" (the client read too slowly, see --code-spill-limit)
   std::optional<int64_t> execution_count;
   int64_t execution_time_ms = 0;
 };

@@ -91,9 +91,12 @@ struct ReadyWaiter : Awaitable {};
 class CodeRun final : public ExecutionProducer {
  public:
   explicit CodeRun(CodeContext& c) : ctx(c) {}
-  // Kernel output is not pausable; the stream buffers it (see README).
+  // Kernel output is not pausable (iopub is PUB/SUB: ZeroMQ would drop what
+  // execd stopped reading); a client that falls behind gets it through the
+  // stream's spill file instead (spill_to, --code-spill-limit).
   void set_client_paused(bool) override {}
   void client_gone() override;
+  void output_overflow(const std::string& reason) override;
 
   CodeContext& ctx;
   std::string code;
@@ -429,6 +432,15 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   }
 
   void on_iopub(const std::string& type, const std::string& content_text) {
+    if (type == "stream") {
+      ExecutionStream* s = run_->stream.get();
+      if (!s) return;  // the client left; the kernel is being interrupted
+      auto sc = jp::read_stream_content(content_text);
+      if (!sc) return;
+      s->output(sc->is_stderr ? protocol::OutputStream::err : protocol::OutputStream::out,
+                reinterpret_cast<const uint8_t*>(sc->text.data()), sc->text.size());
+      return;
+    }
     json c = json::parse(content_text, nullptr, false);
     if (!c.is_object()) return;
     ExecutionStream* s = run_->stream.get();
@@ -449,14 +461,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
       return;
     }
     if (!s) return;  // the client left; the kernel is being interrupted
-    if (type == "stream") {
-      auto name = c.find("name");
-      auto text = c.find("text");
-      if (name == c.end() || text == c.end() || !text->is_string()) return;
-      const std::string& t = text->get_ref<const std::string&>();
-      auto which = *name == "stderr" ? protocol::OutputStream::err : protocol::OutputStream::out;
-      s->output(which, reinterpret_cast<const uint8_t*>(t.data()), t.size());
-    } else if (type == "execute_result") {
+    if (type == "execute_result") {
       if (auto n = c.find("execution_count"); n != c.end() && n->is_number_integer()) {
         run_->count = n->get<int64_t>();
         s->event(jp::execution_count_event(*run_->count, now));
@@ -562,6 +567,22 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
 };
 
 void CodeRun::client_gone() { ctx.client_gone(); }
+
+void CodeRun::output_overflow(const std::string& reason) {
+  // The client hears why its output ends here, after everything before it;
+  // the kernel is interrupted so that the context becomes free again.
+  if (ExecutionStream* s = stream.get()) {
+    std::string message = "execd: " + reason + "; the execution was interrupted";
+    int64_t now = unix_ms();
+    s->event(jp::error_event("OutputOverflow", message, {message}, now));
+    jp::CodeOutcome o;
+    o.status = "output_overflow";
+    o.execution_count = count;
+    o.execution_time_ms = sent ? now - started_ms : 0;
+    s->finish_with(jp::complete_event(o, now));
+  }
+  ctx.client_gone();
+}
 
 CodeContext& CodeRegistryImpl::create(const std::string& language, const pty::KernelSpec& spec,
                                       const std::string& cwd) {
@@ -708,6 +729,7 @@ void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
   auto stream = std::make_unique<ExecutionStream>(ex, framing_for(reg.ctx, ex));
   ExecutionStream& s = *stream;
   s.encoder().set_split_lines(false);
+  s.spill_to(reg.ctx.loop, reg.ctx.config.state_dir, static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
   ex.attach(std::move(stream));
   s.start(*run, c->id());
   c->begin_run(std::move(run));

@@ -7,9 +7,21 @@
 // stream and is linked to it: it pushes output in, and hears from the stream
 // only "client behind / caught up" (set_client_paused) and "client gone".
 // This is the one place where output backpressure is decided for executions.
+//
+// A producer that cannot pause (a Jupyter kernel) asks for spill_to(): once
+// the client is behind, later output goes to a SpillFile and reaches the
+// connection as file ranges, in order, as the client catches up. When the
+// spill cannot take more (its limit, a failing disk) the producer hears
+// output_overflow() and ends the stream with a structured error; whatever
+// was accepted before still reaches the client first. Nothing is dropped
+// without the client being told.
 #pragma once
 
+#include <uv.h>
+
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 
 #include "execd/context.h"
@@ -20,6 +32,7 @@
 namespace execd::api {
 
 class ExecutionStream;
+class SpillFile;
 
 // Whatever produces an execution's output.
 class ExecutionProducer {
@@ -28,6 +41,11 @@ class ExecutionProducer {
   virtual void set_client_paused(bool paused) = 0;
   // The stream is gone (its link is already cut).
   virtual void client_gone() = 0;
+  // Spilled streams: the client is too far behind for the output to be kept
+  // (`reason` says how). The producer should end the stream (event(),
+  // finish_with()) and stop its execution; a stream still open afterwards
+  // is ended without a terminal event.
+  virtual void output_overflow(const std::string& reason) {}
   Link<ExecutionStream> stream;
 };
 
@@ -51,6 +69,10 @@ class ExecutionStream final : public http::Source {
   protocol::EventEncoder& encoder() { return enc_; }
   // Background commands: the stream only says that the command started.
   void finish_background();
+  // The producer cannot pause: when the client is behind, output goes to an
+  // anonymous file under `dir`, at most `limit` bytes (0: none; the first
+  // output the client is behind on overflows).
+  void spill_to(uv_loop_t* loop, std::string dir, uint64_t limit);
 
   // Source
   void proceed() override;
@@ -64,11 +86,32 @@ class ExecutionStream final : public http::Source {
   // into `buf`; false if it had already ended.
   bool begin_ending(std::string& buf, int64_t now);
   void drop_producer();
+  // Every encoded byte goes out through here: to the connection, or to the
+  // spill while the client is behind, or (after an overflow) to the tail.
+  void deliver(std::string&& buf);
+  // The last bytes: once everything spilled has gone to the connection.
+  void end_response(std::string&& buf);
+  // Hands durable spilled ranges to the connection until it is full.
+  void hand_over();
+  void overflow(const std::string& reason);
 
   http::Exchange& ex_;
   protocol::EventEncoder enc_;
   uint64_t last_ping_ms_ = 0;
   bool ended_ = false;
+
+  // Spilling (see spill_to)
+  bool spill_allowed_ = false;
+  uv_loop_t* spill_loop_ = nullptr;
+  std::string spill_dir_;
+  uint64_t spill_limit_ = 0;
+  std::shared_ptr<SpillFile> spill_;
+  uint64_t handed_ = 0;         // spilled bytes given to the connection
+  bool spilling_ = false;       // the client is behind: output goes to the spill
+  bool waiting_ = false;        // the connection is full; proceed() is owed
+  bool overflowed_ = false;     // output past the spill was refused
+  bool end_pending_ = false;    // end with end_tail_ once the spill is handed over
+  std::string end_tail_;
 };
 
 // Fills `signal` ("SIGKILL") and `signal_text` ("killed") of a result.

@@ -99,7 +99,17 @@ bool Exchange::send(std::string_view data) {
 
 bool Exchange::send_file(SharedFile file, uint64_t offset, uint64_t length) {
   if (finished_ || conn_.closing()) return false;
-  conn_.queue().append_file(std::move(file), offset, length);
+  WriteQueue& q = conn_.queue();
+  if (chunked_ && length > 0) {
+    // One chunk for the whole range (spilled execution output).
+    char head[24];
+    int n = snprintf(head, sizeof head, "%llx\r\n", static_cast<unsigned long long>(length));
+    q.append(std::string_view(head, static_cast<size_t>(n)));
+    q.append_file(std::move(file), offset, length);
+    q.append(std::string_view("\r\n"));
+  } else {
+    q.append_file(std::move(file), offset, length);
+  }
   bool more = conn_.flush();
   if (!more) source_waiting_ = true;
   return more;

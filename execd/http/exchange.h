@@ -111,6 +111,7 @@ class Exchange {
   // gone); wait for Source::proceed() before sending more.
   bool send(std::string&& data);
   bool send(std::string_view data);
+  // A file range; in a chunked response, one chunk.
   bool send_file(SharedFile file, uint64_t offset, uint64_t length);
   // Body bytes moved from `pipe_fd` to the peer in the kernel. Bytes moved;
   // -EAGAIN: wait for Source::proceed(); another -errno: the peer is gone

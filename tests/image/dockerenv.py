@@ -198,7 +198,18 @@ def base_rootfs_tar() -> Path:
 def build_args() -> dict[str, str]:
     """--build-arg values for image/Dockerfile (JOBS from the environment)."""
     jobs = os.environ.get("JOBS", "").strip()
-    return {"JOBS": jobs} if jobs.isdigit() else {}
+    args = {"JOBS": jobs} if jobs.isdigit() else {}
+    # pip in the bash-kernel stage trusts what this machine's pip trusts: the
+    # CAs added locally (a TLS-intercepting egress proxy's, for one) and the
+    # index it is pointed at. Certificates are public; the stage that uses
+    # them is not part of any image.
+    extra = sorted(Path("/usr/local/share/ca-certificates").glob("**/*.crt"))
+    pem = "".join(p.read_text() for p in extra if p.is_file())
+    if pem.strip():
+        args["EXTRA_CA_PEM"] = pem
+    if os.environ.get("PIP_INDEX_URL"):
+        args["PIP_INDEX_URL"] = os.environ["PIP_INDEX_URL"]
+    return args
 
 
 def docker_build(dockerd, context: Path, tag: str, dockerfile: Path | None = None,

@@ -1,6 +1,7 @@
 """The code-interpreter image variant (image/Dockerfile --target code-interpreter):
 execd as PID 1 starts Debian's python3 kernel itself and answers /code within
-its start-up budget, with no Jupyter server in the image."""
+its start-up budget, runs PyPI's bash kernel in a bash code context, with no
+Jupyter server in the image."""
 from __future__ import annotations
 
 import json
@@ -63,9 +64,18 @@ def test_code_interpreter_image_answers_code_within_its_budget(dockerd, code_ima
         _, raw = _post(port, "/code", {"code": "print(x + 1)", "context": {"language": "python"}}, token)
         assert any(e.get("type") == "stdout" and "42" in e.get("text", "") for e in _events(raw))
 
-        # The kernel is execd's child; no Jupyter server is running.
+        # A bash code context: PyPI's bash_kernel, installed by the image.
+        status, raw = _post(port, "/code/context", {"language": "bash"}, token, timeout=60)
+        assert status == 200, raw
+        bash_ctx = json.loads(raw)["id"]
+        status, raw = _post(port, "/code", {"code": "echo hi", "context": {"id": bash_ctx}}, token)
+        events = _events(raw)
+        assert status == 200 and events[-1]["type"] == "execution_complete", events
+        assert "".join(e["text"] for e in events if e.get("type") == "stdout").strip() == "hi", events
+
+        # The kernels are execd's children; no Jupyter server is running.
         ps = c.exec("ps", "-eo", "ppid,pid,args").stdout
-        assert "ipykernel" in ps
+        assert "ipykernel" in ps and "bash_kernel" in ps
         assert "jupyter-server" not in ps and "jupyter-notebook" not in ps and "jupyter-lab" not in ps
     finally:
         c.remove()

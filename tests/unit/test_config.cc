@@ -296,6 +296,14 @@ TEST_CASE("config: execd's own flags still work") {
   CHECK(p.cfg.init_mode);
 }
 
+TEST_CASE("config: --code-spill-limit") {
+  CHECK(parse({"--insecure-no-auth"}).cfg.code_spill_limit_bytes == (int64_t(1) << 30));
+  CHECK(parse({"--insecure-no-auth", "--code-spill-limit=0"}).cfg.code_spill_limit_bytes == 0);
+  CHECK(parse({"--insecure-no-auth", "--code-spill-limit", "8388608"}).cfg.code_spill_limit_bytes == 8388608);
+  CHECK(parse({"--insecure-no-auth", "--code-spill-limit=-1"}).error == "--code-spill-limit needs a byte count");
+  CHECK(parse({"--insecure-no-auth", "--code-spill-limit"}).error.find("code-spill-limit") != std::string::npos);
+}
+
 TEST_CASE("config: state dir, journal and stdin flags") {
   Parsed d = parse({"--insecure-no-auth"});
   REQUIRE(d.error.empty());

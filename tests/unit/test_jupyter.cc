@@ -138,3 +138,20 @@ TEST_CASE("jupyter: result events keep the whole MIME bundle, text/plain as text
   CHECK(done["execution_time"] == 12);
   CHECK(done["execution_count"] == 3);
 }
+
+TEST_CASE("jupyter: stream content read with simdjson") {
+  using namespace execd::protocol::jupyter;
+  auto out = read_stream_content(R"({"name":"stdout","text":"hi\n\u00e9"})");
+  REQUIRE(out);
+  CHECK_FALSE(out->is_stderr);
+  CHECK(out->text == "hi\n\xc3\xa9");
+  auto err = read_stream_content(R"({"text":"warn","name":"stderr"})");
+  REQUIRE(err);
+  CHECK(err->is_stderr);
+  CHECK(read_stream_content(R"({"name":"stdout"})") == std::nullopt);
+  CHECK(read_stream_content(R"({"name":"stdout","text":3})") == std::nullopt);
+  CHECK(read_stream_content(R"({"text":"no name"})") == std::nullopt);
+  CHECK(read_stream_content("[1]") == std::nullopt);
+  CHECK(read_stream_content("{\"name\":\"stdout\",\"text\":\"\xff\"}") == std::nullopt);  // not UTF-8
+  CHECK(read_stream_content("") == std::nullopt);
+}
