@@ -468,7 +468,10 @@ def test_client_resets_at_each_phase(tmp_path_factory):
                               "context": {"id": ctx}})
         r.readline()
         reset(c)
-        wait_until(lambda: run_code(ex, "1", ctx=ctx)[0] == 200, 20 * SLOW, 0.1, "the context to be free again")
+        try:
+            wait_until(lambda: run_code(ex, "1", ctx=ctx)[0] == 200, 20 * SLOW, 0.1, "the context to be free again")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; execd's log:\n{ex.stderr_text()[-4000:]}") from None
         assert ex.ping() == 200
     finally:
         stop_and_check(ex)
