@@ -184,6 +184,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   }
 
   void interrupt() {
+    if (run_ && run_->reply_seen) return;  // done executing; only its idle status is still to come
     if (run_ && !run_->sent) {
       run_->reply["status"] = "aborted";
       finish_run("interrupted");
@@ -410,7 +411,11 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
         }
         // A SIGINT that lands in the kernel between requests is ignored
         // there; while the interrupted run goes on, say it again.
-        if (run_ && run_->last_sigint && now - run_->last_sigint >= kSigintRepeatMs) deliver_interrupt();
+        // Never once the reply is in: the kernel is between requests then,
+        // and a SIGINT landing as ipykernel leaves its handler can break its
+        // shell loop while the heartbeat thread keeps answering.
+        if (run_ && run_->last_sigint && !run_->reply_seen && now - run_->last_sigint >= kSigintRepeatMs)
+          deliver_interrupt();
         return;
       case State::stopping:
         if (!term_sent_ && now - stop_started_ > kShutdownGraceMs && cmd_) {
