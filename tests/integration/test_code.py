@@ -124,6 +124,16 @@ def read_init(r) -> dict:
     return ev
 
 
+def wait_for_stdout(r, text):
+    """Reads compat events until a stdout event containing `text`."""
+    while True:
+        line = r.readline()
+        assert line, "stream ended before " + text
+        if line.strip() and json.loads(line).get("type") == "stdout" and text in json.loads(line).get("text", ""):
+            assert r.readline() == b"\n"  # the blank line after each compat event
+            return
+
+
 def of(events, kind):
     return [e for e in events if e["type"] == kind]
 
@@ -299,10 +309,15 @@ def test_input_is_a_clear_error(kx):
 
 def test_second_execution_gets_409(kx):
     ctx = new_context(kx)
-    c, r = open_code(kx, {"code": "import time\nwhile True: time.sleep(0.05)", "context": {"id": ctx}})
+    c, r = open_code(kx, {"code": "import time\nprint('running', flush=True)\nwhile True: time.sleep(0.05)",
+                          "context": {"id": ctx}})
     try:
         assert r.status == 200
         read_init(r)
+        # The interrupt must land in user code: a SIGINT that reaches
+        # ipykernel as it starts the execution can leave it without a reply
+        # (a known race of signal interrupts; see the README).
+        wait_for_stdout(r, "running")
         st, js = run_code(kx, "1", ctx=ctx)
         assert st == 409 and js["code"] == "CONTEXT_BUSY"
         assert kx.request("DELETE", f"/code?id={ctx}")[0] == 200
