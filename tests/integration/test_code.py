@@ -466,9 +466,10 @@ def test_client_resets_at_each_phase(tmp_path_factory):
         # 3. mid-execution, and 4. mid-flood of output
         ctx = new_context(ex)
         for code in ["while True: pass", "while True: print('x' * 1000)"]:
-            c, r = open_code(ex, {"code": code, "context": {"id": ctx}})
+            # Reset once the code runs (see test_second_execution_gets_409).
+            c, r = open_code(ex, {"code": "print('running', flush=True)\n" + code, "context": {"id": ctx}})
             read_init(r)
-            time.sleep(0.2)
+            wait_for_stdout(r, "running")
             reset(c)
             # The abandoned code is interrupted: the context frees up.
             def free():
@@ -478,10 +479,12 @@ def test_client_resets_at_each_phase(tmp_path_factory):
         # 5. a client that stops reading a big display
         Path(ex.state_dir, "img.b64").write_text(base64.b64encode(png_bytes()).decode())
         c, r = open_code(ex, {"code": f"from IPython.display import display\n"
+                                      f"print('running', flush=True)\n"
                                       f"b = open({str(Path(ex.state_dir, 'img.b64'))!r}).read()\n"
                                       f"for _ in range(20): display({{'image/png': b}}, raw=True)",
                               "context": {"id": ctx}})
-        r.readline()
+        read_init(r)
+        wait_for_stdout(r, "running")
         reset(c)
         try:
             wait_until(lambda: run_code(ex, "1", ctx=ctx)[0] == 200, 20 * SLOW, 0.1, "the context to be free again")
