@@ -47,6 +47,15 @@ def wait_until(pred, timeout: float, interval: float = 0.01, what: str = "condit
         time.sleep(interval)
 
 
+def process_alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def vm_rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:

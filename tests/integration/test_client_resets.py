@@ -38,7 +38,7 @@ from urllib.parse import quote
 
 import pytest
 
-from execd_client import SLOW, TOKEN_HEADER, process_table, wait_until
+from execd_client import SLOW, TOKEN_HEADER, process_alive, process_table, wait_until
 
 MiB = 1024 * 1024
 TIMEOUT = 5 * SLOW
@@ -128,7 +128,7 @@ def settle_down(ex, label: str):
     """Waits until every process execd started has ended."""
     def settled():
         assert_alive(ex, f"while the commands of {label} finished")
-        return not [p for p in descendants(ex.pid) if live(p)]
+        return not [p for p in descendants(ex.pid) if process_alive(p)]
     wait_until(settled, 30 * SLOW, 0.02, f"the commands of {label} to finish")
 
 
@@ -145,14 +145,6 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
-def live(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def ex(execd_factory):
     """A fresh execd; at teardown it must exit 0 on SIGTERM and every process
@@ -166,8 +158,8 @@ def ex(execd_factory):
     rc = e.stop()
     if was_alive and not reported:
         assert rc == 0, f"execd exited {rc} after SIGTERM; stderr:\n{crash_report(e)}"
-    wait_until(lambda: not [p for p in procs if live(p)], 10 * SLOW,
-               what=f"execd's processes {sorted(p for p in procs if live(p))} to be gone")
+    wait_until(lambda: not [p for p in procs if process_alive(p)], 10 * SLOW,
+               what=f"execd's processes {sorted(p for p in procs if process_alive(p))} to be gone")
 
 
 # ---- raw sockets ------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from execd_client import PYTHON, SLOW, pids_with_cmdline, vm_rss_kib, wait_until
+from execd_client import PYTHON, SLOW, pids_with_cmdline, process_alive, vm_rss_kib, wait_until
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -78,14 +78,6 @@ def cgroup_members(pid: int) -> set[int]:
     return out
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def cg_execd(execd_factory):
     """A daemon in a cgroup mode; at the end, after its SIGTERM, nothing of it
@@ -124,7 +116,7 @@ def test_cgroup_parent_puts_commands_elsewhere(cg_execd):
         with open(f"/proc/{pid}/cgroup") as f:
             assert f"{parent}/execd-{ex.pid}/cmd-" in f.read()
         assert ex.request("DELETE", f"/command?id={r.id}")[0] == 200
-        wait_until(lambda: not alive(pid), 3 * SLOW, what="the job to be killed")
+        wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the job to be killed")
     finally:
         pid = ex.pid
         ex.stop()
@@ -217,7 +209,7 @@ def test_background_job_outlives_its_shell_until_delete(cg_execd):
     # ...and DELETE still reaches it.
     st, _, body = ex.request("DELETE", f"/command?id={r.id}")
     assert st == 200, body
-    wait_until(lambda: not alive(pid), 3 * SLOW, what="the job to be killed by DELETE")
+    wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the job to be killed by DELETE")
     # Nothing left to interrupt now.
     wait_until(lambda: ex.request("DELETE", f"/command?id={r.id}")[0] == 500, 3 * SLOW,
                what="a second DELETE to find nothing running")
@@ -325,7 +317,7 @@ def test_process_group_mode_still_counts_leftovers(execd_factory):
     assert r.terminal["leftover_processes"] == 1, r.terminal
     [pid] = pids_with_cmdline(f"sleep {n}")
     os.kill(pid, 9)
-    wait_until(lambda: not alive(pid), 3 * SLOW, what="the job to go")
+    wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the job to go")
 
 
 def test_session_and_pty_shells_get_their_own_cgroups(cg_execd):
