@@ -63,6 +63,9 @@ constexpr uint64_t kKernelInfoRetryMs = 500;
 constexpr uint64_t kHeartbeatIntervalMs = 1000;
 constexpr uint64_t kShutdownGraceMs = 2000;
 constexpr uint64_t kSigintRepeatMs = 500;
+// The kernel sends its execute reply on shell before it publishes idle on
+// iopub; the two sockets may deliver out of order, but not by this much.
+constexpr uint64_t kReplyAfterIdleMs = 1000;
 constexpr size_t kStderrTail = 2048;
 
 uint64_t heartbeat_timeout_ms() {
@@ -107,6 +110,8 @@ class CodeRun final : public ExecutionProducer {
   // SIGINT while idle, so an interrupt that comes earlier waits for this.
   bool executing = false, interrupt_pending = false;
   uint64_t last_sigint = 0;  // loop ms of the last SIGINT for this run, 0 = none
+  bool interrupted = false;  // an interrupt reached the kernel during this run
+  uint64_t idle_at = 0;      // loop ms of the run's idle status while no reply was in
   std::optional<int64_t> count;
   json reply = json::object();
 };
@@ -199,6 +204,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
 
   void deliver_interrupt() {
     if (state_ != State::ready || !cmd_) return;
+    if (run_) run_->interrupted = true;
     if (spec_.interrupt_by_message) {
       if (channels_)
         channels_->send(KernelChannel::control,
@@ -416,6 +422,8 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
         // shell loop while the heartbeat thread keeps answering.
         if (run_ && run_->last_sigint && !run_->reply_seen && now - run_->last_sigint >= kSigintRepeatMs)
           deliver_interrupt();
+        if (run_ && run_->idle_seen && !run_->reply_seen && now - run_->idle_at >= kReplyAfterIdleMs)
+          end_run_without_reply();
         return;
       case State::stopping:
         if (!term_sent_ && now - stop_started_ > kShutdownGraceMs && cmd_) {
@@ -453,6 +461,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     if (type == "status") {
       if (auto st = c.find("execution_state"); st != c.end() && *st == "idle") {
         run_->idle_seen = true;
+        if (!run_->reply_seen) run_->idle_at = uv_now(reg_.ctx.loop);
         maybe_finish_run();
       }
       return;
@@ -487,6 +496,22 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     if (status == "error" && !run_->error_sent && run_->stream)
       run_->stream->event(jp::error_event_from(run_->reply, unix_ms()));
     finish_run(status);
+  }
+
+  // ipykernel catches a KeyboardInterrupt that lands in its request handler
+  // before the code runs (a SIGINT right after execute_input), logs it, and
+  // goes idle without an execute reply. Waiting for the reply would keep the
+  // context busy for good, so the idle status ends the run.
+  void end_run_without_reply() {
+    spdlog::warn("code context {}: the kernel went idle without an execute reply{}", id_,
+                 run_->interrupted ? " (interrupted as the code started)" : "");
+    if (ExecutionStream* s = run_->stream.get()) {
+      std::string why = run_->interrupted
+                            ? "the interrupt reached the kernel before the code ran; it sent no execute reply"
+                            : "the kernel went idle without an execute reply";
+      s->event(jp::error_event(run_->interrupted ? "KeyboardInterrupt" : "NoExecuteReply", why, {why}, unix_ms()));
+    }
+    finish_run("error");
   }
 
   void finish_run(const std::string& status) {

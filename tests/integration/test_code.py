@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -314,9 +315,8 @@ def test_second_execution_gets_409(kx):
     try:
         assert r.status == 200
         read_init(r)
-        # The interrupt must land in user code: a SIGINT that reaches
-        # ipykernel as it starts the execution can leave it without a reply
-        # (a known race of signal interrupts; see the README).
+        # The interrupt lands in user code here; one that lands as the code
+        # starts is test_interrupt_as_the_code_starts.
         wait_for_stdout(r, "running")
         st, js = run_code(kx, "1", ctx=ctx)
         assert st == 409 and js["code"] == "CONTEXT_BUSY"
@@ -327,6 +327,49 @@ def test_second_execution_gets_409(kx):
     assert of(events, "error")[0]["error"]["ename"] == "KeyboardInterrupt"
     assert terminal(events)["status"] == "error"
     assert run_code(kx, "2", ctx=ctx)[0] == 200
+    assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
+
+
+def test_interrupt_as_the_code_starts(kx):
+    """An interrupt sent before the kernel announced the code is held and
+    delivered the moment execute_input arrives, the instant in which a SIGINT
+    can end ipykernel's request handler without an execute reply (it catches
+    the KeyboardInterrupt, logs it and goes idle). Every run must still end
+    with an error and its structured end, and the context must stay usable.
+    The previous build hung in the first run that hit that instant."""
+    ctx = new_context(kx)
+    # Busy processes on every CPU stretch that instant: about one attempt in
+    # four hits it then, against almost none on an idle machine.
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in os.sched_getaffinity(0)]
+    outcomes = []
+    try:
+        for i in range(int(os.environ.get("RACE_N", "40"))):
+            c, r = open_code(kx, {"code": "import time\nwhile True: time.sleep(0.05)", "context": {"id": ctx}},
+                             timeout=15)
+            try:
+                assert r.status == 200
+                read_init(r)
+                assert kx.request("DELETE", f"/code?id={ctx}")[0] == 200
+                # The stream's keep-alive pings would outlive a socket timeout.
+                deadline, raw = time.monotonic() + 15 * SLOW, b""
+                while b'"execution_complete"' not in raw:
+                    line = r.readline()
+                    assert line and time.monotonic() < deadline, f"run {i} did not end: {raw[-500:]!r}"
+                    raw += line
+                events = parse_stream(raw + r.read(), exact=False)
+            finally:
+                c.close()
+            assert terminal(events)["status"] == "error", events
+            error = of(events, "error")[0]["error"]
+            assert error["ename"] == "KeyboardInterrupt", events
+            outcomes.append("no reply" if "no execute reply" in error["evalue"] else "reply")
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    print({o: outcomes.count(o) for o in set(outcomes)})
+    st, events = run_code(kx, "40 + 2", ctx=ctx)
+    assert st == 200 and [e["results"]["text"] for e in of(events, "result")] == ["42"], events
     assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
 
 
