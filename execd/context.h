@@ -1,5 +1,6 @@
 // execd/context: what every handler module shares: the loop, the reaper, the
-// configuration and the environment commands start from. Built once in main.
+// containment (both owned by the Daemon), the configuration and the
+// environment commands start from. Built once in main.
 #pragma once
 
 #include <uv.h>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "execd/config.h"
+#include "pty/cgroup.h"
 #include "pty/reaper.h"
 
 namespace execd {
@@ -20,6 +22,7 @@ class CommandRegistry;
 struct Context {
   uv_loop_t* loop = nullptr;
   pty::Reaper* reaper = nullptr;
+  pty::Containment* containment = nullptr;
   Config config;
   // execd's environment minus secrets, as "K=V"; commands start from this.
   std::vector<std::string> base_env;

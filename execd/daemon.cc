@@ -21,9 +21,10 @@ constexpr uint64_t kHousekeepingMs = 1000;
 constexpr size_t kTrimFreeBytes = 16 << 20;
 constexpr uint64_t kShutdownPollMs = 20;
 
-Context bind(Context ctx, uv_loop_t* loop, pty::Reaper* reaper) {
+Context bind(Context ctx, uv_loop_t* loop, pty::Reaper* reaper, pty::Containment* containment) {
   ctx.loop = loop;
   ctx.reaper = reaper;
+  ctx.containment = containment;
   return ctx;
 }
 
@@ -48,7 +49,7 @@ http::ConnectionLimits connection_limits(const Config& cfg) {
 
 Daemon::Daemon(uv_loop_t* loop, Context ctx)
     : loop_(loop),
-      ctx_(bind(std::move(ctx), loop, &reaper_)),
+      ctx_(bind(std::move(ctx), loop, &reaper_, &containment_)),
       reaper_(loop),
       routes_(ctx_.config.access_token),
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
@@ -65,10 +66,10 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   if (!pty::protect_from_oom_killer(pty::kDaemonOomScoreAdj))
     spdlog::info("oom_score_adj of execd stays as it was ({}); commands still get {}", strerror(errno),
                  pty::kChildOomScoreAdj);
-  spdlog::info("{}", pty::Containment::init(loop, ctx_.config.cgroups, ctx_.config.cgroup_parent));
+  spdlog::info("{}", containment_.init(loop, ctx_.config.cgroups, ctx_.config.cgroup_parent));
   // The containment mode rides along as a header: the body stays empty, as Go's.
-  auto ping = [](http::Exchange& ex) {
-    ex.respond(200, "", "", {std::string("X-Execd-Containment: ") + pty::containment_mode_name(pty::Containment::mode())});
+  auto ping = [this](http::Exchange& ex) {
+    ex.respond(200, "", "", {std::string("X-Execd-Containment: ") + pty::containment_mode_name(containment_.mode())});
   };
   routes_.add_open("GET", "/ping", ping);
   routes_.add_open("HEAD", "/ping", ping);
@@ -97,7 +98,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   uv_unref(reinterpret_cast<uv_handle_t*>(&housekeeping_));
 }
 
-Daemon::~Daemon() { pty::Containment::shutdown(); }
+Daemon::~Daemon() { containment_.shutdown(); }
 
 int Daemon::listen() {
   int rc = server_.listen(ctx_.config.host, ctx_.config.port);
@@ -163,7 +164,7 @@ void Daemon::finish() {
   ptys_.kill_all();
   code_.kill_all();
   // Whatever the commands left behind, setsid() or not.
-  pty::Containment::kill_everything();
+  containment_.kill_everything();
   uv_timer_stop(&housekeeping_);
   uv_close(reinterpret_cast<uv_handle_t*>(&housekeeping_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
@@ -185,8 +186,8 @@ void Daemon::finish() {
     d->metrics_.close();
     d->proxy_.close();
     d->server_.close_handles();
-    pty::Containment::shutdown();
-    pty::Containment::close();
+    d->containment_.shutdown();
+    d->containment_.close();
     d->reaper_.stop();
     uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
   }, 0, 10);

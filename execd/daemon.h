@@ -48,6 +48,7 @@ class Daemon {
   uv_loop_t* loop_;
   Context ctx_;
   pty::Reaper reaper_;
+  pty::Containment containment_;
   RouteTable routes_;
   http::Server server_;
   api::Journal journal_;  // before the registries: reloading records writes to it

@@ -53,8 +53,9 @@ const char kShellSetup[] =
 const char kShellUnwindDone[] = "\\builtin trap - DEBUG; \\builtin set +T\n";
 }  // namespace
 
-BashSession::BashSession(uv_loop_t* loop, Reaper& reaper, std::string scratch_dir, std::string name)
-    : loop_(loop), reaper_(reaper), scratch_dir_(std::move(scratch_dir)), name_(std::move(name)) {
+BashSession::BashSession(uv_loop_t* loop, Reaper& reaper, Containment& containment, std::string scratch_dir,
+                         std::string name)
+    : loop_(loop), reaper_(reaper), containment_(containment), scratch_dir_(std::move(scratch_dir)), name_(std::move(name)) {
   uv_timer_init(loop, &timer_);
   timer_.data = this;
 }
@@ -74,7 +75,7 @@ bool BashSession::start(const std::string& shell, const std::vector<std::string>
   opts.pipe_stdin = true;
   opts.new_session = true;
   opts.extra_fd3 = status_pipe[1];
-  cmd_ = Command::start(loop_, reaper_, opts, CommandLimits{0, 0, {}}, this, error);
+  cmd_ = Command::start(loop_, reaper_, containment_, opts, CommandLimits{0, 0, {}}, this, error);
   ::close(status_pipe[1]);
   if (!cmd_) {
     ::close(status_pipe[0]);

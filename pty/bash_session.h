@@ -65,7 +65,7 @@ class BashSession : public CommandSink {
   static constexpr int64_t kTimeoutGraceMs = 2000;
 
   // `scratch_dir` holds the per-run temp files.
-  BashSession(uv_loop_t* loop, Reaper& reaper, std::string scratch_dir, std::string name);
+  BashSession(uv_loop_t* loop, Reaper& reaper, Containment& containment, std::string scratch_dir, std::string name);
 
   bool start(const std::string& shell, const std::vector<std::string>& env, const std::string& cwd,
              std::string& error);
@@ -125,6 +125,7 @@ class BashSession : public CommandSink {
 
   uv_loop_t* loop_;
   Reaper& reaper_;
+  Containment& containment_;
   std::string scratch_dir_, name_;
   Command* cmd_ = nullptr;
   OutputPump* status_ = nullptr;

@@ -67,33 +67,6 @@ void sleep_ms(int ms) {
 }
 
 // One cgroup hierarchy execd uses: where execd-<pid> lives in it.
-struct Hierarchy {
-  std::string base;  // .../execd-<pid>
-  std::set<std::string> controllers;
-};
-
-struct State {
-  uv_loop_t* loop = nullptr;
-  ContainmentMode mode = ContainmentMode::process_group;
-  std::vector<Hierarchy> hierarchies;
-  bool v2_has_kill = false;
-  uint64_t next_id = 0;
-  std::vector<std::weak_ptr<CommandCgroup>> all;
-  struct Lingering {
-    std::shared_ptr<CommandCgroup> cg;
-    uint64_t deadline_ms;
-  };
-  std::vector<Lingering> lingering;
-  // Static storage: no allocation to leak when the loop never runs again.
-  uv_timer_t timer_storage;
-  uv_timer_t* timer = nullptr;
-};
-
-State& state() {
-  static State s;
-  return s;
-}
-
 constexpr uint64_t kLingerTickMs = 100;
 
 struct MountInfo {
@@ -184,10 +157,11 @@ bool make_base(const std::string& parent_dir, std::string& base) {
   return exists(base + "/cgroup.procs");
 }
 
-std::string setup_v2(const MountInfo& m, const std::string& own_path, const std::string& parent) {
-  State& s = state();
+// Returns the log line; `out` gets the hierarchy when it could be set up.
+std::string setup_v2(const MountInfo& m, const std::string& own_path, const std::string& parent,
+                     std::vector<CgroupHierarchy>& out) {
   std::string parent_dir = join_path(m, parent.empty() ? own_path : parent);
-  Hierarchy h;
+  CgroupHierarchy h;
   if (!make_base(parent_dir, h.base)) return "cannot create " + h.base + ": " + strerror(errno);
   // Controllers are only handed down where the parent allows it (its own
   // processes may forbid that: the no-internal-process rule). Best effort.
@@ -200,23 +174,21 @@ std::string setup_v2(const MountInfo& m, const std::string& own_path, const std:
     if (c == "memory" || c == "pids" || c == "cpu") {
       if (write_text(h.base + "/cgroup.subtree_control", "+" + c)) h.controllers.insert(c);
     }
-  s.v2_has_kill = true;  // checked per cgroup (cgroup.kill needs Linux 5.14)
-  s.mode = ContainmentMode::cgroup_v2;
   std::string list;
   for (const auto& x : h.controllers) list += (list.empty() ? "" : ",") + x;
   std::string line = "containment: cgroup-v2 at " + h.base + " (controllers: " + (list.empty() ? "none" : list) + ")";
-  s.hierarchies.push_back(std::move(h));
+  out.push_back(std::move(h));
   return line;
 }
 
+// Returns the log line; `out` gets every hierarchy that could be set up.
 std::string setup_v1(const std::vector<MountInfo>& mounts,
                      const std::vector<std::pair<std::set<std::string>, std::string>>& own,
-                     const std::string& parent) {
-  State& s = state();
+                     const std::string& parent, std::vector<CgroupHierarchy>& out) {
   std::string line;
   for (const char* ctrl : {"pids", "freezer", "memory", "cpuacct", "cpu"}) {
     bool done = false;
-    for (const auto& h : s.hierarchies)
+    for (const auto& h : out)
       if (h.controllers.count(ctrl)) done = true;
     if (done) continue;
     for (const auto& m : mounts) {
@@ -225,24 +197,23 @@ std::string setup_v1(const std::vector<MountInfo>& mounts,
       for (const auto& [ctrls, p] : own)
         if (ctrls.count(ctrl)) path = p;
       if (path.empty()) continue;
-      Hierarchy h;
+      CgroupHierarchy h;
       if (!make_base(join_path(m, parent.empty() ? path : parent), h.base)) break;
       for (const char* c : {"pids", "freezer", "memory", "cpuacct", "cpu"})
         if (m.options.count(c)) h.controllers.insert(c);
       line += (line.empty() ? "" : " ") + h.base;
-      s.hierarchies.push_back(std::move(h));
+      out.push_back(std::move(h));
       break;
     }
   }
-  if (s.hierarchies.empty()) return "";
-  s.mode = ContainmentMode::cgroup_v1;
   return "containment: cgroup-v1 at " + line;
 }
 
-void on_linger_tick(uv_timer_t*) {
-  State& s = state();
-  uint64_t now = uv_now(s.loop);
-  auto& l = s.lingering;
+}  // namespace
+
+void Containment::on_linger_tick() {
+  uint64_t now = uv_now(loop_);
+  auto& l = lingering_;
   for (auto& x : l) {
     if (x.deadline_ms && now >= x.deadline_ms) {
       x.cg->kill_all();
@@ -252,12 +223,10 @@ void on_linger_tick(uv_timer_t*) {
   // A bounded number of removals per tick: after a burst of commands the
   // loop is not held for all of them at once.
   size_t budget = 256;
-  l.erase(std::remove_if(l.begin(), l.end(), [&budget](State::Lingering& x) { return budget > 0 && (--budget, x.cg->try_remove()); }),
+  l.erase(std::remove_if(l.begin(), l.end(), [&budget](Lingering& x) { return budget > 0 && (--budget, x.cg->try_remove()); }),
           l.end());
-  if (l.empty()) uv_timer_stop(s.timer);
+  if (l.empty()) uv_timer_stop(&timer_);
 }
-
-}  // namespace
 
 const char* containment_mode_name(ContainmentMode m) {
   switch (m) {
@@ -377,13 +346,12 @@ bool CommandCgroup::try_remove() {
 // The daemon-wide side
 
 std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& parent) {
-  State& s = state();
-  s.loop = loop;
-  if (s.timer) close();
-  s.timer = &s.timer_storage;
-  uv_timer_init(loop, s.timer);
-  uv_unref(reinterpret_cast<uv_handle_t*>(s.timer));
-  s.mode = ContainmentMode::process_group;
+  loop_ = loop;
+  uv_timer_init(loop, &timer_);
+  timer_.data = this;
+  timer_open_ = true;
+  uv_unref(reinterpret_cast<uv_handle_t*>(&timer_));
+  mode_ = ContainmentMode::process_group;
   if (!enabled) return "containment: process-group (--no-cgroups)";
   auto mounts = cgroup_mounts();
   auto own = own_cgroups();
@@ -405,30 +373,33 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
     read_text(unified->mount_point + "/cgroup.controllers", ctrls);
     bool has_controllers = ctrls.find("memory") != std::string::npos || ctrls.find("pids") != std::string::npos;
     if (has_controllers || !v1_useful) {
-      std::string line = setup_v2(*unified, unified_path, parent);
-      if (s.mode == ContainmentMode::cgroup_v2) return line;
+      std::string line = setup_v2(*unified, unified_path, parent, hierarchies_);
+      if (!hierarchies_.empty()) {
+        mode_ = ContainmentMode::cgroup_v2;
+        return line;
+      }
       why = line;
     }
   }
   if (v1_useful) {
-    std::string line = setup_v1(mounts, own, parent);
-    if (s.mode == ContainmentMode::cgroup_v1) return line;
+    std::string line = setup_v1(mounts, own, parent, hierarchies_);
+    if (!hierarchies_.empty()) {
+      mode_ = ContainmentMode::cgroup_v1;
+      return line;
+    }
   }
   return "containment: process-group (no usable cgroup hierarchy" + (why.empty() ? "" : ": " + why) + ")";
 }
 
-ContainmentMode Containment::mode() { return state().mode; }
-
 std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits, std::string& error) {
-  State& s = state();
   error.clear();
-  if (s.mode == ContainmentMode::process_group) {
+  if (mode_ == ContainmentMode::process_group) {
     if (limits.any()) error = "limits need cgroups (containment is process-group)";
     return nullptr;
   }
   std::shared_ptr<CommandCgroup> cg(new CommandCgroup);
-  cg->name_ = "cmd-" + std::to_string(++s.next_id);
-  cg->v2_ = s.mode == ContainmentMode::cgroup_v2;
+  cg->name_ = "cmd-" + std::to_string(++next_id_);
+  cg->v2_ = mode_ == ContainmentMode::cgroup_v2;
   auto fail = [&](const std::string& what) -> std::shared_ptr<CommandCgroup> {
     error = what + ": " + strerror(errno);
     cg->close_join_fds();
@@ -437,7 +408,7 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
     cg->removed_ = true;
     return nullptr;
   };
-  for (const auto& h : s.hierarchies) {
+  for (const auto& h : hierarchies_) {
     // Every hierarchy joined costs the child a cgroup.procs write (the
     // dearest step: the kernel's threadgroup lock), so cpu only for cpu_shares.
     bool only_cpu = !cg->v2_ && h.controllers.size() == 1 && h.controllers.count("cpu");
@@ -461,11 +432,10 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
   // than run the command unbounded.
   auto dir_of = [&](const char* ctrl) -> std::string {
     if (cg->v2_) {
-      const Hierarchy& h = s.hierarchies[0];
-      return h.controllers.count(ctrl) ? cg->dirs_[0] : "";
+      return hierarchies_[0].controllers.count(ctrl) ? cg->dirs_[0] : "";
     }
-    for (size_t i = 0; i < s.hierarchies.size(); ++i)
-      if (s.hierarchies[i].controllers.count(ctrl)) return cg->dirs_[i];
+    for (size_t i = 0; i < hierarchies_.size(); ++i)
+      if (hierarchies_[i].controllers.count(ctrl)) return cg->dirs_[i];
     return "";
   };
   if (limits.memory_bytes > 0) {
@@ -497,7 +467,7 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
       return fail("cpu.shares");
     }
   }
-  auto& all = s.all;
+  auto& all = all_;
   all.erase(std::remove_if(all.begin(), all.end(), [](const std::weak_ptr<CommandCgroup>& w) { return w.expired(); }),
             all.end());
   all.push_back(cg);
@@ -505,59 +475,54 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
 }
 
 void Containment::linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms) {
-  State& s = state();
   if (!cg) return;
   // Even an empty one is removed from the timer, not here: rmdir is off the
   // path of the command's terminal event.
-  if (!s.timer) {
+  if (!timer_open_) {
     cg->try_remove();
     return;
   }
-  for (auto& x : s.lingering)
+  for (auto& x : lingering_)
     if (x.cg == cg) {
       x.deadline_ms = deadline_ms;
       return;
     }
-  s.lingering.push_back({std::move(cg), deadline_ms});
-  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(s.timer)))
-    uv_timer_start(s.timer, on_linger_tick, kLingerTickMs, kLingerTickMs);
+  lingering_.push_back({std::move(cg), deadline_ms});
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&timer_)))
+    uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<Containment*>(t->data)->on_linger_tick(); },
+                   kLingerTickMs, kLingerTickMs);
 }
 
-size_t Containment::lingering() { return state().lingering.size(); }
-
 void Containment::kill_everything() {
-  for (auto& w : state().all)
+  for (auto& w : all_)
     if (auto cg = w.lock()) cg->kill_all();
 }
 
 void Containment::shutdown() {
-  State& s = state();
   kill_everything();
   // SIGKILLed members take a moment to leave; a bounded wait, then rmdir.
   for (int i = 0; i < 100; ++i) {
     bool busy = false;
-    for (auto& w : s.all)
+    for (auto& w : all_)
       if (auto cg = w.lock(); cg && !cg->try_remove()) busy = true;
     if (!busy) break;
     sleep_ms(10);
   }
-  s.lingering.clear();
-  s.all.clear();
-  for (const auto& h : s.hierarchies) {
+  lingering_.clear();
+  all_.clear();
+  for (const auto& h : hierarchies_) {
     rmdir(h.base.c_str());
     // What an execd killed before us (a restart after SIGKILL) left empty.
     remove_stale(h.base.substr(0, h.base.rfind('/')), 0);
   }
-  s.hierarchies.clear();
+  hierarchies_.clear();
 }
 
 void Containment::close() {
-  State& s = state();
-  if (s.timer) {
-    uv_timer_stop(s.timer);
-    uv_close(reinterpret_cast<uv_handle_t*>(s.timer), nullptr);
-    s.timer = nullptr;
-  }
+  if (!timer_open_) return;
+  timer_open_ = false;
+  uv_timer_stop(&timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
 }
 
 }  // namespace execd::pty

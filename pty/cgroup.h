@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,28 +83,56 @@ class CommandCgroup {
   std::vector<int> join_fds_;
 };
 
-// The daemon-wide side: set up once, then used from the loop thread only.
+// One hierarchy execd makes its cgroups in (v2: the only one).
+struct CgroupHierarchy {
+  std::string base;  // .../execd-<pid>
+  std::set<std::string> controllers;
+};
+
+// The daemon-wide side, owned by the daemon: set up once, then used from the
+// loop thread only.
 class Containment {
  public:
+  Containment() = default;
+  Containment(const Containment&) = delete;
+  Containment& operator=(const Containment&) = delete;
+
   // `enabled` false (--no-cgroups) or no usable cgroup: process-group mode.
   // `parent`: a cgroup path (as in /proc/self/cgroup) under which execd-<pid>
   // is made; empty = execd's own cgroup. Returns a line for the log.
-  static std::string init(uv_loop_t* loop, bool enabled, const std::string& parent);
-  static ContainmentMode mode();
+  std::string init(uv_loop_t* loop, bool enabled, const std::string& parent);
+  ContainmentMode mode() const { return mode_; }
   // A new cgroup with `limits` applied; nullptr in process-group mode (error
   // empty) or when it cannot be made (error set).
-  static std::shared_ptr<CommandCgroup> create(const ResourceLimits& limits, std::string& error);
+  std::shared_ptr<CommandCgroup> create(const ResourceLimits& limits, std::string& error);
   // Keeps a command's cgroup after its command let go of it: killed at
   // `deadline_ms` (uv_now time; 0 = never), removed when empty.
-  static void linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms);
-  static size_t lingering();
+  void linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms);
+  size_t lingering() const { return lingering_.size(); }
   // Kills every command cgroup there is (live and lingering).
-  static void kill_everything();
+  void kill_everything();
   // Kills everything, waits (bounded) for the members to go, removes every
   // directory execd made. Last thing before exit (idempotent).
-  static void shutdown();
-  // Closes the loop handle init() made.
-  static void close();
+  void shutdown();
+  // Closes the loop handle init() made; the loop must run once more before
+  // this object goes.
+  void close();
+
+ private:
+  struct Lingering {
+    std::shared_ptr<CommandCgroup> cg;
+    uint64_t deadline_ms;
+  };
+  void on_linger_tick();
+
+  uv_loop_t* loop_ = nullptr;
+  ContainmentMode mode_ = ContainmentMode::process_group;
+  std::vector<CgroupHierarchy> hierarchies_;
+  uint64_t next_id_ = 0;
+  std::vector<std::weak_ptr<CommandCgroup>> all_;
+  std::vector<Lingering> lingering_;
+  uv_timer_t timer_{};
+  bool timer_open_ = false;
 };
 
 }  // namespace execd::pty

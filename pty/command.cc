@@ -83,7 +83,8 @@ int signal_from_name(const std::string& name) {
   return 0;
 }
 
-Command::Command(uv_loop_t* loop, Reaper& reaper) : loop_(loop), reaper_(reaper) {
+Command::Command(uv_loop_t* loop, Reaper& reaper, Containment& containment)
+    : loop_(loop), reaper_(reaper), containment_(containment) {
   for (uv_timer_t* t : {&timeout_timer_, &kill_timer_, &drain_timer_}) {
     uv_timer_init(loop, t);
     t->data = this;
@@ -91,14 +92,14 @@ Command::Command(uv_loop_t* loop, Reaper& reaper) : loop_(loop), reaper_(reaper)
   }
 }
 
-Command* Command::start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opts, CommandLimits limits,
-                        CommandSink* sink, std::string& error) {
+Command* Command::start(uv_loop_t* loop, Reaper& reaper, Containment& containment, const SpawnOptions& opts,
+                        CommandLimits limits, CommandSink* sink, std::string& error) {
   std::shared_ptr<CommandCgroup> cg;
   ChildPlacement place;
   place.oom_score_adj = kChildOomScoreAdj;
-  if (Containment::mode() != ContainmentMode::process_group || limits.resources.any()) {
+  if (containment.mode() != ContainmentMode::process_group || limits.resources.any()) {
     std::string cg_error;
-    cg = Containment::create(limits.resources, cg_error);
+    cg = containment.create(limits.resources, cg_error);
     // Limits asked for and not applicable: not started. Otherwise a cgroup
     // that cannot be made leaves this one command a process group.
     if (!cg && limits.resources.any()) {
@@ -114,16 +115,16 @@ Command* Command::start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opt
     // A cgroup the kernel would not let the child into (delegation rules):
     // this one command runs as a process group rather than not at all.
     reaper.reap();
-    Containment::linger(std::move(cg), 0);
+    containment.linger(std::move(cg), 0);
     place.cgroup_procs_fds.clear();
     rc = spawn_process(opts, sp, error, place);
   }
   if (rc != 0) {
     reaper.reap();
-    Containment::linger(cg, 0);  // removed as soon as the failed child is gone
+    containment.linger(cg, 0);  // removed as soon as the failed child is gone
     return nullptr;
   }
-  auto* c = new Command(loop, reaper);
+  auto* c = new Command(loop, reaper, containment);
   c->cgroup_ = std::move(cg);
   c->start_ms_ = uv_now(loop);
   c->sink_ = sink;
@@ -242,7 +243,7 @@ void Command::let_go_of_cgroup() {
   if (!cgroup_ || cgroup_let_go_) return;
   cgroup_let_go_ = true;
   uint64_t deadline = limits_.timeout_ms > 0 ? start_ms_ + static_cast<uint64_t>(limits_.timeout_ms) : 0;
-  Containment::linger(cgroup_, deadline);
+  containment_.linger(cgroup_, deadline);
 }
 
 void Command::kill_everything() {

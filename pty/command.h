@@ -73,8 +73,8 @@ class Command {
   static constexpr int64_t kDrainCapMs = 2000;
 
   // Spawns; on failure returns nullptr with `error` set.
-  static Command* start(uv_loop_t* loop, Reaper& reaper, const SpawnOptions& opts, CommandLimits limits,
-                        CommandSink* sink, std::string& error);
+  static Command* start(uv_loop_t* loop, Reaper& reaper, Containment& containment, const SpawnOptions& opts,
+                        CommandLimits limits, CommandSink* sink, std::string& error);
 
   pid_t pid() const { return pid_; }
   bool running() const { return !leader_exited_; }
@@ -104,7 +104,7 @@ class Command {
   void release();
 
  private:
-  Command(uv_loop_t* loop, Reaper& reaper);
+  Command(uv_loop_t* loop, Reaper& reaper, Containment& containment);
   ~Command() = default;
   void on_exit(const ExitInfo& info);
   void on_data(Stream s, const uint8_t* data, size_t len);
@@ -119,6 +119,7 @@ class Command {
 
   uv_loop_t* loop_;
   Reaper& reaper_;
+  Containment& containment_;
   CommandSink* sink_ = nullptr;
   pid_t pid_ = -1;
   int stdin_fd_ = -1;

@@ -45,7 +45,7 @@ class PtyListener {
 
 class PtySession : public CommandSink {
  public:
-  PtySession(uv_loop_t* loop, Reaper& reaper, size_t ring_bytes);
+  PtySession(uv_loop_t* loop, Reaper& reaper, Containment& containment, size_t ring_bytes);
   ~PtySession() override;
   PtySession(const PtySession&) = delete;
   PtySession& operator=(const PtySession&) = delete;
@@ -87,6 +87,7 @@ class PtySession : public CommandSink {
 
   uv_loop_t* loop_;
   Reaper& reaper_;
+  Containment& containment_;
   ReplayRing ring_;
   Command* cmd_ = nullptr;
   FdWriter* stdin_ = nullptr;

@@ -354,7 +354,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     pty::CommandLimits limits;
     limits.kill_grace_ms = reg_.ctx.config.kill_grace_ms;
     started_ = uv_now(reg_.ctx.loop);
-    cmd_ = pty::Command::start(reg_.ctx.loop, *reg_.ctx.reaper, opts, limits, this, error);
+    cmd_ = pty::Command::start(reg_.ctx.loop, *reg_.ctx.reaper, *reg_.ctx.containment, opts, limits, this, error);
     if (!cmd_) {
       remove_connection_file();
       state_ = State::stopped;

@@ -1017,7 +1017,7 @@ void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
     s.start(*rec, rec->id);
   }
   if (w.req.stdin_open && !w.req.tty) w.opts.pipe_stdin = true;
-  rec->cmd = pty::Command::start(ctx.loop, *ctx.reaper, w.opts, limits, rec, error);
+  rec->cmd = pty::Command::start(ctx.loop, *ctx.reaper, *ctx.containment, w.opts, limits, rec, error);
   // Attached starts and early resume readers begin now, with the original.
   auto begin_readers = [rec] {
     std::vector<ResumeReader*> rs(rec->readers.begin(), rec->readers.end());

@@ -33,7 +33,7 @@ struct PtyEntry final : pty::PtyListener {
   PtyEntry(Context& ctx_, std::string id_)
       : ctx(&ctx_),
         id(std::move(id_)),
-        session(std::make_unique<pty::PtySession>(ctx_.loop, *ctx_.reaper, static_cast<size_t>(ctx_.config.pty_replay_bytes))),
+        session(std::make_unique<pty::PtySession>(ctx_.loop, *ctx_.reaper, *ctx_.containment, static_cast<size_t>(ctx_.config.pty_replay_bytes))),
         created_ns(unix_ns()) {
     session->set_listener(this);
     session->set_on_stdin_drained([this] { stdin_drained(); });

@@ -159,7 +159,7 @@ SessionRegistry::~SessionRegistry() {
 SessionEntry* SessionRegistry::create(const std::string& cwd, std::string& error) {
   auto e = std::make_unique<SessionEntry>();
   e->id = random_uuid();
-  auto* shell = new pty::BashSession(ctx_.loop, *ctx_.reaper, ctx_.config.state_dir, "session-" + e->id);
+  auto* shell = new pty::BashSession(ctx_.loop, *ctx_.reaper, *ctx_.containment, ctx_.config.state_dir, "session-" + e->id);
   if (!shell->start(ctx_.shell, ctx_.base_env, cwd, error)) {
     shell->destroy();
     return nullptr;
