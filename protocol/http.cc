@@ -233,14 +233,12 @@ std::string simple_response(int status, std::string_view content_type, std::stri
   return out;
 }
 
-namespace {
-int hex_value(char c) {
+int hex_digit_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
-}  // namespace
 
 bool percent_decode(std::string_view in, std::string& out, bool form) {
   out.clear();
@@ -249,7 +247,7 @@ bool percent_decode(std::string_view in, std::string& out, bool form) {
     char c = in[i];
     if (c == '%') {
       if (i + 2 >= in.size()) return false;
-      int hi = hex_value(in[i + 1]), lo = hex_value(in[i + 2]);
+      int hi = hex_digit_value(in[i + 1]), lo = hex_digit_value(in[i + 2]);
       if (hi < 0 || lo < 0) return false;
       out.push_back(static_cast<char>(hi * 16 + lo));
       i += 2;
@@ -290,6 +288,12 @@ bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) {
   for (size_t i = 0; i < a.size(); ++i)
     if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
   return true;
+}
+
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
 }
 
 void append_chunk(std::string& out, std::string_view data) {

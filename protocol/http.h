@@ -136,6 +136,10 @@ void append_chunk(std::string& out, std::string_view data);
 // ASCII case-insensitive equality (header names and tokens, JSON keys the
 // way Go's decoder matches them).
 bool equals_ignoring_ascii_case(std::string_view a, std::string_view b);
+// 0-15 for a hex digit, else -1.
+int hex_digit_value(char c);
+// Without HTTP's optional whitespace (spaces and tabs) at both ends.
+std::string_view trim_ows(std::string_view s);
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
 }  // namespace execd::protocol

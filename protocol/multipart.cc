@@ -10,6 +10,7 @@
 // followed by "--" (closing) or optional spaces/tabs then CRLF; otherwise the
 // bytes are part data.
 #include "protocol/multipart.h"
+#include "protocol/http.h"
 
 #include <algorithm>
 #include <cstring>
@@ -20,12 +21,6 @@ namespace {
 constexpr size_t kMaxDelimiterPadding = 256;
 constexpr size_t kMaxBoundaryLength = 200;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 std::string to_lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) {
@@ -34,16 +29,6 @@ std::string to_lower(std::string_view s) {
   return out;
 }
 
-bool equals_ignore_case(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && to_lower(a) == to_lower(b);
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 // RFC 5987 ext-value: charset'language'percent-encoded. Returns nullopt when
 // it is not in that form. Bytes are returned as decoded (UTF-8 expected).
@@ -56,8 +41,8 @@ std::optional<std::string> decode_ext_value(std::string_view value) {
   std::string out;
   for (size_t i = 0; i < encoded.size(); ++i) {
     if (encoded[i] == '%') {
-      int hi = i + 1 < encoded.size() ? hex_value(encoded[i + 1]) : -1;
-      int lo = i + 2 < encoded.size() ? hex_value(encoded[i + 2]) : -1;
+      int hi = i + 1 < encoded.size() ? hex_digit_value(encoded[i + 1]) : -1;
+      int lo = i + 2 < encoded.size() ? hex_digit_value(encoded[i + 2]) : -1;
       if (hi < 0 || lo < 0) return std::nullopt;
       out.push_back(static_cast<char>(hi * 16 + lo));
       i += 2;
@@ -80,14 +65,14 @@ const std::string* HeaderValue::param(std::string_view name) const {
 HeaderValue parse_header_value(std::string_view header) {
   HeaderValue out;
   size_t semi = header.find(';');
-  out.value = to_lower(trim(header.substr(0, semi)));
+  out.value = to_lower(trim_ows(header.substr(0, semi)));
   size_t i = semi == std::string_view::npos ? header.size() : semi + 1;
   while (i < header.size()) {
     while (i < header.size() && (header[i] == ' ' || header[i] == '\t' || header[i] == ';')) ++i;
     if (i >= header.size()) break;
     size_t name_end = i;
     while (name_end < header.size() && header[name_end] != '=' && header[name_end] != ';') ++name_end;
-    std::string name = to_lower(trim(header.substr(i, name_end - i)));
+    std::string name = to_lower(trim_ows(header.substr(i, name_end - i)));
     if (name_end >= header.size() || header[name_end] == ';') {
       i = name_end;  // parameter without a value: ignored
       continue;
@@ -112,7 +97,7 @@ HeaderValue parse_header_value(std::string_view header) {
     } else {
       size_t end = header.find(';', i);
       if (end == std::string_view::npos) end = header.size();
-      value = std::string(trim(header.substr(i, end - i)));
+      value = std::string(trim_ows(header.substr(i, end - i)));
       i = end;
     }
     if (!name.empty() && !out.param(name)) out.params.emplace_back(std::move(name), std::move(value));
@@ -214,7 +199,7 @@ bool MultipartParser::parse_headers() {
     if ((line.front() == ' ' || line.front() == '\t') && !headers.raw.empty()) {
       // Obsolete line folding: continue the previous value.
       headers.raw.back().second += ' ';
-      headers.raw.back().second += trim(line);
+      headers.raw.back().second += trim_ows(line);
       continue;
     }
     size_t colon = line.find(':');
@@ -222,18 +207,18 @@ bool MultipartParser::parse_headers() {
       fail(MultipartError::malformed_header, "malformed multipart header line");
       return false;
     }
-    headers.raw.emplace_back(std::string(trim(line.substr(0, colon))),
-                             std::string(trim(line.substr(colon + 1))));
+    headers.raw.emplace_back(std::string(trim_ows(line.substr(0, colon))),
+                             std::string(trim_ows(line.substr(colon + 1))));
   }
   for (const auto& [name, value] : headers.raw) {
-    if (equals_ignore_case(name, "content-disposition")) {
+    if (equals_ignoring_ascii_case(name, "content-disposition")) {
       HeaderValue disposition = parse_header_value(value);
       if (const std::string* field = disposition.param("name")) headers.name = *field;
       if (const std::string* file = disposition.param("filename")) headers.filename = *file;
       if (const std::string* ext = disposition.param("filename*")) {
         if (auto decoded = decode_ext_value(*ext)) headers.filename = std::move(*decoded);
       }
-    } else if (equals_ignore_case(name, "content-type")) {
+    } else if (equals_ignoring_ascii_case(name, "content-type")) {
       headers.content_type = value;
     }
   }

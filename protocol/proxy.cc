@@ -1,5 +1,6 @@
 // protocol/proxy: see header.
 #include "protocol/proxy.h"
+#include "protocol/http.h"
 
 #include <cctype>
 
@@ -11,12 +12,6 @@ constexpr std::string_view kPrefix = "/proxy/";
 
 char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // The tokens of every Connection header value ("close, X-Foo" → "close", "x-foo").
 std::vector<std::string> connection_tokens(const std::vector<std::pair<std::string, std::string>>& headers) {
   std::vector<std::string> out;
@@ -25,7 +20,7 @@ std::vector<std::string> connection_tokens(const std::vector<std::pair<std::stri
     std::string_view v = value;
     while (!v.empty()) {
       size_t comma = v.find(',');
-      std::string_view token = trim(v.substr(0, comma));
+      std::string_view token = trim_ows(v.substr(0, comma));
       if (!token.empty()) {
         std::string t;
         for (char c : token) t.push_back(lower(c));

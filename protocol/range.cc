@@ -1,16 +1,11 @@
 // protocol/range.cc — Range header parsing (see range.h for the rules).
 #include "protocol/range.h"
+#include "protocol/http.h"
 
 #include <limits>
 
 namespace execd::protocol {
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 // Parses a non-empty run of ASCII digits, saturating at UINT64_MAX.
 std::optional<uint64_t> parse_number(std::string_view s) {
@@ -30,7 +25,7 @@ std::optional<uint64_t> parse_number(std::string_view s) {
 RangeResult parse_range_header(std::optional<std::string_view> header, uint64_t file_size) {
   RangeResult malformed{RangeOutcome::malformed};
   if (!header) return {};
-  std::string_view value = trim(*header);
+  std::string_view value = trim_ows(*header);
   if (value.empty()) return {};
   constexpr std::string_view kPrefix = "bytes=";
   if (!value.starts_with(kPrefix)) return malformed;
@@ -40,13 +35,13 @@ RangeResult parse_range_header(std::optional<std::string_view> header, uint64_t 
   bool any_spec = false;
   while (true) {
     size_t comma = value.find(',');
-    std::string_view spec = trim(value.substr(0, comma));
+    std::string_view spec = trim_ows(value.substr(0, comma));
     if (!spec.empty()) {
       any_spec = true;
       size_t dash = spec.find('-');
       if (dash == std::string_view::npos) return malformed;
-      std::string_view start_text = trim(spec.substr(0, dash));
-      std::string_view end_text = trim(spec.substr(dash + 1));
+      std::string_view start_text = trim_ows(spec.substr(0, dash));
+      std::string_view end_text = trim_ows(spec.substr(dash + 1));
       if (start_text.empty()) {
         // Suffix range: the last N bytes.
         auto suffix = parse_number(end_text);

@@ -50,7 +50,7 @@ int64_t read_int(const std::string& path, int64_t fallback = -1) {
 }
 
 // "key value" lines (cpu.stat, memory.events, pids.events, memory.oom_control).
-int64_t keyed_value(const std::string& path, const std::string& key, int64_t fallback = -1) {
+int64_t read_keyed(const std::string& path, const std::string& key, int64_t fallback = -1) {
   std::string s;
   if (!read_text(path, s)) return fallback;
   std::istringstream in(s);
@@ -297,15 +297,15 @@ CgroupUsage CommandCgroup::usage() const {
   if (removed_) return u;
   if (v2_) {
     const std::string& d = dirs_[0];
-    int64_t user = keyed_value(d + "/cpu.stat", "user_usec");
-    int64_t sys = keyed_value(d + "/cpu.stat", "system_usec");
+    int64_t user = read_keyed(d + "/cpu.stat", "user_usec");
+    int64_t sys = read_keyed(d + "/cpu.stat", "system_usec");
     int64_t peak = read_int(d + "/memory.peak");
     u.known = user >= 0 && sys >= 0;
     u.user_cpu_ms = std::max<int64_t>(0, user) / 1000;
     u.system_cpu_ms = std::max<int64_t>(0, sys) / 1000;
     u.peak_memory_bytes = std::max<int64_t>(0, peak);
-    u.oom_killed = keyed_value(d + "/memory.events", "oom_kill", 0) > 0;
-    u.pids_limit_hit = keyed_value(d + "/pids.events", "max", 0) > 0;
+    u.oom_killed = read_keyed(d + "/memory.events", "oom_kill", 0) > 0;
+    u.pids_limit_hit = read_keyed(d + "/pids.events", "max", 0) > 0;
     return u;
   }
   if (!cpuacct_dir_.empty()) {
@@ -326,9 +326,9 @@ CgroupUsage CommandCgroup::usage() const {
   }
   if (!memory_dir_.empty()) {
     u.peak_memory_bytes = std::max<int64_t>(0, read_int(memory_dir_ + "/memory.max_usage_in_bytes"));
-    u.oom_killed = keyed_value(memory_dir_ + "/memory.oom_control", "oom_kill", 0) > 0;
+    u.oom_killed = read_keyed(memory_dir_ + "/memory.oom_control", "oom_kill", 0) > 0;
   }
-  if (!pids_dir_.empty()) u.pids_limit_hit = keyed_value(pids_dir_ + "/pids.events", "max", 0) > 0;
+  if (!pids_dir_.empty()) u.pids_limit_hit = read_keyed(pids_dir_ + "/pids.events", "max", 0) > 0;
   return u;
 }
 

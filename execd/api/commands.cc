@@ -1126,7 +1126,7 @@ void handle_run(CommandRegistry& reg, http::Exchange& ex) {
   await(ex, *w.release());
 }
 
-void respond_unknown(http::Exchange& ex, const std::string& id) {
+void respond_unknown_command(http::Exchange& ex, const std::string& id) {
   ex.respond_error(404, codes::kInvalidRequestBody, "command not found: " + id);
 }
 
@@ -1149,7 +1149,7 @@ void handle_interrupt(CommandRegistry& reg, SessionRegistry& sessions, http::Exc
                            "error interrupting command. session " + *id + " is not running a command");
         return;
       case InterruptResult::not_found:
-        respond_unknown(ex, *id);
+        respond_unknown_command(ex, *id);
         return;
     }
   }
@@ -1172,7 +1172,7 @@ void handle_interrupt(CommandRegistry& reg, SessionRegistry& sessions, http::Exc
 void handle_status(CommandRegistry& reg, http::Exchange& ex, const std::string& id) {
   CommandRecord* rec = reg.find(id);
   if (!rec) {
-    respond_unknown(ex, id);
+    respond_unknown_command(ex, id);
     return;
   }
   ex.respond_json(200, rec->status_json());
@@ -1185,7 +1185,7 @@ void handle_logs(CommandRegistry& reg, http::Exchange& ex, const std::string& id
   constexpr size_t kMaxLogRead = 4 << 20;
   CommandRecord* rec = reg.find(id);
   if (!rec) {
-    respond_unknown(ex, id);
+    respond_unknown_command(ex, id);
     return;
   }
   // As Go: anything that is not a base-10 int64 (overflow included) reads
@@ -1214,7 +1214,7 @@ void handle_logs(CommandRegistry& reg, http::Exchange& ex, const std::string& id
 // are byte offsets of the streams).
 void handle_stream(CommandRegistry& reg, http::Exchange& ex, const std::string& id) {
   CommandRecord* rec = reg.find(id);
-  if (!rec) return respond_unknown(ex, id);
+  if (!rec) return respond_unknown_command(ex, id);
   uint64_t from[2] = {0, 0};
   const char* names[2] = {"stdout", "stderr"};
   for (int s = 0; s < 2; ++s) {

@@ -102,8 +102,8 @@ void Journal::rotate() {
 // ---------------------------------------------------------------------------
 // Reading: a threadpool job collects the lines after `after` from the files.
 
-namespace {
-
+// Not in the anonymous namespace: JournalReader (declared in the header)
+// holds one.
 struct CollectJob {
   uv_work_t work;
   std::vector<std::string> files;
@@ -113,7 +113,10 @@ struct CollectJob {
   // results
   std::string text;
   uint64_t last = 0;
+  JournalReader* reader = nullptr;  // null once the reader is gone
 };
+
+namespace {
 
 void collect(uv_work_t* w) {
   auto* j = static_cast<CollectJob*>(w->data);
@@ -180,13 +183,9 @@ class JournalReader final : public http::Source {
 
  private:
   enum class Mode { reading, waiting, live };
-  struct Job : CollectJob {
-    JournalReader* reader;
-  };
-
   void catch_up() {
     mode_ = Mode::reading;
-    auto* job = new Job;
+    auto* job = new CollectJob;
     job->work.data = job;
     job->reader = this;
     job->files = journal_.files();
@@ -194,7 +193,7 @@ class JournalReader final : public http::Source {
     job->size_cap = journal_.current_size();
     job_ = job;
     int rc = uv_queue_work(journal_.loop(), &job->work, collect, [](uv_work_t* w, int) {
-      std::unique_ptr<Job> j(static_cast<Job*>(w->data));
+      std::unique_ptr<CollectJob> j(static_cast<CollectJob*>(w->data));
       if (j->reader) j->reader->caught(*j);
     });
     if (rc != 0) {
@@ -204,7 +203,7 @@ class JournalReader final : public http::Source {
     }
   }
 
-  void caught(Job& j) {
+  void caught(CollectJob& j) {
     job_ = nullptr;
     last_ = j.last;
     bool more = j.text.empty() || ex_.send(std::move(j.text));
@@ -229,7 +228,7 @@ class JournalReader final : public http::Source {
   bool follow_;
   bool stopped_ = false;
   Mode mode_ = Mode::reading;
-  Job* job_ = nullptr;
+  CollectJob* job_ = nullptr;
   uint64_t last_tick_ms_ = 0;
 };
 

@@ -237,7 +237,7 @@ void SessionRegistry::clear() {
 
 namespace {
 
-void respond_unknown(Exchange& ex, const std::string& id) {
+void respond_unknown_session(Exchange& ex, const std::string& id) {
   ex.respond_error(404, codes::kContextNotFound, "session " + id + " not found");
 }
 
@@ -266,7 +266,7 @@ void handle_create(SessionRegistry& reg, Exchange& ex) {
 // Refuses a run the session cannot take now; nullptr if it can.
 const char* refuse_run(SessionRegistry& reg, Exchange& ex, const std::string& id) {
   SessionEntry* e = reg.find(id);
-  if (!e) return respond_unknown(ex, id), "";
+  if (!e) return respond_unknown_session(ex, id), "";
   if (e->dead || !e->shell || !e->shell->alive())
     return ex.respond_error(410, "SESSION_EXITED", "session " + id + " has exited; delete it and create a new one"), "";
   if (e->shell->busy())
@@ -349,7 +349,7 @@ void add_session_routes(RouteTable& routes, SessionRegistry& sessions) {
   routes.add("POST", "/session/:id/run", [&sessions](Exchange& ex) { handle_run(sessions, ex); });
   routes.add("DELETE", "/session/:id", [&sessions](Exchange& ex) {
     const std::string& id = ex.params.get("id");
-    if (!sessions.find(id)) return respond_unknown(ex, id);
+    if (!sessions.find(id)) return respond_unknown_session(ex, id);
     sessions.remove(id);
     ex.respond_empty(200);
   });
