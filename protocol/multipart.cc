@@ -29,7 +29,6 @@ std::string to_lower(std::string_view s) {
   return out;
 }
 
-
 // RFC 5987 ext-value: charset'language'percent-encoded. Returns nullopt when
 // it is not in that form. Bytes are returned as decoded (UTF-8 expected).
 std::optional<std::string> decode_ext_value(std::string_view value) {

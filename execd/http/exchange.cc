@@ -69,13 +69,19 @@ void Exchange::begin_relayed(int status, std::string_view reason, std::vector<st
   conn_.flush();
 }
 
+namespace {
+void append_chunk_size(WriteQueue& q, uint64_t size) {
+  char head[24];
+  int n = snprintf(head, sizeof head, "%llx\r\n", static_cast<unsigned long long>(size));
+  q.append(std::string_view(head, static_cast<size_t>(n)));
+}
+}  // namespace
+
 void Exchange::queue_body(std::string&& data) {
   if (data.empty()) return;
   WriteQueue& q = conn_.queue();
   if (chunked_) {
-    char head[24];
-    int n = snprintf(head, sizeof head, "%zx\r\n", data.size());
-    q.append(std::string_view(head, static_cast<size_t>(n)));
+    append_chunk_size(q, data.size());
     q.append(std::move(data));
     q.append(std::string_view("\r\n"));
   } else {
@@ -102,9 +108,7 @@ bool Exchange::send_file(SharedFile file, uint64_t offset, uint64_t length) {
   WriteQueue& q = conn_.queue();
   if (chunked_ && length > 0) {
     // One chunk for the whole range (spilled execution output).
-    char head[24];
-    int n = snprintf(head, sizeof head, "%llx\r\n", static_cast<unsigned long long>(length));
-    q.append(std::string_view(head, static_cast<size_t>(n)));
+    append_chunk_size(q, length);
     q.append_file(std::move(file), offset, length);
     q.append(std::string_view("\r\n"));
   } else {
