@@ -4,10 +4,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <string_view>
+
+#include "fs/small_file.h"
 
 namespace execd {
 
@@ -214,12 +214,9 @@ bool normalize_log_level(std::string& l) {
 enum class TokenFileError { none, unreadable, empty };
 
 TokenFileError read_token_file(const std::string& path, std::string& token) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return TokenFileError::unreadable;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return TokenFileError::unreadable;
-  std::string t = ss.str();
+  std::optional<std::string> text = fs::read_small_file(path, 1 << 20);
+  if (!text) return TokenFileError::unreadable;
+  std::string t = std::move(*text);
   while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ' || t.back() == '\t')) t.pop_back();
   if (t.empty()) return TokenFileError::empty;
   token = std::move(t);

@@ -1,24 +1,9 @@
 // protocol/journal: see header.
 #include "protocol/journal.h"
 
-#include <openssl/evp.h>
-
 namespace execd::protocol {
 
 const char* const kJournalGenesis = "0000000000000000000000000000000000000000000000000000000000000000";
-
-std::string sha256_hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out(n * 2, '0');
-  for (unsigned i = 0; i < n; ++i) {
-    out[2 * i] = hex[md[i] >> 4];
-    out[2 * i + 1] = hex[md[i] & 15];
-  }
-  return out;
-}
 
 std::string journal_line(uint64_t seq, std::string_view prev, const nlohmann::ordered_json& body) {
   nlohmann::ordered_json j;

@@ -13,10 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace execd::protocol {
+#include "protocol/sha.h"
 
-// Lowercase hex SHA-256.
-std::string sha256_hex(std::string_view data);
+namespace execd::protocol {
 
 // The prev of the very first entry of a journal: 64 zeros.
 extern const char* const kJournalGenesis;

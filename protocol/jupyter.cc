@@ -2,14 +2,13 @@
 #include "protocol/jupyter.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/core_names.h>
-#include <openssl/params.h>
 #include <simdjson.h>
 #include <sys/time.h>
 
 #include <ctime>
 #include <nlohmann/json.hpp>
+
+#include "protocol/sha.h"
 
 namespace execd::protocol::jupyter {
 
@@ -19,17 +18,6 @@ using ojson = nlohmann::ordered_json;
 namespace {
 
 constexpr auto kReplace = json::error_handler_t::replace;
-
-std::string to_hex(const unsigned char* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  s.reserve(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    s += digits[p[i] >> 4];
-    s += digits[p[i] & 15];
-  }
-  return s;
-}
 
 std::string iso_now() {
   struct timeval tv;
@@ -51,27 +39,7 @@ std::string string_field(const json& j, const char* key) {
 
 std::string sign(std::string_view key, const WireMessage& m) {
   if (key.empty()) return {};
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  // EVP_MAC would be the OpenSSL 3 way; HMAC() over the concatenation would
-  // copy every part, so feed the parts one by one.
-  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  EVP_MAC_CTX* mctx = mac ? EVP_MAC_CTX_new(mac) : nullptr;
-  if (!mctx) {
-    EVP_MAC_free(mac);
-    return {};
-  }
-  char digest_name[] = "SHA256";
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest_name, 0), OSSL_PARAM_construct_end()};
-  size_t outl = 0;
-  bool ok = EVP_MAC_init(mctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) == 1;
-  for (const std::string* part : {&m.header, &m.parent_header, &m.metadata, &m.content})
-    ok = ok && EVP_MAC_update(mctx, reinterpret_cast<const unsigned char*>(part->data()), part->size()) == 1;
-  ok = ok && EVP_MAC_final(mctx, out, &outl, sizeof out) == 1;
-  EVP_MAC_CTX_free(mctx);
-  EVP_MAC_free(mac);
-  len = static_cast<unsigned int>(outl);
-  return ok ? to_hex(out, len) : std::string();
+  return lower_hex(hmac_sha256(key, {m.header, m.parent_header, m.metadata, m.content}));
 }
 
 std::vector<std::string> encode(const WireMessage& m, std::string_view key) {

@@ -5,13 +5,13 @@
 #include "protocol/http.h"
 #include "protocol/json_text.h"
 
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "protocol/base64.h"
+#include "protocol/sha.h"
 
 namespace execd::protocol {
 namespace {
@@ -104,12 +104,8 @@ std::string websocket_accept_key(std::string_view client_key) {
   input.reserve(client_key.size() + kWebSocketGuid.size());
   input.append(client_key);
   input.append(kWebSocketGuid);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int digest_len = 0;
-  if (EVP_Digest(input.data(), input.size(), digest, &digest_len, EVP_sha1(), nullptr) != 1) {
-    return {};
-  }
-  return base64_encode(digest, digest_len);
+  const Sha1Digest digest = sha1(input);
+  return base64_encode(digest.data(), digest.size());
 }
 
 bool is_websocket_upgrade(const HeaderLookup& header) {

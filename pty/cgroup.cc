@@ -11,24 +11,35 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
+#include <string_view>
+
+#include "fs/small_file.h"
 
 namespace execd::pty {
 
 namespace {
 
 bool read_text(const std::string& path, std::string& out) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  out.clear();
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return n == 0;
+  std::optional<std::string> text = fs::read_small_file(path);
+  if (!text) return false;
+  out = std::move(*text);
+  return true;
+}
+
+// The pieces of `s` between any of `separators`, empty ones skipped. Parsing
+// without iostreams keeps the C++ locale uninitialised in an idle daemon.
+std::vector<std::string_view> split_fields(std::string_view s, std::string_view separators = " \t\n") {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while ((i = s.find_first_not_of(separators, i)) != std::string_view::npos) {
+    size_t end = s.find_first_of(separators, i);
+    if (end == std::string_view::npos) end = s.size();
+    out.push_back(s.substr(i, end - i));
+    i = end;
+  }
+  return out;
 }
 
 bool write_text(const std::string& path, const std::string& text) {
@@ -53,11 +64,9 @@ int64_t read_int(const std::string& path, int64_t fallback = -1) {
 int64_t read_keyed(const std::string& path, const std::string& key, int64_t fallback = -1) {
   std::string s;
   if (!read_text(path, s)) return fallback;
-  std::istringstream in(s);
-  std::string k;
-  int64_t v;
-  while (in >> k >> v)
-    if (k == key) return v;
+  std::vector<std::string_view> f = split_fields(s);
+  for (size_t i = 0; i + 1 < f.size(); i += 2)
+    if (f[i] == key) return std::strtoll(std::string(f[i + 1]).c_str(), nullptr, 10);
   return fallback;
 }
 
@@ -76,20 +85,17 @@ struct MountInfo {
 
 std::vector<MountInfo> cgroup_mounts() {
   std::vector<MountInfo> out;
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
+  std::string text;
+  if (!read_text("/proc/self/mountinfo", text)) return out;
+  for (std::string_view line : split_fields(text, "\n")) {
     size_t dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream pre(line.substr(0, dash)), post(line.substr(dash + 3));
-    std::string id, parent, devno, root, mp, fstype, source, opts;
-    pre >> id >> parent >> devno >> root >> mp;
-    post >> fstype >> source >> opts;
-    if (fstype != "cgroup" && fstype != "cgroup2") continue;
-    MountInfo m{root, mp, fstype, {}};
-    std::istringstream o(opts);
-    std::string opt;
-    while (std::getline(o, opt, ',')) m.options.insert(opt);
+    if (dash == std::string_view::npos) continue;
+    // id parent major:minor root mount-point ... - fstype source super-options
+    std::vector<std::string_view> pre = split_fields(line.substr(0, dash), " ");
+    std::vector<std::string_view> post = split_fields(line.substr(dash + 3), " ");
+    if (pre.size() < 5 || post.size() < 3 || (post[0] != "cgroup" && post[0] != "cgroup2")) continue;
+    MountInfo m{std::string(pre[3]), std::string(pre[4]), std::string(post[0]), {}};
+    for (std::string_view opt : split_fields(post[2], ",")) m.options.emplace(opt);
     out.push_back(std::move(m));
   }
   return out;
@@ -98,16 +104,14 @@ std::vector<MountInfo> cgroup_mounts() {
 // /proc/self/cgroup: controller set ("" for the unified line) → path.
 std::vector<std::pair<std::set<std::string>, std::string>> own_cgroups() {
   std::vector<std::pair<std::set<std::string>, std::string>> out;
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
+  std::string text;
+  if (!read_text("/proc/self/cgroup", text)) return out;
+  for (std::string_view line : split_fields(text, "\n")) {
     size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
+    if (a == std::string_view::npos || b == std::string_view::npos) continue;
     std::set<std::string> ctrls;
-    std::istringstream c(line.substr(a + 1, b - a - 1));
-    std::string name;
-    while (std::getline(c, name, ',')) ctrls.insert(name);
-    out.emplace_back(std::move(ctrls), line.substr(b + 1));
+    for (std::string_view name : split_fields(line.substr(a + 1, b - a - 1), ",")) ctrls.emplace(name);
+    out.emplace_back(std::move(ctrls), std::string(line.substr(b + 1)));
   }
   return out;
 }
@@ -168,11 +172,9 @@ std::string setup_v2(const MountInfo& m, const std::string& own_path, const std:
   for (const char* c : {"memory", "pids", "cpu"}) write_text(parent_dir + "/cgroup.subtree_control", std::string("+") + c);
   std::string avail;
   read_text(h.base + "/cgroup.controllers", avail);
-  std::istringstream in(avail);
-  std::string c;
-  while (in >> c)
+  for (std::string_view c : split_fields(avail))
     if (c == "memory" || c == "pids" || c == "cpu") {
-      if (write_text(h.base + "/cgroup.subtree_control", "+" + c)) h.controllers.insert(c);
+      if (write_text(h.base + "/cgroup.subtree_control", "+" + std::string(c))) h.controllers.emplace(c);
     }
   std::string list;
   for (const auto& x : h.controllers) list += (list.empty() ? "" : ",") + x;
@@ -250,9 +252,7 @@ std::vector<int> CommandCgroup::read_pids() const {
   std::vector<int> pids;
   std::string s;
   if (!read_text(procs_dir_ + "/cgroup.procs", s)) return pids;
-  std::istringstream in(s);
-  int pid;
-  while (in >> pid) pids.push_back(pid);
+  for (std::string_view f : split_fields(s)) pids.push_back(std::atoi(std::string(f).c_str()));
   return pids;
 }
 

@@ -6,24 +6,26 @@
 #include <cstdint>
 #include <string>
 
-typedef struct evp_md_ctx_st EVP_MD_CTX;
+#include "protocol/sha.h"
 
 namespace execd::pty {
 
 class OutputDigest {
  public:
-  OutputDigest();
-  ~OutputDigest();
+  OutputDigest() = default;
   OutputDigest(const OutputDigest&) = delete;
   OutputDigest& operator=(const OutputDigest&) = delete;
 
-  void update(const uint8_t* data, size_t len);
+  void update(const uint8_t* data, size_t len) {
+    bytes_ += len;
+    sha_.update(data, len);
+  }
   uint64_t bytes() const { return bytes_; }
   // Lower-case hex; call once, after the last update.
-  std::string finish_hex();
+  std::string finish_hex() { return protocol::lower_hex(sha_.finish()); }
 
  private:
-  EVP_MD_CTX* ctx_;
+  protocol::Sha256 sha_;
   uint64_t bytes_ = 0;
 };
 

@@ -11,12 +11,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "pty/spawn.h"
+#include "fs/small_file.h"
 
 namespace execd::pty {
 
@@ -32,15 +31,6 @@ const char* lookup(const std::vector<std::string>& env, std::string_view name) {
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
-}
-
-bool read_small_file(const std::string& path, std::string& out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
-  return out.size() < (1 << 20);
 }
 
 }  // namespace
@@ -120,10 +110,11 @@ std::vector<KernelSpec> find_kernelspecs(const std::vector<std::string>& env) {
     std::sort(names.begin(), names.end());
     for (const auto& name : names) {
       std::string dir = kernels + "/" + name;
-      std::string text, error;
-      if (seen.count(lower(name)) || !read_small_file(dir + "/kernel.json", text)) continue;
+      if (seen.count(lower(name))) continue;
+      std::optional<std::string> text = fs::read_small_file(dir + "/kernel.json", 1 << 20);
+      std::string error;
       KernelSpec spec;
-      if (!parse_kernelspec(name, dir, text, spec, error)) continue;
+      if (!text || !parse_kernelspec(name, dir, *text, spec, error)) continue;
       seen.insert(lower(name));
       specs.push_back(std::move(spec));
     }

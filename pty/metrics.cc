@@ -1,6 +1,8 @@
 // pty/metrics: see header.
 #include "pty/metrics.h"
 
+#include "fs/small_file.h"
+
 #include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
@@ -10,7 +12,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <optional>
-#include <sstream>
 #include <string_view>
 #include <vector>
 
@@ -30,26 +31,6 @@ const char* metric_source_name(MetricSource source) {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-std::optional<std::string> read_small_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string out;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      if (n < 0) return std::nullopt;
-      return out;
-    }
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > (4u << 20)) break;  // /proc files here are small
-  }
-  ::close(fd);
-  return out;
-}
 
 bool file_exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
@@ -71,7 +52,7 @@ std::optional<double> parse_number(std::string_view s) {
 }
 
 std::optional<double> read_number(const std::string& path) {
-  auto text = read_small_file(path);
+  auto text = fs::read_small_file(path);
   if (!text) return std::nullopt;
   return parse_number(*text);
 }
@@ -242,7 +223,7 @@ int default_affinity_cpus() {
 // iowait + irq + softirq + steal (iowait counts as busy; guest is already in
 // user/nice), total = busy + idle.
 bool read_proc_stat(const std::string& path, double& total, double& busy) {
-  auto text = read_small_file(path);
+  auto text = fs::read_small_file(path);
   if (!text) return false;
   for (std::string_view line : split(*text, '\n')) {
     if (line.substr(0, 4) != "cpu ") continue;
@@ -273,8 +254,8 @@ MetricsSampler::MetricsSampler(Options options) : opt_(std::move(options)) {
   if (!opt_.monotonic_ns) opt_.monotonic_ns = default_monotonic_ns;
   if (!opt_.affinity_cpus) opt_.affinity_cpus = default_affinity_cpus;
 
-  auto mountinfo = read_small_file(opt_.root + "/proc/self/mountinfo");
-  auto self = read_small_file(opt_.root + "/proc/self/cgroup");
+  auto mountinfo = fs::read_small_file(opt_.root + "/proc/self/mountinfo");
+  auto self = fs::read_small_file(opt_.root + "/proc/self/cgroup");
   if (!mountinfo || !self) return;
   std::vector<Mount> mounts = parse_mountinfo(*mountinfo);
   ProcCgroup pc = parse_proc_cgroup(*self);
@@ -305,7 +286,7 @@ MetricsSampler::MetricsSampler(Options options) : opt_(std::move(options)) {
     }
   }
   auto controllers_v2 = [&]() -> std::string {
-    auto text = read_small_file(v2_dir + "/cgroup.controllers");
+    auto text = fs::read_small_file(v2_dir + "/cgroup.controllers");
     return text ? *text : std::string();
   };
   const std::string v2_controllers = v2_dir.empty() ? "" : trim(controllers_v2());
@@ -356,7 +337,7 @@ MetricsSample MetricsSampler::sample() {
     for (const std::string& dir : ancestors(dirs_.cpu, cpu_mount_)) {
       std::optional<double> here;
       if (dirs_.cpu_version == 2) {
-        auto text = read_small_file(dir + "/cpu.max");
+        auto text = fs::read_small_file(dir + "/cpu.max");
         if (text) {
           const std::string line = trim(*text);
           auto fields = split(line, ' ');
@@ -385,7 +366,7 @@ MetricsSample MetricsSampler::sample() {
   if (!dirs_.cpuacct.empty() && !dirs_.cpuacct_root) {
     std::optional<double> seconds;
     if (dirs_.cpuacct_version == 2) {
-      auto text = read_small_file(dirs_.cpuacct + "/cpu.stat");
+      auto text = fs::read_small_file(dirs_.cpuacct + "/cpu.stat");
       if (text)
         if (auto us = keyed_value(*text, "usage_usec")) seconds = *us / 1e6;
     } else if (auto ns = read_number(dirs_.cpuacct + "/cpuacct.usage")) {
@@ -418,7 +399,7 @@ MetricsSample MetricsSampler::sample() {
   prev_total_ = total;
 
   // ---- Memory --------------------------------------------------------------
-  std::optional<std::string> meminfo = read_small_file(proc + "/meminfo");
+  std::optional<std::string> meminfo = fs::read_small_file(proc + "/meminfo");
   double host_total = 0;  // bytes; 0 = unknown
   if (meminfo)
     if (auto t = keyed_value(*meminfo, "MemTotal"); t && *t > 0) host_total = *t;
@@ -432,7 +413,7 @@ MetricsSample MetricsSampler::sample() {
     for (const std::string& dir : ancestors(dirs_.memory, memory_mount_)) {
       std::optional<double> here;
       if (dirs_.memory_version == 2) {
-        auto text = read_small_file(dir + "/memory.max");
+        auto text = fs::read_small_file(dir + "/memory.max");
         if (text && trim(*text) != "max") here = parse_number(*text);
       } else {
         here = read_number(dir + "/memory.limit_in_bytes");
@@ -440,7 +421,7 @@ MetricsSample MetricsSampler::sample() {
       if (here && (!limit || *here < *limit)) limit = here;
     }
     if (dirs_.memory_version == 1) {
-      if (auto stat = read_small_file(dirs_.memory + "/memory.stat"))
+      if (auto stat = fs::read_small_file(dirs_.memory + "/memory.stat"))
         if (auto h = keyed_value(*stat, "hierarchical_memory_limit"); h && (!limit || *h < *limit)) limit = h;
     }
     if (limit && *limit > 0 && (host_total <= 0 || *limit < host_total)) {
@@ -455,7 +436,7 @@ MetricsSample MetricsSampler::sample() {
         read_number(dirs_.memory + (dirs_.memory_version == 2 ? "/memory.current" : "/memory.usage_in_bytes"));
     if (current) {
       double inactive = 0;
-      if (auto stat = read_small_file(dirs_.memory + "/memory.stat")) {
+      if (auto stat = fs::read_small_file(dirs_.memory + "/memory.stat")) {
         auto v = keyed_value(*stat, dirs_.memory_version == 2 ? "inactive_file" : "total_inactive_file");
         if (v) inactive = *v;
       }

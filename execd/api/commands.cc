@@ -12,11 +12,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "fs/expand.h"
+#include "fs/small_file.h"
 #include "execd/api/api.h"
 #include "execd/api/awaiter.h"
 #include "execd/api/journal.h"
@@ -502,30 +501,25 @@ protocol::StoredCommand CommandRecord::stored() const {
 
 namespace {
 
-std::string read_small_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 std::string boot_id() {
-  std::string b = read_small_file("/proc/sys/kernel/random/boot_id");
+  std::string b = fs::read_small_file("/proc/sys/kernel/random/boot_id").value_or(std::string());
   while (!b.empty() && (b.back() == '\n' || b.back() == ' ')) b.pop_back();
   return b;
 }
 
 // Field 22 of /proc/<pid>/stat: the process's start time in clock ticks.
 uint64_t process_start_ticks(int64_t pid) {
-  std::string stat = read_small_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat = fs::read_small_file("/proc/" + std::to_string(pid) + "/stat").value_or(std::string());
   size_t close_paren = stat.rfind(')');
   if (close_paren == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(close_paren + 2));
-  std::string field;
-  // Fields from 3 (state) on; starttime is field 22.
-  for (int i = 3; i <= 22 && rest >> field; ++i)
-    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
-  return 0;
+  // Fields from 3 (state) on, one space apart; starttime is field 22.
+  size_t at = close_paren + 2;
+  for (int i = 3; i < 22 && at < stat.size(); ++i) {
+    at = stat.find(' ', at);
+    if (at == std::string::npos) return 0;
+    ++at;
+  }
+  return at < stat.size() ? std::strtoull(stat.c_str() + at, nullptr, 10) : 0;
 }
 
 struct PersistJob {
@@ -631,7 +625,7 @@ void CommandRegistry::load() {
     }
     if (!ends_with(name, ".record")) continue;
     std::string id = name.substr(0, name.size() - 7);
-    auto stored = protocol::decode_stored_command(read_small_file(dir + "/" + name));
+    auto stored = protocol::decode_stored_command(fs::read_small_file(dir + "/" + name).value_or(std::string()));
     if (!stored || stored->id != id) {
       ++torn;
       remove_files(id);
@@ -656,7 +650,7 @@ void CommandRegistry::load() {
     int fd = open(log_path.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st;
     uint64_t size = fd >= 0 && fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
-    rec->index = protocol::OutputIndex::decode(read_small_file(dir + "/" + id + ".index"), size);
+    rec->index = protocol::OutputIndex::decode(fs::read_small_file(dir + "/" + id + ".index").value_or(std::string()), size);
     rec->log = std::make_unique<OutputLog>(ctx_.loop, log_path, static_cast<uint64_t>(ctx_.config.log_limit_bytes));
     if (fd >= 0) rec->log->adopt(fd, size, std::max(stored->output_total, size));
     protocol::ExecutionResult r = stored->result;
@@ -896,9 +890,11 @@ struct PrepareWork : Awaitable {
 // EXECD_ENVS: KEY=VALUE lines, '#' comments and blank lines skipped, values
 // $VAR-expanded against execd's environment, no quote processing.
 void apply_env_file(const std::string& path, const std::vector<std::string>& base, std::vector<std::string>& env) {
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
+  const std::string text = fs::read_small_file(path).value_or(std::string());
+  for (size_t at = 0, end; at < text.size(); at = end + 1) {
+    end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     size_t start = line.find_first_not_of(" \t");
     if (start == std::string::npos || line[start] == '#') continue;

@@ -9,15 +9,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include "execd/api/awaiter.h"
 #include "protocol/errors.h"
 #include "protocol/resume.h"
 #include "fs/paths.h"
+#include "fs/small_file.h"
 #include "pty/digest.h"
 
 namespace execd::api {
@@ -26,12 +25,8 @@ namespace codes = protocol::codes;
 using ojson = nlohmann::ordered_json;
 
 namespace {
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+// Journals are bounded by --journal-max-bytes, not by a read limit.
+std::string read_file(const std::string& path) { return fs::read_small_file(path, SIZE_MAX).value_or(std::string()); }
 }  // namespace
 
 Journal::Journal(Context& ctx) : ctx_(ctx) {

@@ -1,0 +1,17 @@
+// fs/small_file: read a whole small file (/proc and /sys entries, the token
+// file, records in the state directory) with plain read(2): no iostreams,
+// whose first use initialises the C++ locale machinery (a few hundred KiB of
+// resident pages in an otherwise idle daemon).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace execd::fs {
+
+// The file's bytes; nullopt when it cannot be opened or read, or is longer
+// than `limit`.
+std::optional<std::string> read_small_file(const std::string& path, size_t limit = 16u << 20);
+
+}  // namespace execd::fs
