@@ -339,6 +339,13 @@ bool CommandCgroup::try_remove() {
   for (const auto& d : dirs_)
     if (!d.empty() && rmdir(d.c_str()) != 0 && errno != ENOENT) all = false;
   removed_ = all;
+  if (all) {
+    // Finished records keep their cgroup object for as long as they are
+    // retained (4096 at most); its paths are dead weight from here on.
+    std::vector<std::string>().swap(dirs_);
+    for (std::string* path : {&procs_dir_, &memory_dir_, &pids_dir_, &freezer_dir_, &cpuacct_dir_})
+      std::string().swap(*path);  // assigning an empty string would keep the buffer
+  }
   return all;
 }
 
