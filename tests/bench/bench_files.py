@@ -10,6 +10,8 @@ Measures, against a freshly started execd:
   * upload MB/s (POST /files/upload, one metadata + file part, the body sent
     with os.sendfile) next to the floor: the same sender into the same reader;
   * execd's RSS (sampled VmRSS every 5 ms, and VmHWM) before and during each.
+Floor and download rounds alternate, each with the RSS sampler running (it
+shares the reader's interpreter), so both see the same machine.
 Targets: download >= 95% of the floor, upload >= 40%, RSS growth < 8 MiB.
 """
 
@@ -167,6 +169,10 @@ def make_file(path: str, size: int):
             n = min(left, BUF)
             f.write(block[:n])
             left -= n
+        # Written back now, not during the measurement: 2 GiB of writeback
+        # competing for the CPUs made single download rounds 3x slower.
+        f.flush()
+        os.fsync(f.fileno())
     # warm the page cache the way a re-read would
     with open(path, "rb") as f:
         while f.read(16 * MiB):
@@ -207,13 +213,19 @@ def main():
     make_file(src, size)
     proc, token, host, port = start(os.path.abspath(args.execd), os.path.join(work, "state"))
     try:
-        floor = min(floor_transfer(src, size) for _ in range(args.rounds))
-
         base = status_kib(proc.pid, "VmRSS")
-        sampler = RssSampler(proc.pid)
-        sampler.start()
-        down = min(execd_download(host, port, token, src, size) for _ in range(args.rounds))
-        down_peak = sampler.stop()
+        floors, downs, peaks = [], [], []
+        for _ in range(args.rounds):
+            sampler = RssSampler(proc.pid)
+            sampler.start()
+            floors.append(floor_transfer(src, size))
+            sampler.stop()
+            sampler = RssSampler(proc.pid)
+            sampler.start()
+            downs.append(execd_download(host, port, token, src, size))
+            peaks.append(sampler.stop())
+        floor, down, down_peak = min(floors), min(downs), max(peaks)
+        print("floors", [round(size / f / 1e6) for f in floors], "downs", [round(size / d / 1e6) for d in downs])
 
         base_up = status_kib(proc.pid, "VmRSS")
         sampler = RssSampler(proc.pid)
