@@ -416,10 +416,13 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
     return nullptr;
   };
   for (const auto& h : hierarchies_) {
-    // Every hierarchy joined costs the child a cgroup.procs write (the
-    // dearest step: the kernel's threadgroup lock), so cpu only for cpu_shares.
-    bool only_cpu = !cg->v2_ && h.controllers.size() == 1 && h.controllers.count("cpu");
-    if (only_cpu && limits.cpu_shares <= 0) {
+    // Every hierarchy joined costs a mkdir and an rmdir on the loop and the
+    // child a cgroup.procs write (the dearest step: the kernel's threadgroup
+    // lock), so a v1 hierarchy of cpu alone only for cpu_shares, and one of
+    // pids alone only for a pids limit (membership is read from the others).
+    bool only = !cg->v2_ && h.controllers.size() == 1;
+    if ((only && h.controllers.count("cpu") && limits.cpu_shares <= 0) ||
+        (only && h.controllers.count("pids") && limits.pids <= 0)) {
       cg->dirs_.emplace_back();
       continue;
     }

@@ -501,10 +501,14 @@ protocol::StoredCommand CommandRecord::stored() const {
 
 namespace {
 
-std::string boot_id() {
-  std::string b = fs::read_small_file("/proc/sys/kernel/random/boot_id").value_or(std::string());
-  while (!b.empty() && (b.back() == '\n' || b.back() == ' ')) b.pop_back();
-  return b;
+// Read once: it cannot change while execd runs, and every command records it.
+const std::string& boot_id() {
+  static const std::string id = [] {
+    std::string b = fs::read_small_file("/proc/sys/kernel/random/boot_id").value_or(std::string());
+    while (!b.empty() && (b.back() == '\n' || b.back() == ' ')) b.pop_back();
+    return b;
+  }();
+  return id;
 }
 
 // Field 22 of /proc/<pid>/stat: the process's start time in clock ticks.
