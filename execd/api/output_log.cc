@@ -82,9 +82,18 @@ void OutputLog::pump() {
     uv_fs_req_cleanup(req);
     if (log.removed_) log.remove();
     else log.pump();
+    if (log.ops_ == 0) log.release_buffers();
     log.run_waiting_reads();
     if (log.on_written_) log.on_written_();
   });
+}
+
+// Caught up with the disk: a finished record keeps its log for up to
+// --retention, and the two buffers would keep the capacity of the largest
+// batch (up to the pending budget each) for all that time.
+void OutputLog::release_buffers() {
+  if (pending_.empty()) std::string().swap(pending_);
+  std::string().swap(inflight_);
 }
 
 void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {

@@ -40,6 +40,8 @@ class OutputLog {
   uint64_t total_bytes() const { return total_; }
   bool truncated() const { return total_ > limit_; }
   size_t pending_bytes() const { return pending_.size() + inflight_.size(); }
+  // Heap held by the write buffers (released once caught up with the disk).
+  size_t buffer_capacity() const { return pending_.capacity() + inflight_.capacity(); }
   bool over_budget() const { return pending_bytes() > kPendingBudget; }
   // Called whenever a write completes (so a paused producer can resume).
   void set_on_written(std::function<void()> fn) { on_written_ = std::move(fn); }
@@ -53,6 +55,7 @@ class OutputLog {
 
  private:
   void pump();
+  void release_buffers();
   void read_durable(uint64_t offset, size_t max, ReadFn fn);
   void run_waiting_reads();
 

@@ -19,6 +19,8 @@ Measures, against a release execd:
   * start-up time: spawn until the first successful GET /ping (tight connect loop);
   * 1,000 concurrent foreground commands (`sleep 1; echo done`): errors and peak RSS;
   * RSS 2 s after 500 concurrent commands ended, against idle RSS;
+  * RSS 2 s after 20 commands that each printed 8 MiB (base64), against idle
+    RSS (what finished records keep);
   * 10,000 idle keep-alive connections (each served one /ping): RSS, and whether
     the 10,001st client is served.
 Exit status is 0 even when a target is missed (it is a report, not a gate).
@@ -289,6 +291,26 @@ def bench_idle_connections(binary, n):
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+def bench_rss_after_output(binary, n, mib):
+    """RSS of an idle execd, then 2 s after n commands that each printed
+    `mib` MiB (base64 of zeros; every byte read by the client): what their
+    finished records keep."""
+    d = Daemon(binary)
+    try:
+        ping_once(d.port)
+        idle = vm_rss_kib(d.proc.pid)
+        body = json.dumps({"command": f"head -c {mib}M /dev/zero | base64"}).encode()
+        for _ in range(n):
+            c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+            c.request("POST", "/command", body=body, headers={TOKEN_HEADER: d.token})
+            c.getresponse().read()
+            c.close()
+        time.sleep(2)
+        return {"idle_kib": idle, "after_2s_kib": vm_rss_kib(d.proc.pid), "commands": n, "mib_each": mib}
+    finally:
+        d.stop()
+
+
 def bench_rss_after_burst(binary, n):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 8 * n + 1000)), hard))
@@ -362,7 +384,7 @@ def main():
     ap.add_argument("--client", default="build/stream_client")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--only", default="",
-                    help="comma list: rtt,cgroup,throughput,rss,startup,concurrent,burst,idleconns")
+                    help="comma list: rtt,cgroup,throughput,rss,startup,concurrent,burst,output,idleconns")
     ap.add_argument("--static", default="", help="also measure idle RSS and start-up of this (static) binary")
     a = ap.parse_args()
     binary = os.path.abspath(a.execd)
@@ -426,6 +448,12 @@ def main():
         rw = b["after_2s_kib"] / b["warm_idle_kib"]
         rows.append(("  same, against warm idle (MiB)", f"{b['after_2s_kib'] / 1024:.2f}",
                      f"{b['warm_idle_kib'] / 1024:.2f}", f"{rw:.2f}x", "-", None))
+    if want("output"):
+        o = bench_rss_after_output(binary, 20, 8)
+        print(f"RSS after output: {json.dumps(o)}", flush=True)
+        r = o["after_2s_kib"] / o["idle_kib"]
+        rows.append(("RSS 2 s after 20 commands of 8 MiB | base64 (MiB)", f"{o['after_2s_kib'] / 1024:.2f}",
+                     f"{o['idle_kib'] / 1024:.2f}", f"{r:.2f}x", "-", None))
     if want("idleconns"):
         ic = bench_idle_connections(binary, 2000 if a.quick else 10000)
         print(f"idle connections: {json.dumps(ic)}", flush=True)
