@@ -73,6 +73,8 @@ class CommandCgroup {
   friend class Containment;
   CommandCgroup() = default;
   std::vector<int> read_pids() const;
+  // The directories are gone: release what only they needed.
+  void mark_removed();
 
   std::string name_;
   std::vector<std::string> dirs_;  // every hierarchy's directory of this cgroup
@@ -123,7 +125,9 @@ class Containment {
     std::shared_ptr<CommandCgroup> cg;
     uint64_t deadline_ms;
   };
+  struct RemovalJob;
   void on_linger_tick();
+  void on_removal_done(RemovalJob& job);
 
   uv_loop_t* loop_ = nullptr;
   ContainmentMode mode_ = ContainmentMode::process_group;
@@ -133,6 +137,7 @@ class Containment {
   std::vector<Lingering> lingering_;
   uv_timer_t timer_{};
   bool timer_open_ = false;
+  bool removing_ = false;  // a removal job is on the threadpool
 };
 
 }  // namespace execd::pty
