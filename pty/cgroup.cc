@@ -140,7 +140,8 @@ void remove_stale(const std::string& parent_dir, time_t min_age) {
     if (DIR* sub = opendir(dir.c_str())) {
       while (struct dirent* c = readdir(sub)) {
         std::string cmd = dir + "/" + c->d_name;
-        if (strncmp(c->d_name, "cmd-", 4) == 0 && stat(cmd.c_str(), &st) == 0 && time(nullptr) - st.st_mtime >= min_age)
+        bool ours = strncmp(c->d_name, "cmd-", 4) == 0 || strncmp(c->d_name, "spare-", 6) == 0;
+        if (ours && stat(cmd.c_str(), &st) == 0 && time(nullptr) - st.st_mtime >= min_age)
           rmdir(cmd.c_str());
       }
       closedir(sub);
@@ -439,6 +440,7 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
       std::string line = setup_v2(*unified, unified_path, parent, hierarchies_);
       if (!hierarchies_.empty()) {
         mode_ = ContainmentMode::cgroup_v2;
+        make_ahead();
         return line;
       }
       why = line;
@@ -448,10 +450,119 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
     std::string line = setup_v1(mounts, own, parent, hierarchies_);
     if (!hierarchies_.empty()) {
       mode_ = ContainmentMode::cgroup_v1;
+      make_ahead();
       return line;
     }
   }
   return "containment: process-group (no usable cgroup hierarchy" + (why.empty() ? "" : ": " + why) + ")";
+}
+
+std::shared_ptr<CommandCgroup> Containment::new_cgroup() {
+  std::shared_ptr<CommandCgroup> cg(new CommandCgroup);
+  cg->name_ = "cmd-" + std::to_string(++next_id_);
+  cg->v2_ = mode_ == ContainmentMode::cgroup_v2;
+  return cg;
+}
+
+void Containment::track(const std::shared_ptr<CommandCgroup>& cg) {
+  auto& all = all_;
+  all.erase(std::remove_if(all.begin(), all.end(), [](const std::weak_ptr<CommandCgroup>& w) { return w.expired(); }),
+            all.end());
+  all.push_back(cg);
+}
+
+std::string CommandCgroup::make_dirs(const std::vector<CgroupHierarchy>& hierarchies, const ResourceLimits& limits) {
+  for (const auto& h : hierarchies) {
+    // Every hierarchy joined costs a mkdir and an rmdir and the child a
+    // cgroup.procs write (the dearest step: the kernel's threadgroup lock),
+    // so a v1 hierarchy of cpu alone only for cpu_shares, and one of pids
+    // alone only for a pids limit (membership is read from the others).
+    bool only = !v2_ && h.controllers.size() == 1;
+    if ((only && h.controllers.count("cpu") && limits.cpu_shares <= 0) ||
+        (only && h.controllers.count("pids") && limits.pids <= 0)) {
+      dirs_.emplace_back();
+      continue;
+    }
+    std::string dir = h.base + "/" + name_;
+    if (mkdir(dir.c_str(), 0755) != 0) return "mkdir " + dir;
+    dirs_.push_back(dir);
+    int fd = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return "open " + dir + "/cgroup.procs";
+    join_fds_.push_back(fd);
+    if (procs_dir_.empty() || h.controllers.count("pids")) procs_dir_ = dir;
+    if (h.controllers.count("memory")) memory_dir_ = dir;
+    if (h.controllers.count("pids")) pids_dir_ = dir;
+    if (h.controllers.count("freezer")) freezer_dir_ = dir;
+    if (h.controllers.count("cpuacct")) cpuacct_dir_ = dir;
+  }
+  return {};
+}
+
+void CommandCgroup::discard() {
+  int e = errno;
+  close_join_fds();
+  for (const auto& d : dirs_)
+    if (!d.empty()) rmdir(d.c_str());
+  removed_ = true;
+  errno = e;
+}
+
+bool CommandCgroup::rename_to(const std::string& name) {
+  for (auto& d : dirs_) {
+    if (d.empty()) continue;
+    std::string to = d.substr(0, d.rfind('/') + 1) + name;
+    if (::rename(d.c_str(), to.c_str()) != 0) return false;
+    for (std::string* p : {&procs_dir_, &memory_dir_, &pids_dir_, &freezer_dir_, &cpuacct_dir_})
+      if (*p == d) *p = to;
+    d = std::move(to);
+  }
+  name_ = name;
+  return true;
+}
+
+struct Containment::MakeJob {
+  uv_work_t work;
+  Containment* owner;
+  std::vector<CgroupHierarchy> hierarchies;  // a copy: the pool reads nothing of the owner
+  std::shared_ptr<CommandCgroup> cg;         // the loop does not see it until on_made
+  std::string failed;
+};
+
+void Containment::make_ahead() {
+  if (making_ || !timer_open_ || mode_ != ContainmentMode::cgroup_v1 || ready_.size() >= kReadyCgroups) return;
+  auto* job = new MakeJob{{}, this, hierarchies_, new_cgroup(), {}};
+  job->cg->name_ = "spare-" + std::to_string(next_id_);
+  job->work.data = job;
+  making_ = true;
+  int rc = uv_queue_work(
+      loop_, &job->work,
+      [](uv_work_t* w) {
+        auto* j = static_cast<MakeJob*>(w->data);
+        j->failed = j->cg->make_dirs(j->hierarchies, ResourceLimits{});
+        if (!j->failed.empty()) j->cg->discard();
+      },
+      [](uv_work_t* w, int) {
+        std::unique_ptr<MakeJob> j(static_cast<MakeJob*>(w->data));
+        j->owner->on_made(*j);
+      });
+  if (rc != 0) {
+    making_ = false;
+    delete job;
+  }
+}
+
+void Containment::on_made(MakeJob& job) {
+  making_ = false;
+  // A failure is not retried from here: the next create() makes its cgroup
+  // on the loop as before (and reports what failed), then tries again.
+  if (!job.failed.empty()) return;
+  if (!timer_open_) {  // closing: nobody will take it
+    job.cg->try_remove();
+    return;
+  }
+  track(job.cg);
+  ready_.push_back(std::move(job.cg));
+  make_ahead();
 }
 
 std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits, std::string& error) {
@@ -460,40 +571,23 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
     if (limits.any()) error = "limits need cgroups (containment is process-group)";
     return nullptr;
   }
-  std::shared_ptr<CommandCgroup> cg(new CommandCgroup);
-  cg->name_ = "cmd-" + std::to_string(++next_id_);
-  cg->v2_ = mode_ == ContainmentMode::cgroup_v2;
+  while (!limits.any() && !ready_.empty()) {
+    std::shared_ptr<CommandCgroup> cg = std::move(ready_.back());
+    ready_.pop_back();
+    // A rename is a fraction of a mkdir; the name says whose it is.
+    if (cg->rename_to("cmd-" + std::to_string(++next_id_))) {
+      make_ahead();
+      return cg;
+    }
+    cg->discard();
+  }
+  std::shared_ptr<CommandCgroup> cg = new_cgroup();
   auto fail = [&](const std::string& what) -> std::shared_ptr<CommandCgroup> {
     error = what + ": " + strerror(errno);
-    cg->close_join_fds();
-    for (const auto& d : cg->dirs_)
-      if (!d.empty()) rmdir(d.c_str());
-    cg->removed_ = true;
+    cg->discard();
     return nullptr;
   };
-  for (const auto& h : hierarchies_) {
-    // Every hierarchy joined costs a mkdir and an rmdir on the loop and the
-    // child a cgroup.procs write (the dearest step: the kernel's threadgroup
-    // lock), so a v1 hierarchy of cpu alone only for cpu_shares, and one of
-    // pids alone only for a pids limit (membership is read from the others).
-    bool only = !cg->v2_ && h.controllers.size() == 1;
-    if ((only && h.controllers.count("cpu") && limits.cpu_shares <= 0) ||
-        (only && h.controllers.count("pids") && limits.pids <= 0)) {
-      cg->dirs_.emplace_back();
-      continue;
-    }
-    std::string dir = h.base + "/" + cg->name_;
-    if (mkdir(dir.c_str(), 0755) != 0) return fail("mkdir " + dir);
-    cg->dirs_.push_back(dir);
-    int fd = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return fail("open " + dir + "/cgroup.procs");
-    cg->join_fds_.push_back(fd);
-    if (cg->procs_dir_.empty() || h.controllers.count("pids")) cg->procs_dir_ = dir;
-    if (h.controllers.count("memory")) cg->memory_dir_ = dir;
-    if (h.controllers.count("pids")) cg->pids_dir_ = dir;
-    if (h.controllers.count("freezer")) cg->freezer_dir_ = dir;
-    if (h.controllers.count("cpuacct")) cg->cpuacct_dir_ = dir;
-  }
+  if (std::string failed = cg->make_dirs(hierarchies_, limits); !failed.empty()) return fail(failed);
   // Limits: a requested one that cannot be applied fails the start rather
   // than run the command unbounded.
   auto dir_of = [&](const char* ctrl) -> std::string {
@@ -533,10 +627,8 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
       return fail("cpu.shares");
     }
   }
-  auto& all = all_;
-  all.erase(std::remove_if(all.begin(), all.end(), [](const std::weak_ptr<CommandCgroup>& w) { return w.expired(); }),
-            all.end());
-  all.push_back(cg);
+  track(cg);
+  make_ahead();
   return cg;
 }
 
@@ -575,6 +667,7 @@ void Containment::shutdown() {
     sleep_ms(10);
   }
   lingering_.clear();
+  ready_.clear();
   all_.clear();
   for (const auto& h : hierarchies_) {
     rmdir(h.base.c_str());

@@ -47,6 +47,8 @@ struct CgroupUsage {
   bool pids_limit_hit = false;
 };
 
+struct CgroupHierarchy;
+
 class CommandCgroup {
  public:
   ~CommandCgroup();
@@ -75,6 +77,14 @@ class CommandCgroup {
   std::vector<int> read_pids() const;
   // The directories are gone: release what only they needed.
   void mark_removed();
+  // mkdir in every hierarchy this cgroup joins, cgroup.procs opened for the
+  // child. Touches nothing but this object: runs on the loop or the pool.
+  // Returns the step that failed (errno set), empty on success.
+  std::string make_dirs(const std::vector<CgroupHierarchy>& hierarchies, const ResourceLimits& limits);
+  // Undoes a make_dirs that failed or is no longer wanted.
+  void discard();
+  // Renames the directories (v1 only; siblings). False: dirs_ names what is there.
+  bool rename_to(const std::string& name);
 
   std::string name_;
   std::vector<std::string> dirs_;  // every hierarchy's directory of this cgroup
@@ -126,8 +136,16 @@ class Containment {
     uint64_t deadline_ms;
   };
   struct RemovalJob;
+  struct MakeJob;
   void on_linger_tick();
   void on_removal_done(RemovalJob& job);
+  // Keeps kReadyCgroups unlimited cgroups made ahead on the threadpool
+  // (spare-<n>, renamed cmd-<n> when taken), so that a command without
+  // limits starts with no mkdir on the loop. v1 only: v2 cannot rename.
+  void make_ahead();
+  void on_made(MakeJob& job);
+  std::shared_ptr<CommandCgroup> new_cgroup();
+  void track(const std::shared_ptr<CommandCgroup>& cg);
 
   uv_loop_t* loop_ = nullptr;
   ContainmentMode mode_ = ContainmentMode::process_group;
@@ -138,6 +156,9 @@ class Containment {
   uv_timer_t timer_{};
   bool timer_open_ = false;
   bool removing_ = false;  // a removal job is on the threadpool
+  static constexpr size_t kReadyCgroups = 2;
+  std::vector<std::shared_ptr<CommandCgroup>> ready_;
+  bool making_ = false;  // a make-ahead job is on the threadpool
 };
 
 }  // namespace execd::pty

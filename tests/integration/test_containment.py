@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import time
 
 import pytest
@@ -328,3 +329,23 @@ def test_session_and_pty_shells_get_their_own_cgroups(cg_execd):
     wait_until(lambda: cgroup_members(ex.pid), 5 * SLOW, what="the session's shell in a cgroup")
     st, _, _ = ex.request("DELETE", f"/session/{sid}")
     assert st in (200, 204)
+
+
+def test_cgroups_of_a_sigkilled_execd_go_with_the_next_ones_shutdown(execd_factory, cg_execd):
+    # A SIGKILLed execd leaves its execd-<pid> directories: the command
+    # cgroup of a finished command may still linger, and the cgroups made
+    # ahead for the next commands (spare-<n>) are there whatever happened.
+    # The next execd removes what a dead one left when it shuts down.
+    dead = execd_factory()
+    if mode(dead) == "process-group":
+        pytest.skip("no usable cgroups on this machine (execd reports process-group)")
+    assert dead.run("echo hi", exact=True).stdout == b"hi\n"
+    wait_until(lambda: any(n.startswith("spare-") for b in execd_cgroup_dirs(dead.pid) for n in os.listdir(b))
+               or mode(dead) != "cgroup-v1", 5 * SLOW, what="cgroups made ahead")
+    dead_pid = dead.pid
+    dead.proc.send_signal(signal.SIGKILL)
+    dead.proc.wait()
+    assert execd_cgroup_dirs(dead_pid), "a SIGKILLed execd cannot have removed its cgroups"
+    nxt = cg_execd()
+    assert nxt.stop() == 0
+    assert execd_cgroup_dirs(dead_pid) == [], "the dead execd's cgroups were left behind"
