@@ -440,7 +440,6 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
       std::string line = setup_v2(*unified, unified_path, parent, hierarchies_);
       if (!hierarchies_.empty()) {
         mode_ = ContainmentMode::cgroup_v2;
-        make_ahead();
         return line;
       }
       why = line;
@@ -450,7 +449,6 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
     std::string line = setup_v1(mounts, own, parent, hierarchies_);
     if (!hierarchies_.empty()) {
       mode_ = ContainmentMode::cgroup_v1;
-      make_ahead();
       return line;
     }
   }

@@ -142,6 +142,7 @@ class Containment {
   // Keeps kReadyCgroups unlimited cgroups made ahead on the threadpool
   // (spare-<n>, renamed cmd-<n> when taken), so that a command without
   // limits starts with no mkdir on the loop. v1 only: v2 cannot rename.
+  // From the first command on: an idle execd that ran none has no threadpool.
   void make_ahead();
   void on_made(MakeJob& job);
   std::shared_ptr<CommandCgroup> new_cgroup();
