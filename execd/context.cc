@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "fs/file_info.h"
+#include "protocol/sha.h"
 
 namespace execd {
 
@@ -39,13 +40,7 @@ std::string random_id32() {
   random_bytes(b, sizeof b);
   b[6] = (b[6] & 0x0F) | 0x40;
   b[8] = (b[8] & 0x3F) | 0x80;
-  static const char k[] = "0123456789abcdef";
-  std::string s(32, '0');
-  for (int i = 0; i < 16; ++i) {
-    s[2 * i] = k[b[i] >> 4];
-    s[2 * i + 1] = k[b[i] & 15];
-  }
-  return s;
+  return protocol::lower_hex(b, sizeof b);
 }
 
 std::string random_uuid() {

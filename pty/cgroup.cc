@@ -42,6 +42,18 @@ std::vector<std::string_view> split_fields(std::string_view s, std::string_view 
   return out;
 }
 
+// Removes a cgroup's directories unless its cgroup.procs lists a process
+// (an unreadable one counts as empty). False while any directory stays.
+// Plain syscalls on paths the caller owns: runs on the loop or on the pool.
+bool rmdir_if_empty(const std::string& procs_file, const std::vector<std::string>& dirs) {
+  std::string procs;
+  if (read_text(procs_file, procs) && !split_fields(procs).empty()) return false;
+  bool all = true;
+  for (const auto& d : dirs)
+    if (!d.empty() && rmdir(d.c_str()) != 0 && errno != ENOENT) all = false;
+  return all;
+}
+
 bool write_text(const std::string& path, const std::string& text) {
   int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -258,12 +270,7 @@ void Containment::on_linger_tick() {
       loop_, &job->work,
       [](uv_work_t* w) {
         for (auto& item : static_cast<RemovalJob*>(w->data)->items) {
-          std::string procs;
-          if (read_text(item.procs_file, procs) && !split_fields(procs).empty()) continue;  // still populated
-          bool all = true;
-          for (const auto& d : item.dirs)
-            if (!d.empty() && rmdir(d.c_str()) != 0 && errno != ENOENT) all = false;
-          item.removed = all;
+          item.removed = rmdir_if_empty(item.procs_file, item.dirs);
         }
       },
       [](uv_work_t* w, int) {
@@ -389,10 +396,7 @@ CgroupUsage CommandCgroup::usage() const {
 
 bool CommandCgroup::try_remove() {
   if (removed_) return true;
-  if (population() > 0) return false;
-  bool all = true;
-  for (const auto& d : dirs_)
-    if (!d.empty() && rmdir(d.c_str()) != 0 && errno != ENOENT) all = false;
+  bool all = rmdir_if_empty(procs_dir_ + "/cgroup.procs", dirs_);
   if (all) mark_removed();
   return all;
 }

@@ -16,6 +16,7 @@
 
 #include "pty/spawn.h"
 #include "fs/small_file.h"
+#include "protocol/sha.h"
 
 namespace execd::pty {
 
@@ -165,12 +166,7 @@ bool new_key(std::string& key, std::string& error) {
     error = "cannot read /dev/urandom for the kernel key";
     return false;
   }
-  static const char* digits = "0123456789abcdef";
-  key.clear();
-  for (unsigned char b : raw) {
-    key += digits[b >> 4];
-    key += digits[b & 15];
-  }
+  key = protocol::lower_hex(raw, sizeof raw);
   return true;
 }
 
