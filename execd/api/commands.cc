@@ -651,12 +651,12 @@ void CommandRegistry::load() {
     rec->lost = stored->lost;
     // The output: the log file and its index, as far as both got.
     std::string log_path = dir + "/" + id + ".output";
-    int fd = open(log_path.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st;
-    uint64_t size = fd >= 0 && fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    bool have_log = stat(log_path.c_str(), &st) == 0;
+    uint64_t size = have_log ? static_cast<uint64_t>(st.st_size) : 0;
     rec->index = protocol::OutputIndex::decode(fs::read_small_file(dir + "/" + id + ".index").value_or(std::string()), size);
     rec->log = std::make_unique<OutputLog>(ctx_.loop, log_path, static_cast<uint64_t>(ctx_.config.log_limit_bytes));
-    if (fd >= 0) rec->log->adopt(fd, size, std::max(stored->output_total, size));
+    if (have_log) rec->log->adopt(size, std::max(stored->output_total, size));
     protocol::ExecutionResult r = stored->result;
     if (!stored->finished) {
       // It was running when execd went away: end its process group (if the
@@ -823,6 +823,10 @@ void CommandRegistry::finished(CommandRecord* r) {
     r->cmd = nullptr;
   }
   if (r->finished_ns == 0) r->finished_ns = unix_ns();
+  // No more output: the files close once written (retained records would
+  // otherwise hold two descriptors each for the whole retention time).
+  if (r->log) r->log->seal();
+  if (r->index_log) r->index_log->seal();
   if (r->stdin_body) r->stdin_body->fail(409, codes::kRuntimeError, "the command has finished");
   if (r->stdin_writer) {
     r->stdin_writer->close();

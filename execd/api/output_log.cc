@@ -3,6 +3,9 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 namespace execd::api {
 
@@ -13,20 +16,47 @@ struct FsReq {
   std::string buf;
   OutputLog::ReadFn read_fn;
 };
+
+// A read of a sealed log: the pool thread works on its own copy of the path.
+struct SealedRead {
+  uv_work_t work;
+  OutputLog* log;
+  std::string path;
+  uint64_t offset;
+  std::string buf;
+  int err = 0;
+  OutputLog::ReadFn read_fn;
+};
 }  // namespace
 
-void OutputLog::adopt(int fd, uint64_t size, uint64_t produced) {
-  fd_ = fd;
+void OutputLog::adopt(uint64_t size, uint64_t produced) {
   durable_ = size;
   total_ = produced > size ? produced : size;
-  adopted_ = true;
+  adopted_ = sealed_ = true;
+}
+
+void OutputLog::seal() {
+  sealed_ = true;
+  close_if_idle();
+}
+
+void OutputLog::close_if_idle() {
+  if (!sealed_ || fd_ < 0 || ops_ > 0 || opening_ || !pending_.empty() || !waiting_reads_.empty()) return;
+  auto* close_req = new uv_fs_t;
+  uv_fs_close(loop_, close_req, fd_, [](uv_fs_t* req) {
+    uv_fs_req_cleanup(req);
+    delete req;
+  });
+  fd_ = -1;
 }
 
 void OutputLog::append(const uint8_t* data, size_t len) {
   uint64_t room = total_ < limit_ ? limit_ - total_ : 0;
   total_ += len;
-  if (room == 0 || failed_ || removed_ || adopted_) return;
-  pending_.append(reinterpret_cast<const char*>(data), len < room ? len : static_cast<size_t>(room));
+  if (room == 0 || failed_ || removed_ || adopted_ || sealed_) return;
+  size_t take = len < room ? len : static_cast<size_t>(room);
+  pending_.append(reinterpret_cast<const char*>(data), take);
+  stored_ += take;
   pump();
 }
 
@@ -53,6 +83,7 @@ void OutputLog::pump() {
       uv_fs_req_cleanup(req);
       if (log.removed_) log.remove();
       else log.pump();
+      log.close_if_idle();
       if (log.on_written_) log.on_written_();
     });
     return;
@@ -84,6 +115,7 @@ void OutputLog::pump() {
     else log.pump();
     if (log.ops_ == 0) log.release_buffers();
     log.run_waiting_reads();
+    log.close_if_idle();
     if (log.on_written_) log.on_written_();
   });
 }
@@ -97,9 +129,8 @@ void OutputLog::release_buffers() {
 }
 
 void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {
-  uint64_t stored = total_ < limit_ ? total_ : limit_;
-  if (durable_ < stored && !failed_ && !removed_ && !adopted_) {
-    waiting_reads_.push_back({stored, offset, max, std::move(fn)});
+  if (durable_ < stored_ && !failed_ && !removed_) {
+    waiting_reads_.push_back({stored_, offset, max, std::move(fn)});
     return;
   }
   read_durable(offset, max, std::move(fn));
@@ -114,12 +145,13 @@ void OutputLog::run_waiting_reads() {
 }
 
 void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
-  if (offset >= durable_ || fd_ < 0) {
+  if (offset >= durable_ || (fd_ < 0 && !sealed_)) {
     fn(0, {});
     return;
   }
   uint64_t avail = durable_ - offset;
   size_t n = avail < max ? static_cast<size_t>(avail) : max;
+  if (fd_ < 0) return read_sealed(offset, n, std::move(fn));
   auto* r = new FsReq{{}, this, std::string(n, '\0'), std::move(fn)};
   r->req.data = r;
   ++ops_;
@@ -136,7 +168,41 @@ void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
     // write it now, or every later read would wait for it forever.
     if (log.removed_) log.remove();
     else log.pump();
+    log.close_if_idle();
   });
+}
+
+void OutputLog::read_sealed(uint64_t offset, size_t n, ReadFn fn) {
+  auto* r = new SealedRead{{}, this, path_, offset, std::string(n, '\0'), 0, std::move(fn)};
+  r->work.data = r;
+  ++ops_;
+  uv_queue_work(
+      loop_, &r->work,
+      [](uv_work_t* w) {
+        auto* r = static_cast<SealedRead*>(w->data);
+        int fd = ::open(r->path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+          r->err = -errno;
+          return;
+        }
+        size_t got = 0;
+        while (got < r->buf.size()) {
+          ssize_t k = ::pread(fd, r->buf.data() + got, r->buf.size() - got, static_cast<off_t>(r->offset + got));
+          if (k < 0 && errno == EINTR) continue;
+          if (k < 0) r->err = -errno;
+          if (k <= 0) break;
+          got += static_cast<size_t>(k);
+        }
+        ::close(fd);
+        r->buf.resize(got);
+      },
+      [](uv_work_t* w, int) {
+        std::unique_ptr<SealedRead> r(static_cast<SealedRead*>(w->data));
+        auto& log = *r->log;
+        --log.ops_;
+        r->read_fn(r->err, r->err ? std::string() : std::move(r->buf));
+        if (log.removed_) log.remove();
+      });
 }
 
 void OutputLog::remove() {

@@ -8,6 +8,10 @@
 // Ownership: the command record owns its log. A filesystem request in flight
 // points at the log, so the owner must not destroy it while busy(); remove()
 // closes and unlinks with requests that need nothing of the log.
+//
+// Descriptors: a finished record is kept for --retention (up to 4096 of
+// them), so once sealed (no more output) and caught up with the disk the log
+// closes its file; a later read opens, reads and closes in one pool job.
 #pragma once
 
 #include <uv.h>
@@ -30,12 +34,18 @@ class OutputLog {
   // Filesystem requests are in flight: the log must stay.
   bool busy() const { return ops_ > 0; }
 
-  // A log left by an earlier execd: `fd` holds `size` stored bytes of the
-  // `produced` the command wrote. Read-only from now on.
-  void adopt(int fd, uint64_t size, uint64_t produced);
+  // A log left by an earlier execd: its file holds `size` stored bytes of
+  // the `produced` the command wrote. Sealed from the start.
+  void adopt(uint64_t size, uint64_t produced);
   void append(const uint8_t* data, size_t len);
+  // The command's output has ended: later appends are only counted, and the
+  // file is closed once every write is done.
+  void seal();
+  bool holds_descriptor() const { return fd_ >= 0; }
   // Bytes of the next append() that will be stored (the rest is only counted).
-  uint64_t room() const { return total_ < limit_ && !failed_ && !removed_ && !adopted_ ? limit_ - total_ : 0; }
+  uint64_t room() const {
+    return total_ < limit_ && !failed_ && !removed_ && !adopted_ && !sealed_ ? limit_ - total_ : 0;
+  }
   uint64_t readable_bytes() const { return durable_; }
   uint64_t total_bytes() const { return total_; }
   bool truncated() const { return total_ > limit_; }
@@ -56,6 +66,8 @@ class OutputLog {
  private:
   void pump();
   void release_buffers();
+  void close_if_idle();
+  void read_sealed(uint64_t offset, size_t n, ReadFn fn);
   void read_durable(uint64_t offset, size_t max, ReadFn fn);
   void run_waiting_reads();
 
@@ -71,9 +83,10 @@ class OutputLog {
   std::string path_;
   uint64_t limit_;
   int fd_ = -1;
-  bool opening_ = false, failed_ = false, removed_ = false, adopted_ = false;
+  bool opening_ = false, failed_ = false, removed_ = false, adopted_ = false, sealed_ = false;
   std::string pending_, inflight_;
   uint64_t total_ = 0;    // bytes offered
+  uint64_t stored_ = 0;   // bytes taken to be written (adopted: 0, all durable)
   uint64_t durable_ = 0;  // bytes written to the file
   int ops_ = 0;           // outstanding fs requests
   std::function<void()> on_written_;

@@ -121,3 +121,48 @@ def test_default_state_dir_is_var_lib_execd(tmp_path):
         assert proc.wait(15 * SLOW) == 0
         proc.stderr.close()
         shutil.rmtree(default, ignore_errors=True)
+
+
+def _open_logs(pid: int) -> list[str]:
+    """Retained output and index files execd holds open."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            path = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue  # closed while listing
+        if path.endswith((".output", ".index")):
+            out.append(path)
+    return out
+
+
+def test_retained_records_hold_no_descriptors(execd_factory, tmp_path):
+    """A finished record is kept for --retention (up to 4096 of them), so its
+    output and index files must not stay open: 60 records held 120
+    descriptors before. Their output stays readable, before and after a
+    restart."""
+    state = tmp_path / "state"
+    ex = execd_factory(state_dir=state)
+    runs = {}
+    for i in range(60):
+        runs[f"fd-{i}"] = ex.run(f"echo out-{i}; echo err-{i} >&2", exact=True, id=f"fd-{i}")
+    # Closing is a pool job after the last write.
+    wait_until(lambda: not _open_logs(ex.proc.pid), 10 * SLOW, what="log files closed")
+    for cid in ("fd-0", "fd-59"):
+        i = cid.split("-")[1]
+        assert ex.logs(cid)[2] == f"out-{i}\nerr-{i}\n".encode()
+        st, h, raw = ex.request("GET", f"/command/{cid}/stream?stdout=0&stderr=0")
+        events = parse_stream(raw, True)
+        assert reconstruct(events) == (f"out-{i}\n".encode(), f"err-{i}\n".encode())
+        assert events[-1]["stdout_sha256"] == runs[cid].terminal["stdout_sha256"]
+    assert not _open_logs(ex.proc.pid)  # each read opened and closed its own
+    assert ex.stop() == 0
+
+    ex2 = execd_factory(state_dir=state)
+    assert not _open_logs(ex2.proc.pid)  # reloaded records open nothing either
+    st, h, raw = ex2.request("GET", "/command/fd-30/stream?stdout=4&stderr=0")
+    events = parse_stream(raw, True)
+    out = [(e["type"], e["offset"], e["text"]) for e in events if e["type"] in ("stdout", "stderr")]
+    assert out == [("stdout", 4, "30\n"), ("stderr", 0, "err-30\n")]
+    assert ex2.logs("fd-31")[2] == b"out-31\nerr-31\n"
+    assert not _open_logs(ex2.proc.pid)

@@ -52,3 +52,43 @@ TEST_CASE("output log: written in order, then no buffer memory kept") {
   CHECK(uv_loop_close(&loop) == 0);
   rmdir(dir.c_str());
 }
+
+TEST_CASE("output log: sealed, it closes its file once written, and reads still see every byte") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  char tmpl[] = "/tmp/execd-outlog-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl, path = dir + "/x.output";
+  {
+    OutputLog log(&loop, path, 64 << 20);
+    std::string expected(300 * 1024, 'x');
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<char>('a' + i % 26);
+    log.append(reinterpret_cast<const uint8_t*>(expected.data()), expected.size());
+    log.seal();  // the write is still in flight: the file closes after it
+    CHECK(log.busy());
+    const char more[] = "after the seal";
+    log.append(reinterpret_cast<const uint8_t*>(more), sizeof more - 1);  // counted, not stored
+    for (int i = 0; i < 100000 && (log.busy() || log.holds_descriptor()); ++i) uv_run(&loop, UV_RUN_ONCE);
+    CHECK_FALSE(log.holds_descriptor());
+    CHECK(log.readable_bytes() == expected.size());
+    CHECK(log.total_bytes() == expected.size() + sizeof more - 1);
+    std::string got;
+    int reads = 0;
+    // Two reads at once, from the middle on: each opens and closes its own.
+    for (uint64_t at : {uint64_t{0}, uint64_t{1000}})
+      log.read(at, expected.size(), [&, at](int err, std::string data) {
+        CHECK(err == 0);
+        CHECK(data == expected.substr(at));
+        ++reads;
+      });
+    for (int i = 0; i < 100000 && reads < 2; ++i) uv_run(&loop, UV_RUN_ONCE);
+    CHECK(reads == 2);
+    CHECK_FALSE(log.holds_descriptor());
+    log.remove();
+    for (int i = 0; i < 100000 && log.busy(); ++i) uv_run(&loop, UV_RUN_ONCE);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(uv_loop_close(&loop) == 0);
+  unlink((dir + "/x.output").c_str());
+  rmdir(dir.c_str());
+}
