@@ -81,8 +81,9 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   bool client_paused = false;
   int holds = 0;
   std::set<ResumeReader*> readers;
-  // Persistence: one write in flight; `dirty` asks for another after it.
-  bool persisting = false, dirty = false;
+  // Persistence: waiting in the registry's queue, or in a batch being
+  // written; `dirty` asks for another write after that one.
+  bool persist_queued = false, persisting = false, dirty = false;
   int64_t pgid = 0;
   std::string boot_id;
   uint64_t start_ticks = 0;
@@ -117,6 +118,8 @@ class CommandRegistry {
   void close();
 
  private:
+  static constexpr size_t kPersistBatch = 32;
+  void write_next_batch();
   void load();
   void sweep();
   void remove_files(const std::string& id);
@@ -126,6 +129,8 @@ class CommandRegistry {
   uint64_t sweep_period_ = 1000;
   std::map<std::string, std::unique_ptr<CommandRecord>> records_;
   std::deque<std::string> finished_order_;
+  std::deque<std::string> persist_queue_;  // ids waiting for a record write
+  bool batch_in_flight_ = false;
   size_t running_ = 0;
   uv_timer_t sweep_timer_;
   bool closed_ = false;

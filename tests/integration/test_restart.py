@@ -166,3 +166,22 @@ def test_retained_records_hold_no_descriptors(execd_factory, tmp_path):
     assert out == [("stdout", 4, "30\n"), ("stderr", 0, "err-30\n")]
     assert ex2.logs("fd-31")[2] == b"out-31\nerr-31\n"
     assert not _open_logs(ex2.proc.pid)
+
+
+def test_a_burst_of_records_is_all_written_by_a_graceful_stop(execd_factory, tmp_path):
+    """Record writes are queued and written in batches: 120 commands that
+    end together, then a SIGTERM right away, and every record is on disk."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    state = tmp_path / "state"
+    ex = execd_factory(state_dir=state)
+    ids = [f"burst-{i}" for i in range(120)]
+    with ThreadPoolExecutor(40) as pool:
+        results = list(pool.map(lambda cid: ex.run(f"echo {cid}", exact=True, id=cid), ids))
+    assert all(r.terminal["exit_code"] == 0 for r in results)
+    assert ex.stop() == 0
+    ex2 = execd_factory(state_dir=state)
+    for cid in ids:
+        st, js = ex2.status(cid)
+        assert st == 200 and js["exit_code"] == 0 and js["running"] is False, (cid, js)
+    assert ex2.logs("burst-77")[2] == b"burst-77\n"
