@@ -27,6 +27,19 @@ struct SealedRead {
   int err = 0;
   OutputLog::ReadFn read_fn;
 };
+// Closing a file can wait on the disk, so it goes to the pool too, as a job
+// a third the size of a uv_fs_t (a burst seals hundreds of logs at once).
+void close_on_pool(uv_loop_t* loop, int fd) {
+  struct CloseJob {
+    uv_work_t work;
+    int fd;
+  };
+  auto* j = new CloseJob{{}, fd};
+  j->work.data = j;
+  uv_queue_work(
+      loop, &j->work, [](uv_work_t* w) { ::close(static_cast<CloseJob*>(w->data)->fd); },
+      [](uv_work_t* w, int) { delete static_cast<CloseJob*>(w->data); });
+}
 }  // namespace
 
 void OutputLog::adopt(uint64_t size, uint64_t produced) {
@@ -41,12 +54,8 @@ void OutputLog::seal() {
 }
 
 void OutputLog::close_if_idle() {
-  if (!sealed_ || fd_ < 0 || ops_ > 0 || opening_ || !pending_.empty() || !waiting_reads_.empty()) return;
-  auto* close_req = new uv_fs_t;
-  uv_fs_close(loop_, close_req, fd_, [](uv_fs_t* req) {
-    uv_fs_req_cleanup(req);
-    delete req;
-  });
+  if (!sealed_ || fd_ < 0 || ops_ > 0 || !pending_.empty() || !waiting_reads_.empty()) return;
+  close_on_pool(loop_, fd_);
   fd_ = -1;
 }
 
@@ -61,56 +70,25 @@ void OutputLog::append(const uint8_t* data, size_t len) {
 }
 
 void OutputLog::pump() {
-  if (ops_ > 0 || opening_ || failed_ || removed_ || pending_.empty()) return;
-  if (fd_ < 0) {
-    opening_ = true;
-    auto* r = new FsReq{{}, this, {}, {}};
-    r->req.data = r;
-    ++ops_;
-    uv_fs_open(loop_, &r->req, path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600, [](uv_fs_t* req) {
-      std::unique_ptr<FsReq> r(static_cast<FsReq*>(req->data));
-      auto& log = *r->log;
-      --log.ops_;
-      log.opening_ = false;
-      if (req->result < 0) {
-        spdlog::warn("cannot create output log {}: {}", log.path_, uv_strerror(static_cast<int>(req->result)));
-        log.failed_ = true;
-        log.pending_.clear();
-        log.run_waiting_reads();
-      } else {
-        log.fd_ = static_cast<int>(req->result);
-      }
-      uv_fs_req_cleanup(req);
-      if (log.removed_) log.remove();
-      else log.pump();
-      log.close_if_idle();
-      if (log.on_written_) log.on_written_();
-    });
-    return;
-  }
+  if (ops_ > 0 || failed_ || removed_ || pending_.empty()) return;
   inflight_.swap(pending_);
   pending_.clear();
-  auto* r = new FsReq{{}, this, {}, {}};
-  r->req.data = r;
+  auto* j = new WriteJob{{}, this, fd_, path_.c_str(), inflight_.data(), inflight_.size(), durable_};
+  j->work.data = j;
   ++ops_;
-  uv_buf_t buf = uv_buf_init(inflight_.data(), static_cast<unsigned>(inflight_.size()));
-  uv_fs_write(loop_, &r->req, fd_, &buf, 1, static_cast<int64_t>(durable_), [](uv_fs_t* req) {
-    std::unique_ptr<FsReq> r(static_cast<FsReq*>(req->data));
-    auto& log = *r->log;
+  uv_queue_work(loop_, &j->work, WriteJob::run, [](uv_work_t* w, int) {
+    std::unique_ptr<WriteJob> j(static_cast<WriteJob*>(w->data));
+    auto& log = *j->log;
     --log.ops_;
-    if (req->result < 0) {
-      spdlog::warn("writing output log {} failed: {}", log.path_, uv_strerror(static_cast<int>(req->result)));
+    if (log.fd_ < 0 && j->fd >= 0) log.fd_ = j->fd;
+    log.durable_ += j->written;
+    if (j->err) {
+      if (log.fd_ < 0) spdlog::warn("cannot create output log {}: {}", log.path_, strerror(j->err));
+      else spdlog::warn("writing output log {} failed: {}", log.path_, strerror(j->err));
       log.failed_ = true;
       log.pending_.clear();
-    } else if (static_cast<size_t>(req->result) < log.inflight_.size()) {
-      log.durable_ += static_cast<uint64_t>(req->result);
-      log.inflight_.erase(0, static_cast<size_t>(req->result));
-      log.pending_.insert(0, log.inflight_);
-    } else {
-      log.durable_ += static_cast<uint64_t>(req->result);
     }
     log.inflight_.clear();
-    uv_fs_req_cleanup(req);
     if (log.removed_) log.remove();
     else log.pump();
     if (log.ops_ == 0) log.release_buffers();
@@ -118,6 +96,28 @@ void OutputLog::pump() {
     log.close_if_idle();
     if (log.on_written_) log.on_written_();
   });
+}
+
+// On a pool thread: the job's own fields and the in-flight buffer, which the
+// loop leaves alone while the write is out.
+void OutputLog::WriteJob::run(uv_work_t* w) {
+  auto* j = static_cast<WriteJob*>(w->data);
+  if (j->fd < 0) {
+    j->fd = ::open(j->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (j->fd < 0) {
+      j->err = errno;
+      return;
+    }
+  }
+  while (j->written < j->len) {
+    ssize_t n = ::pwrite(j->fd, j->data + j->written, j->len - j->written, static_cast<off_t>(j->offset + j->written));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      j->err = n < 0 ? errno : EIO;
+      return;
+    }
+    j->written += static_cast<size_t>(n);
+  }
 }
 
 // Caught up with the disk: a finished record keeps its log for up to
@@ -212,11 +212,7 @@ void OutputLog::remove() {
   run_waiting_reads();
   if (ops_ > 0) return;  // finished by the last completion
   if (fd_ >= 0) {
-    auto* close_req = new uv_fs_t;
-    uv_fs_close(loop_, close_req, fd_, [](uv_fs_t* req) {
-      uv_fs_req_cleanup(req);
-      delete req;
-    });
+    close_on_pool(loop_, fd_);
     fd_ = -1;
     auto* unlink_req = new uv_fs_t;
     uv_fs_unlink(loop_, unlink_req, path_.c_str(), [](uv_fs_t* req) {

@@ -71,6 +71,21 @@ class OutputLog {
   void read_durable(uint64_t offset, size_t max, ReadFn fn);
   void run_waiting_reads();
 
+  // The first write also creates the file: one pool job, not an open and
+  // then a write (a burst of commands queued hundreds of each).
+  struct WriteJob {
+    uv_work_t work;
+    OutputLog* log;
+    int fd;  // -1: create the file first
+    const char* path;
+    const char* data;
+    size_t len;
+    uint64_t offset;
+    size_t written = 0;
+    int err = 0;
+    static void run(uv_work_t* w);
+  };
+
   struct WaitingRead {
     uint64_t needed;  // durable_ must reach this first
     uint64_t offset;
@@ -83,7 +98,7 @@ class OutputLog {
   std::string path_;
   uint64_t limit_;
   int fd_ = -1;
-  bool opening_ = false, failed_ = false, removed_ = false, adopted_ = false, sealed_ = false;
+  bool failed_ = false, removed_ = false, adopted_ = false, sealed_ = false;
   std::string pending_, inflight_;
   uint64_t total_ = 0;    // bytes offered
   uint64_t stored_ = 0;   // bytes taken to be written (adopted: 0, all durable)
