@@ -532,7 +532,8 @@ uint64_t process_start_ticks(int64_t pid) {
 // of every output-log write and read, and ~1.6 KiB each on the heap.
 struct PersistBatch {
   struct Item {
-    std::string id, path, data;
+    std::string id, path;
+    protocol::StoredCommand record;  // a copy: encoded on the pool
     int err = 0;
   };
   uv_work_t work;
@@ -570,7 +571,11 @@ void write_batch(uv_work_t* w) {
   auto* b = static_cast<PersistBatch*>(w->data);
   bool renamed = false;
   for (auto& item : b->items) {
-    item.err = write_record(item.path, item.data);
+    // Read here, not at spawn: /proc/<pid>/stat waits while the child is
+    // still inside execve, which held the loop for up to 2 ms per start.
+    protocol::StoredCommand& r = item.record;
+    if (!r.finished && r.pgid > 0 && r.start_ticks == 0) r.start_ticks = process_start_ticks(r.pgid);
+    item.err = write_record(item.path, protocol::encode_stored_command(r));
     renamed = renamed || item.err == 0;
   }
   if (!renamed) return;
@@ -793,7 +798,7 @@ void CommandRegistry::write_next_batch() {
     r->persisting = true;
     r->dirty = false;
     std::string path = ctx_.config.state_dir + "/" + id + ".record";
-    batch->items.push_back({std::move(id), std::move(path), protocol::encode_stored_command(r->stored())});
+    batch->items.push_back({std::move(id), std::move(path), r->stored()});
   }
   if (batch->items.empty()) {
     delete batch;
@@ -808,6 +813,7 @@ void CommandRegistry::write_next_batch() {
       if (item.err) spdlog::warn("cannot write command record {}: {}", item.path, strerror(item.err));
       CommandRecord* rec = reg.find(item.id);
       if (!rec) continue;
+      if (rec->start_ticks == 0) rec->start_ticks = item.record.start_ticks;
       rec->persisting = false;
       if (rec->dirty) {
         rec->dirty = false;
@@ -1083,8 +1089,7 @@ void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
   }
   rec->pgid = rec->cmd->pid();
   rec->cgroup = rec->cmd->cgroup();
-  rec->start_ticks = process_start_ticks(rec->pgid);
-  rec->boot_id = boot_id();
+  rec->boot_id = boot_id();  // start_ticks: read by the first record write
   if (w.req.stdin_open) {
     // The pipe's write end is ours now: closed when the client says eof (or
     // the command ends). With a PTY, eof is the terminal's ^D.
