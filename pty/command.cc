@@ -85,11 +85,19 @@ int signal_from_name(const std::string& name) {
 
 Command::Command(uv_loop_t* loop, Reaper& reaper, Containment& containment)
     : loop_(loop), reaper_(reaper), containment_(containment) {
-  for (uv_timer_t* t : {&timeout_timer_, &kill_timer_, &drain_timer_}) {
-    uv_timer_init(loop, t);
-    t->data = this;
+  uv_timer_init(loop, &drain_timer_);
+  drain_timer_.data = this;
+  ++open_handles_;
+}
+
+uv_timer_t* Command::timer(uv_timer_t*& slot) {
+  if (!slot) {
+    slot = new uv_timer_t;
+    uv_timer_init(loop_, slot);
+    slot->data = this;
     ++open_handles_;
   }
+  return slot;
 }
 
 Command* Command::start(uv_loop_t* loop, Reaper& reaper, Containment& containment, const SpawnOptions& opts,
@@ -143,7 +151,7 @@ Command* Command::start(uv_loop_t* loop, Reaper& reaper, Containment& containmen
   }
   reaper.watch(c->pid_, [c](const ExitInfo& info) { c->on_exit(info); });
   if (limits.timeout_ms > 0)
-    uv_timer_start(&c->timeout_timer_, [](uv_timer_t* t) { static_cast<Command*>(t->data)->on_timeout(); },
+    uv_timer_start(c->timer(c->timeout_timer_), [](uv_timer_t* t) { static_cast<Command*>(t->data)->on_timeout(); },
                    static_cast<uint64_t>(limits.timeout_ms), 0);
   return c;
 }
@@ -182,11 +190,11 @@ void Command::on_exit(const ExitInfo& info) {
   outcome_.max_rss_kib = info.usage.ru_maxrss;
   outcome_.duration_ms = static_cast<int64_t>((uv_hrtime() - start_ns_) / 1000000);
   // With a cgroup the timeout still bounds what the leader left behind.
-  if (!cgroup_) uv_timer_stop(&timeout_timer_);
+  if (!cgroup_) stop(timeout_timer_);
   // A timed-out or interrupted command's stragglers go with it.
   if (kill_started_) {
     kill_everything();
-    uv_timer_stop(&kill_timer_);
+    stop(kill_timer_);
   }
   for (int i = 0; i < 2; ++i)
     if (pumps_[i]) pumps_[i]->drain_now();
@@ -230,7 +238,7 @@ void Command::maybe_finish() {
     outcome_.oom_killed = u.oom_killed;
     outcome_.pids_limit_hit = u.pids_limit_hit;
     outcome_.leftover_processes = cgroup_->population();
-    uv_timer_stop(&timeout_timer_);
+    stop(timeout_timer_);
     let_go_of_cgroup();
   } else {
     // One signal-0 probe first: the /proc scan only when the group still exists.
@@ -274,7 +282,7 @@ void Command::start_kill(bool timed_out) {
   kill(-pid_, SIGCONT);
   if (cgroup_) cgroup_->signal_all(SIGCONT);
   uv_timer_start(
-      &kill_timer_,
+      timer(kill_timer_),
       [](uv_timer_t* t) {
         auto* c = static_cast<Command*>(t->data);
         if (!c->leader_exited_) c->kill_everything();
@@ -326,9 +334,11 @@ void Command::release() {
   if (stdin_fd_ >= 0 && !is_pty_) close(stdin_fd_);
   stdin_fd_ = -1;
   for (int i = 0; i < 2; ++i) close_pump(i);
-  for (uv_timer_t* t : {&timeout_timer_, &kill_timer_, &drain_timer_}) {
+  for (uv_timer_t* t : {timeout_timer_, kill_timer_, &drain_timer_}) {
+    if (!t) continue;
     uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) {
       auto* c = static_cast<Command*>(h->data);
+      if (h != reinterpret_cast<uv_handle_t*>(&c->drain_timer_)) delete reinterpret_cast<uv_timer_t*>(h);
       if (--c->open_handles_ == 0) delete c;
     });
   }
