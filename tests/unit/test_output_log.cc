@@ -13,12 +13,32 @@
 
 using execd::api::OutputLog;
 
-TEST_CASE("output log: written in order, then no buffer memory kept") {
+namespace {
+// A real loop, and a scratch directory holding the log file.
+struct LogFixture {
   uv_loop_t loop;
-  uv_loop_init(&loop);
-  char tmpl[] = "/tmp/execd-outlog-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl, path = dir + "/x.output";
+  std::string dir, path;
+  LogFixture() {
+    uv_loop_init(&loop);
+    char tmpl[] = "/tmp/execd-outlog-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    path = dir + "/x.output";
+  }
+  ~LogFixture() {
+    uv_run(&loop, UV_RUN_DEFAULT);
+    CHECK(uv_loop_close(&loop) == 0);
+    unlink(path.c_str());
+    rmdir(dir.c_str());
+  }
+  template <class Pred>
+  void run_until(Pred done) {
+    for (int i = 0; i < 100000 && !done(); ++i) uv_run(&loop, UV_RUN_ONCE);
+  }
+};
+}  // namespace
+
+TEST_CASE_FIXTURE(LogFixture, "output log: written in order, then no buffer memory kept") {
   {
     OutputLog log(&loop, path, 64 << 20);
     std::string expected;
@@ -32,7 +52,7 @@ TEST_CASE("output log: written in order, then no buffer memory kept") {
       uv_run(&loop, UV_RUN_NOWAIT);
     }
     CHECK(log.buffer_capacity() >= 16 * 1024);
-    for (int i = 0; i < 100000 && (log.busy() || log.pending_bytes() > 0); ++i) uv_run(&loop, UV_RUN_ONCE);
+    run_until([&] { return !log.busy() && log.pending_bytes() == 0; });
     REQUIRE_FALSE(log.busy());
     CHECK(log.readable_bytes() == expected.size());
     CHECK(log.buffer_capacity() < 64);  // only what an empty std::string holds inline
@@ -43,22 +63,14 @@ TEST_CASE("output log: written in order, then no buffer memory kept") {
       got = std::move(data);
       done = true;
     });
-    for (int i = 0; i < 100000 && !done; ++i) uv_run(&loop, UV_RUN_ONCE);
+    run_until([&] { return done; });
     CHECK(got == expected);
     log.remove();
-    for (int i = 0; i < 100000 && log.busy(); ++i) uv_run(&loop, UV_RUN_ONCE);
+    run_until([&] { return !log.busy(); });
   }
-  uv_run(&loop, UV_RUN_DEFAULT);
-  CHECK(uv_loop_close(&loop) == 0);
-  rmdir(dir.c_str());
 }
 
-TEST_CASE("output log: sealed, it closes its file once written, and reads still see every byte") {
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  char tmpl[] = "/tmp/execd-outlog-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl, path = dir + "/x.output";
+TEST_CASE_FIXTURE(LogFixture, "output log: sealed, it closes its file once written, and reads still see every byte") {
   {
     OutputLog log(&loop, path, 64 << 20);
     std::string expected(300 * 1024, 'x');
@@ -68,7 +80,7 @@ TEST_CASE("output log: sealed, it closes its file once written, and reads still 
     CHECK(log.busy());
     const char more[] = "after the seal";
     log.append(reinterpret_cast<const uint8_t*>(more), sizeof more - 1);  // counted, not stored
-    for (int i = 0; i < 100000 && (log.busy() || log.holds_descriptor()); ++i) uv_run(&loop, UV_RUN_ONCE);
+    run_until([&] { return !log.busy() && !log.holds_descriptor(); });
     CHECK_FALSE(log.holds_descriptor());
     CHECK(log.readable_bytes() == expected.size());
     CHECK(log.total_bytes() == expected.size() + sizeof more - 1);
@@ -81,14 +93,10 @@ TEST_CASE("output log: sealed, it closes its file once written, and reads still 
         CHECK(data == expected.substr(at));
         ++reads;
       });
-    for (int i = 0; i < 100000 && reads < 2; ++i) uv_run(&loop, UV_RUN_ONCE);
+    run_until([&] { return reads == 2; });
     CHECK(reads == 2);
     CHECK_FALSE(log.holds_descriptor());
     log.remove();
-    for (int i = 0; i < 100000 && log.busy(); ++i) uv_run(&loop, UV_RUN_ONCE);
+    run_until([&] { return !log.busy(); });
   }
-  uv_run(&loop, UV_RUN_DEFAULT);
-  CHECK(uv_loop_close(&loop) == 0);
-  unlink((dir + "/x.output").c_str());
-  rmdir(dir.c_str());
 }
