@@ -692,7 +692,7 @@ void CommandRegistry::load() {
     }
     rec->produced[0] = r.stdout_bytes;
     rec->produced[1] = r.stderr_bytes;
-    rec->final_result = r;
+    rec->final_result = std::make_unique<protocol::ExecutionResult>(std::move(r));
     if (now - rec->finished_ns >= ctx_.config.retention_ms * 1000000) {
       ++expired;
       rec.reset();
@@ -1080,7 +1080,7 @@ void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
     // Contract 3.4: a start failure is still a 200 stream with init, then an error.
     spdlog::warn("command {} failed to start: {}", rec->id, error);
     rec->start_error = error;
-    rec->final_result = rec->result();
+    rec->final_result = std::make_unique<protocol::ExecutionResult>(rec->result());
     rec->finished_ns = unix_ns();
     if (ExecutionStream* s = rec->stream.get()) s->finish(rec->result());
     begin_readers();

@@ -51,7 +51,7 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
 
   void update_pause();
   // Finished, failed to start, or lost: the result below is final.
-  bool done() const { return outcome.has_value() || final_result.has_value(); }
+  bool done() const { return outcome.has_value() || final_result != nullptr; }
   bool starting() const { return !done() && !cmd && !reloaded && !external; }
   protocol::ExecutionResult result() const;
   uint64_t result_bytes(int s) const;
@@ -73,7 +73,8 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   // that DELETE /command still reaches it (null in process-group mode).
   std::shared_ptr<pty::CommandCgroup> cgroup;
   std::optional<pty::Outcome> outcome;
-  std::optional<protocol::ExecutionResult> final_result;  // reloaded, or never started
+  // Reloaded, or never started (rare: held apart, 240 bytes a record otherwise).
+  std::unique_ptr<protocol::ExecutionResult> final_result;
   std::string start_error;
   std::unique_ptr<OutputLog> log, index_log;
   protocol::OutputIndex index;

@@ -317,7 +317,7 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
           if (run->record) {
             run->record->start_error = err;
             CommandRecord* rec = std::exchange(run->record, nullptr);
-            rec->final_result = rec->result();
+            rec->final_result = std::make_unique<protocol::ExecutionResult>(rec->result());
             reg.ctx().commands->finished(rec);
           }
           return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
