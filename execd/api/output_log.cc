@@ -43,7 +43,7 @@ void close_on_pool(uv_loop_t* loop, int fd) {
 }  // namespace
 
 void OutputLog::adopt(uint64_t size, uint64_t produced) {
-  durable_ = size;
+  writer_.set_durable(size);
   total_ = produced > size ? produced : size;
   adopted_ = sealed_ = true;
 }
@@ -54,7 +54,7 @@ void OutputLog::seal() {
 }
 
 void OutputLog::close_if_idle() {
-  if (!sealed_ || fd_ < 0 || ops_ > 0 || !pending_.empty() || !waiting_reads_.empty()) return;
+  if (!sealed_ || fd_ < 0 || ops_ > 0 || !writer_.idle() || !waiting_reads_.empty()) return;
   close_on_pool(loop_, fd_);
   fd_ = -1;
 }
@@ -64,72 +64,37 @@ void OutputLog::append(const uint8_t* data, size_t len) {
   total_ += len;
   if (room == 0 || failed_ || removed_ || adopted_ || sealed_) return;
   size_t take = len < room ? len : static_cast<size_t>(room);
-  pending_.append(reinterpret_cast<const char*>(data), take);
+  writer_.append(reinterpret_cast<const char*>(data), take);
   stored_ += take;
   pump();
 }
 
 void OutputLog::pump() {
-  if (ops_ > 0 || failed_ || removed_ || pending_.empty()) return;
-  inflight_.swap(pending_);
-  pending_.clear();
-  auto* j = new WriteJob{{}, this, fd_, path_.c_str(), inflight_.data(), inflight_.size(), durable_};
-  j->work.data = j;
-  ++ops_;
-  uv_queue_work(loop_, &j->work, WriteJob::run, [](uv_work_t* w, int) {
-    std::unique_ptr<WriteJob> j(static_cast<WriteJob*>(w->data));
-    auto& log = *j->log;
-    --log.ops_;
-    if (log.fd_ < 0 && j->fd >= 0) log.fd_ = j->fd;
-    log.durable_ += j->written;
-    if (j->err) {
-      if (log.fd_ < 0) spdlog::warn("cannot create output log {}: {}", log.path_, strerror(j->err));
-      else spdlog::warn("writing output log {} failed: {}", log.path_, strerror(j->err));
-      log.failed_ = true;
-      log.pending_.clear();
-    }
-    log.inflight_.clear();
-    if (log.removed_) log.remove();
-    else log.pump();
-    if (log.ops_ == 0) log.release_buffers();
-    log.run_waiting_reads();
-    log.close_if_idle();
-    if (log.on_written_) log.on_written_();
-  });
+  if (ops_ > 0 || failed_ || removed_) return;
+  if (writer_.write_next(loop_, fd_, path_.c_str(), [this](const FileAppender::Outcome& o) { on_written(o); })) ++ops_;
 }
 
-// On a pool thread: the job's own fields and the in-flight buffer, which the
-// loop leaves alone while the write is out.
-void OutputLog::WriteJob::run(uv_work_t* w) {
-  auto* j = static_cast<WriteJob*>(w->data);
-  if (j->fd < 0) {
-    j->fd = ::open(j->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (j->fd < 0) {
-      j->err = errno;
-      return;
-    }
+void OutputLog::on_written(const FileAppender::Outcome& o) {
+  --ops_;
+  if (fd_ < 0 && o.fd >= 0) fd_ = o.fd;
+  if (o.err) {
+    if (fd_ < 0) spdlog::warn("cannot create output log {}: {}", path_, strerror(o.err));
+    else spdlog::warn("writing output log {} failed: {}", path_, strerror(o.err));
+    failed_ = true;
   }
-  while (j->written < j->len) {
-    ssize_t n = ::pwrite(j->fd, j->data + j->written, j->len - j->written, static_cast<off_t>(j->offset + j->written));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      j->err = n < 0 ? errno : EIO;
-      return;
-    }
-    j->written += static_cast<size_t>(n);
-  }
-}
-
-// Caught up with the disk: a finished record keeps its log for up to
-// --retention, and the two buffers would keep the capacity of the largest
-// batch (up to the pending budget each) for all that time.
-void OutputLog::release_buffers() {
-  if (pending_.empty()) std::string().swap(pending_);
-  std::string().swap(inflight_);
+  if (removed_) remove();
+  else pump();
+  // Caught up with the disk: a finished record keeps its log for up to
+  // --retention, and the buffers would keep the capacity of the largest
+  // batch (up to the pending budget) for all that time.
+  if (ops_ == 0) writer_.release_buffers();
+  run_waiting_reads();
+  close_if_idle();
+  if (on_written_) on_written_();
 }
 
 void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {
-  if (durable_ < stored_ && !failed_ && !removed_) {
+  if (writer_.durable() < stored_ && !failed_ && !removed_) {
     waiting_reads_.push_back({stored_, offset, max, std::move(fn)});
     return;
   }
@@ -139,17 +104,18 @@ void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {
 void OutputLog::run_waiting_reads() {
   if (waiting_reads_.empty()) return;
   std::vector<WaitingRead> ready, still;
-  for (auto& w : waiting_reads_) (durable_ >= w.needed || failed_ || removed_ ? ready : still).push_back(std::move(w));
+  for (auto& w : waiting_reads_) (writer_.durable() >= w.needed || failed_ || removed_ ? ready : still).push_back(std::move(w));
   waiting_reads_ = std::move(still);
   for (auto& w : ready) read_durable(w.offset, w.max, std::move(w.fn));
 }
 
 void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
-  if (offset >= durable_ || (fd_ < 0 && !sealed_)) {
+  const uint64_t durable = writer_.durable();
+  if (offset >= durable || (fd_ < 0 && !sealed_)) {
     fn(0, {});
     return;
   }
-  uint64_t avail = durable_ - offset;
+  uint64_t avail = durable - offset;
   size_t n = avail < max ? static_cast<size_t>(avail) : max;
   if (fd_ < 0) return read_sealed(offset, n, std::move(fn));
   auto* r = new FsReq{{}, this, std::string(n, '\0'), std::move(fn)};
@@ -164,7 +130,7 @@ void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
     if (!err) r->buf.resize(static_cast<size_t>(req->result));
     uv_fs_req_cleanup(req);
     r->read_fn(err, err ? std::string() : std::move(r->buf));
-    // Output that arrived while the read was in flight waits in pending_:
+    // Output that arrived while the read was in flight waits in the appender:
     // write it now, or every later read would wait for it forever.
     if (log.removed_) log.remove();
     else log.pump();
@@ -208,7 +174,7 @@ void OutputLog::read_sealed(uint64_t offset, size_t n, ReadFn fn) {
 void OutputLog::remove() {
   removed_ = true;
   on_written_ = nullptr;
-  pending_.clear();
+  writer_.drop_pending();
   run_waiting_reads();
   if (ops_ > 0) return;  // finished by the last completion
   if (fd_ >= 0) {

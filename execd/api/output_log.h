@@ -1,9 +1,9 @@
 // execd/api/output_log: a command's retained output (stdout and stderr in the
 // order execd read them) in a file under the state directory, so it can be
 // read by byte offset after the client that started the command is gone.
-// All file I/O goes through libuv's threadpool; one write is in flight at a
-// time and later bytes wait in `pending_`, whose size is part of the
-// command's backpressure. Bytes past the limit are counted, not stored.
+// All file I/O goes through libuv's threadpool; writes go through a
+// FileAppender (one in flight, later bytes waiting), and what waits is part
+// of the command's backpressure. Bytes past the limit are counted, not stored.
 //
 // Ownership: the command record owns its log. A filesystem request in flight
 // points at the log, so the owner must not destroy it while busy(); remove()
@@ -21,6 +21,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "execd/api/file_appender.h"
 
 namespace execd::api {
 
@@ -46,12 +48,12 @@ class OutputLog {
   uint64_t room() const {
     return total_ < limit_ && !failed_ && !removed_ && !adopted_ && !sealed_ ? limit_ - total_ : 0;
   }
-  uint64_t readable_bytes() const { return durable_; }
+  uint64_t readable_bytes() const { return writer_.durable(); }
   uint64_t total_bytes() const { return total_; }
   bool truncated() const { return total_ > limit_; }
-  size_t pending_bytes() const { return pending_.size() + inflight_.size(); }
+  size_t pending_bytes() const { return writer_.waiting(); }
   // Heap held by the write buffers (released once caught up with the disk).
-  size_t buffer_capacity() const { return pending_.capacity() + inflight_.capacity(); }
+  size_t buffer_capacity() const { return writer_.buffer_capacity(); }
   bool over_budget() const { return pending_bytes() > kPendingBudget; }
   // Called whenever a write completes (so a paused producer can resume).
   void set_on_written(std::function<void()> fn) { on_written_ = std::move(fn); }
@@ -65,29 +67,14 @@ class OutputLog {
 
  private:
   void pump();
-  void release_buffers();
+  void on_written(const FileAppender::Outcome& o);
   void close_if_idle();
   void read_sealed(uint64_t offset, size_t n, ReadFn fn);
   void read_durable(uint64_t offset, size_t max, ReadFn fn);
   void run_waiting_reads();
 
-  // The first write also creates the file: one pool job, not an open and
-  // then a write (a burst of commands queued hundreds of each).
-  struct WriteJob {
-    uv_work_t work;
-    OutputLog* log;
-    int fd;  // -1: create the file first
-    const char* path;
-    const char* data;
-    size_t len;
-    uint64_t offset;
-    size_t written = 0;
-    int err = 0;
-    static void run(uv_work_t* w);
-  };
-
   struct WaitingRead {
-    uint64_t needed;  // durable_ must reach this first
+    uint64_t needed;  // readable_bytes() must reach this first
     uint64_t offset;
     size_t max;
     ReadFn fn;
@@ -97,13 +84,14 @@ class OutputLog {
   uv_loop_t* loop_;
   std::string path_;
   uint64_t limit_;
-  int fd_ = -1;
+  int fd_ = -1;  // -1 before the first write (which creates the file) and once sealed
   bool failed_ = false, removed_ = false, adopted_ = false, sealed_ = false;
-  std::string pending_, inflight_;
-  uint64_t total_ = 0;    // bytes offered
-  uint64_t stored_ = 0;   // bytes taken to be written (adopted: 0, all durable)
-  uint64_t durable_ = 0;  // bytes written to the file
-  int ops_ = 0;           // outstanding fs requests
+  // The first write also creates the file: one pool job, not an open and
+  // then a write (a burst of commands queued hundreds of each).
+  FileAppender writer_;
+  uint64_t total_ = 0;   // bytes offered
+  uint64_t stored_ = 0;  // bytes taken to be written (adopted: 0, all durable)
+  int ops_ = 0;          // outstanding fs requests
   std::function<void()> on_written_;
 };
 

@@ -10,11 +10,6 @@
 namespace execd::api {
 
 namespace {
-struct WriteReq {
-  uv_fs_t req;
-  std::shared_ptr<SpillFile> spill;  // alive until the write completes
-};
-
 int open_anonymous(const std::string& dir, std::string& error) {
   int fd = -1;
 #ifdef O_TMPFILE
@@ -51,53 +46,38 @@ bool SpillFile::append(const char* data, size_t len, std::string& error) {
   }
   // One message bigger than the budget is taken (it is in memory already);
   // a backlog that keeps growing is not.
-  if (pending_.size() + inflight_.size() > kMemoryBudget) {
+  if (writer_.waiting() > kMemoryBudget) {
     error = "the disk could not keep up with the output waiting for the client";
     return false;
   }
   accepted_ += len;
-  pending_.append(data, len);
+  writer_.append(data, len);
   pump();
   return true;
 }
 
 void SpillFile::pump() {
-  if (!inflight_.empty() || pending_.empty() || failed_ || detached_) return;
-  inflight_.swap(pending_);
-  auto* w = new WriteReq{{}, shared_from_this()};
-  w->req.data = w;
-  uv_buf_t buf = uv_buf_init(inflight_.data(), static_cast<unsigned>(inflight_.size()));
-  uv_fs_write(loop_, &w->req, file_->fd, &buf, 1, static_cast<int64_t>(durable_), [](uv_fs_t* req) {
-    std::unique_ptr<WriteReq> w(static_cast<WriteReq*>(req->data));
-    SpillFile& s = *w->spill;
-    ssize_t n = req->result;
-    uv_fs_req_cleanup(req);
-    if (n <= 0) {
-      if (n == 0) n = UV_EIO;
-      s.failed_ = true;
-      s.failure_ = std::string("writing the spill file failed: ") + uv_strerror(static_cast<int>(n));
-      s.inflight_.clear();
-      s.pending_.clear();
-    } else {
-      s.durable_ += static_cast<uint64_t>(n);
-      s.inflight_.erase(0, static_cast<size_t>(n));
-      // A short write: the rest goes first in the next one.
-      if (!s.inflight_.empty()) {
-        s.inflight_.append(s.pending_);
-        s.pending_.swap(s.inflight_);
-        s.inflight_.clear();
-      }
-    }
-    if (s.detached_) return;
-    s.pump();
-    if (s.on_written_) s.on_written_();
-  });
+  if (failed_ || detached_) return;
+  // The callback holds a reference: the stream may let go of the file while
+  // a write is out.
+  writer_.write_next(loop_, file_->fd, nullptr,
+                     [self = shared_from_this()](const FileAppender::Outcome& o) { self->on_written(o); });
+}
+
+void SpillFile::on_written(const FileAppender::Outcome& o) {
+  if (o.err) {
+    failed_ = true;
+    failure_ = std::string("writing the spill file failed: ") + strerror(o.err);
+  }
+  if (detached_) return;
+  pump();
+  if (on_written_) on_written_();
 }
 
 void SpillFile::detach() {
   detached_ = true;
   on_written_ = nullptr;
-  pending_.clear();
+  writer_.drop_pending();
 }
 
 }  // namespace execd::api

@@ -2,11 +2,11 @@
 // not taken yet when the producer cannot be paused (a kernel's iopub is a PUB
 // socket: not reading it would make ZeroMQ drop messages at its high-water
 // mark). Bytes are appended in order and written to an anonymous file in the
-// state directory through libuv's threadpool, one write at a time; the stream
+// state directory by a FileAppender (the threadpool, one write at a time); the stream
 // hands the written ranges to the connection as file ranges (sendfile), so
 // spilled output never comes back into memory.
 //
-// Memory: only bytes not yet written (`pending_` + the write in flight).
+// Memory: only bytes not yet written (waiting, and the write in flight).
 // Disk: at most `limit` bytes; append() refuses what would go past it, and
 // the stream turns that into a structured end (see ExecutionStream).
 //
@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "execd/api/file_appender.h"
 #include "execd/http/write_queue.h"
 
 namespace execd::api {
@@ -42,9 +43,9 @@ class SpillFile : public std::enable_shared_from_this<SpillFile> {
   // file has failed; `error` says which.
   bool append(const char* data, size_t len, std::string& error);
   // Bytes on disk, readable by the connection from offset 0.
-  uint64_t durable() const { return durable_; }
+  uint64_t durable() const { return writer_.durable(); }
   // Nothing waits for the disk.
-  bool settled() const { return pending_.empty() && inflight_.empty(); }
+  bool settled() const { return writer_.idle(); }
   bool failed() const { return failed_; }
   const std::string& failure() const { return failure_; }
   const http::SharedFile& file() const { return file_; }
@@ -58,13 +59,13 @@ class SpillFile : public std::enable_shared_from_this<SpillFile> {
   SpillFile(uv_loop_t* loop, http::SharedFile file, uint64_t limit)
       : loop_(loop), file_(std::move(file)), limit_(limit) {}
   void pump();
+  void on_written(const FileAppender::Outcome& o);
 
   uv_loop_t* loop_;
   http::SharedFile file_;
   uint64_t limit_;
   uint64_t accepted_ = 0;  // bytes append() took
-  uint64_t durable_ = 0;   // bytes on disk
-  std::string pending_, inflight_;
+  FileAppender writer_;
   bool failed_ = false, detached_ = false;
   std::string failure_;
   std::function<void()> on_written_;
