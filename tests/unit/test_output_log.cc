@@ -10,35 +10,11 @@
 #include <string>
 
 #include "execd/api/output_log.h"
+#include "loop_scratch.h"
 
 using execd::api::OutputLog;
 
-namespace {
-// A real loop, and a scratch directory holding the log file.
-struct LogFixture {
-  uv_loop_t loop;
-  std::string dir, path;
-  LogFixture() {
-    uv_loop_init(&loop);
-    char tmpl[] = "/tmp/execd-outlog-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-    path = dir + "/x.output";
-  }
-  ~LogFixture() {
-    uv_run(&loop, UV_RUN_DEFAULT);
-    CHECK(uv_loop_close(&loop) == 0);
-    unlink(path.c_str());
-    rmdir(dir.c_str());
-  }
-  template <class Pred>
-  void run_until(Pred done) {
-    for (int i = 0; i < 100000 && !done(); ++i) uv_run(&loop, UV_RUN_ONCE);
-  }
-};
-}  // namespace
-
-TEST_CASE_FIXTURE(LogFixture, "output log: written in order, then no buffer memory kept") {
+TEST_CASE_FIXTURE(LoopScratch, "output log: written in order, then no buffer memory kept") {
   {
     OutputLog log(&loop, path, 64 << 20);
     std::string expected;
@@ -70,7 +46,7 @@ TEST_CASE_FIXTURE(LogFixture, "output log: written in order, then no buffer memo
   }
 }
 
-TEST_CASE_FIXTURE(LogFixture, "output log: sealed, it closes its file once written, and reads still see every byte") {
+TEST_CASE_FIXTURE(LoopScratch, "output log: sealed, it closes its file once written, and reads still see every byte") {
   {
     OutputLog log(&loop, path, 64 << 20);
     std::string expected(300 * 1024, 'x');

@@ -9,16 +9,11 @@
 #include <string>
 
 #include "execd/api/spill_file.h"
+#include "loop_scratch.h"
 
 using execd::api::SpillFile;
 
 namespace {
-
-std::string temp_dir() {
-  char tmpl[] = "/tmp/execd-spill-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
 
 std::string read_all(const SpillFile& s) {
   std::string out(s.durable(), '\0');
@@ -33,10 +28,8 @@ void run_until_settled(uv_loop_t* loop, const SpillFile& s) {
 
 }  // namespace
 
-TEST_CASE("spill file: bytes become durable in order, on_written says when") {
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  std::string dir = temp_dir(), error;
+TEST_CASE_FIXTURE(LoopScratch, "spill file: bytes become durable in order, on_written says when") {
+  std::string error;
   auto s = SpillFile::create(&loop, dir, 64 << 20, error);
   REQUIRE(s);
   int written = 0;
@@ -56,14 +49,10 @@ TEST_CASE("spill file: bytes become durable in order, on_written says when") {
   CHECK(rmdir(dir.c_str()) == 0);
   s->detach();
   s.reset();
-  uv_run(&loop, UV_RUN_DEFAULT);
-  CHECK(uv_loop_close(&loop) == 0);
 }
 
-TEST_CASE("spill file: the limit refuses whole appends and keeps what it took") {
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  std::string dir = temp_dir(), error;
+TEST_CASE_FIXTURE(LoopScratch, "spill file: the limit refuses whole appends and keeps what it took") {
+  std::string error;
   auto s = SpillFile::create(&loop, dir, 10, error);
   REQUIRE(s);
   CHECK(s->append("0123456", 7, error));
@@ -75,15 +64,10 @@ TEST_CASE("spill file: the limit refuses whole appends and keeps what it took") 
   CHECK(read_all(*s) == "0123456789");
   s->detach();
   s.reset();
-  uv_run(&loop, UV_RUN_DEFAULT);
-  CHECK(uv_loop_close(&loop) == 0);
-  rmdir(dir.c_str());
 }
 
-TEST_CASE("spill file: the owner may go while a write is in flight") {
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  std::string dir = temp_dir(), error;
+TEST_CASE_FIXTURE(LoopScratch, "spill file: the owner may go while a write is in flight") {
+  std::string error;
   auto s = SpillFile::create(&loop, dir, 64 << 20, error);
   REQUIRE(s);
   bool called = false;
@@ -95,15 +79,10 @@ TEST_CASE("spill file: the owner may go while a write is in flight") {
   s.reset();  // the write in flight keeps the spill alive until it completes
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK_FALSE(called);
-  CHECK(uv_loop_close(&loop) == 0);
-  rmdir(dir.c_str());
 }
 
-TEST_CASE("spill file: a directory it cannot create in is an error, not a crash") {
-  uv_loop_t loop;
-  uv_loop_init(&loop);
+TEST_CASE_FIXTURE(LoopScratch, "spill file: a directory it cannot create in is an error, not a crash") {
   std::string error;
   CHECK_FALSE(SpillFile::create(&loop, "/nonexistent/execd-spill", 1 << 20, error));
   CHECK(error.find("cannot create a spill file") != std::string::npos);
-  CHECK(uv_loop_close(&loop) == 0);
 }
