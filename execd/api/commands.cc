@@ -592,6 +592,8 @@ CommandRegistry::CommandRegistry(Context& ctx) : ctx_(ctx) {
   ctx.commands = this;
   uv_timer_init(ctx.loop, &sweep_timer_);
   sweep_timer_.data = this;
+  uv_timer_init(ctx.loop, &persist_timer_);
+  persist_timer_.data = this;
   sweep_period_ = static_cast<uint64_t>(std::clamp<int64_t>(ctx.config.retention_ms / 4, 100, 10000));
   uv_timer_start(&sweep_timer_, on_sweep, sweep_period_, sweep_period_);
   uv_unref(reinterpret_cast<uv_handle_t*>(&sweep_timer_));
@@ -603,6 +605,10 @@ CommandRegistry::~CommandRegistry() { ctx_.commands = nullptr; }
 void CommandRegistry::close() {
   closed_ = true;
   uv_close(reinterpret_cast<uv_handle_t*>(&sweep_timer_), nullptr);
+  // What waits for the delay goes now; the loop runs until it is written.
+  uv_timer_stop(&persist_timer_);
+  write_next_batch();
+  uv_close(reinterpret_cast<uv_handle_t*>(&persist_timer_), nullptr);
   for (auto& [id, rec] : records_) {
     if (rec->cmd) rec->cmd->release();
     rec->cmd = nullptr;
@@ -783,11 +789,19 @@ void CommandRegistry::persist(CommandRecord* r) {
   }
   r->persist_queued = true;
   persist_queue_.push_back(r->id);
-  write_next_batch();
+  // The first record after a quiet spell waits kPersistDelayMs: a short
+  // command ends within it, and its start and end go out as one write (each
+  // write creates an inode and frees the one it replaces).
+  if (closed_) write_next_batch();
+  else if (!batch_in_flight_ && !uv_is_active(reinterpret_cast<uv_handle_t*>(&persist_timer_)))
+    uv_timer_start(
+        &persist_timer_, [](uv_timer_t* t) { static_cast<CommandRegistry*>(t->data)->write_next_batch(); },
+        kPersistDelayMs, 0);
 }
 
 void CommandRegistry::write_next_batch() {
   if (batch_in_flight_) return;
+  if (!closed_) uv_timer_stop(&persist_timer_);
   auto* batch = new PersistBatch{{}, this, ctx_.config.state_dir, {}};
   while (!persist_queue_.empty() && batch->items.size() < kPersistBatch) {
     std::string id = std::move(persist_queue_.front());

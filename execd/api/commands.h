@@ -120,6 +120,7 @@ class CommandRegistry {
 
  private:
   static constexpr size_t kPersistBatch = 32;
+  static constexpr uint64_t kPersistDelayMs = 20;
   void write_next_batch();
   void load();
   void sweep();
@@ -133,7 +134,7 @@ class CommandRegistry {
   std::deque<std::string> persist_queue_;  // ids waiting for a record write
   bool batch_in_flight_ = false;
   size_t running_ = 0;
-  uv_timer_t sweep_timer_;
+  uv_timer_t sweep_timer_, persist_timer_;
   bool closed_ = false;
 };
 
