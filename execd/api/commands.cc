@@ -789,14 +789,20 @@ void CommandRegistry::persist(CommandRecord* r) {
   }
   r->persist_queued = true;
   persist_queue_.push_back(r->id);
-  // The first record after a quiet spell waits kPersistDelayMs: a short
-  // command ends within it, and its start and end go out as one write (each
-  // write creates an inode and frees the one it replaces).
-  if (closed_) write_next_batch();
-  else if (!batch_in_flight_ && !uv_is_active(reinterpret_cast<uv_handle_t*>(&persist_timer_)))
-    uv_timer_start(
-        &persist_timer_, [](uv_timer_t* t) { static_cast<CommandRegistry*>(t->data)->write_next_batch(); },
-        kPersistDelayMs, 0);
+  schedule_batch();
+}
+
+// A batch starts kPersistDelayMs after the previous one ended (or after the
+// first record of a quiet spell), unless a full one waits: a short command
+// ends within that time, and its start and end go out as one write (each
+// write creates an inode and frees the one it replaces).
+void CommandRegistry::schedule_batch() {
+  if (batch_in_flight_ || persist_queue_.empty()) return;
+  if (closed_ || persist_queue_.size() >= kPersistBatch) return write_next_batch();
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(&persist_timer_))) return;
+  uv_timer_start(
+      &persist_timer_, [](uv_timer_t* t) { static_cast<CommandRegistry*>(t->data)->write_next_batch(); },
+      kPersistDelayMs, 0);
 }
 
 void CommandRegistry::write_next_batch() {
@@ -834,7 +840,7 @@ void CommandRegistry::write_next_batch() {
         reg.persist(rec);
       }
     }
-    reg.write_next_batch();
+    reg.schedule_batch();
   });
   if (rc != 0) {
     for (auto& item : batch->items)

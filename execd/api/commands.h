@@ -121,6 +121,7 @@ class CommandRegistry {
  private:
   static constexpr size_t kPersistBatch = 32;
   static constexpr uint64_t kPersistDelayMs = 20;
+  void schedule_batch();
   void write_next_batch();
   void load();
   void sweep();
