@@ -46,6 +46,8 @@ std::string random_suffix() {
   return out;
 }
 
+}  // namespace
+
 void fsync_directory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
@@ -53,8 +55,6 @@ void fsync_directory(const std::string& dir) {
     close(fd);
   }
 }
-
-}  // namespace
 
 Status make_directory_tree(const std::string& path, mode_t mode) {
   std::string clean = clean_path(path);

@@ -87,4 +87,8 @@ class AtomicFile {
 // A non-directory in the way -> conflict.
 Status make_directory_tree(const std::string& path, mode_t mode = 0777);
 
+// Makes the renames and creations in `dir` durable (best effort: a
+// directory that cannot be opened is left as it is).
+void fsync_directory(const std::string& dir);
+
 }  // namespace execd::fs

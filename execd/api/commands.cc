@@ -14,6 +14,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "fs/atomic_file.h"
 #include "fs/expand.h"
 #include "fs/small_file.h"
 #include "execd/api/api.h"
@@ -527,7 +528,7 @@ uint64_t process_start_ticks(int64_t pid) {
 }
 
 // One pool job writes a batch of records (persist_queue_ order). A burst
-// of commands used to queue one job per record write on the 4-thread pool,
+// of commands used to queue one job per record write on the pool,
 // each holding its encoded record until its turn: hundreds of fsyncs ahead
 // of every output-log write and read, and ~1.6 KiB each on the heap.
 struct PersistBatch {
@@ -578,12 +579,7 @@ void write_batch(uv_work_t* w) {
     item.err = write_record(item.path, protocol::encode_stored_command(r));
     renamed = renamed || item.err == 0;
   }
-  if (!renamed) return;
-  int dfd = open(b->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
+  if (renamed) fs::fsync_directory(b->dir);
 }
 
 }  // namespace
