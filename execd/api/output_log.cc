@@ -10,23 +10,39 @@
 namespace execd::api {
 
 namespace {
-struct FsReq {
-  uv_fs_t req;
-  OutputLog* log;
-  std::string buf;
-  OutputLog::ReadFn read_fn;
-};
-
-// A read of a sealed log: the pool thread works on its own copy of the path.
-struct SealedRead {
+// A read, on the pool: with the log's descriptor while it has one, else by
+// path (a sealed log), opened and closed here. The log outlives the job
+// (counted in ops_), so `path` may point into it.
+struct ReadJob {
   uv_work_t work;
   OutputLog* log;
-  std::string path;
+  int fd;
+  const char* path;
   uint64_t offset;
   std::string buf;
-  int err = 0;
   OutputLog::ReadFn read_fn;
+  int err = 0;
+
+  static void run(uv_work_t* w) {
+    auto* r = static_cast<ReadJob*>(w->data);
+    int fd = r->fd >= 0 ? r->fd : ::open(r->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      r->err = -errno;
+      return;
+    }
+    size_t got = 0;
+    while (got < r->buf.size()) {
+      ssize_t k = ::pread(fd, r->buf.data() + got, r->buf.size() - got, static_cast<off_t>(r->offset + got));
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0) r->err = -errno;
+      if (k <= 0) break;
+      got += static_cast<size_t>(k);
+    }
+    if (fd != r->fd) ::close(fd);
+    r->buf.resize(got);
+  }
 };
+
 // Closing a file can wait on the disk, so it goes to the pool too, as a job
 // a third the size of a uv_fs_t (a burst seals hundreds of logs at once).
 void close_on_pool(uv_loop_t* loop, int fd) {
@@ -117,58 +133,20 @@ void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
   }
   uint64_t avail = durable - offset;
   size_t n = avail < max ? static_cast<size_t>(avail) : max;
-  if (fd_ < 0) return read_sealed(offset, n, std::move(fn));
-  auto* r = new FsReq{{}, this, std::string(n, '\0'), std::move(fn)};
-  r->req.data = r;
+  auto* r = new ReadJob{{}, this, fd_, path_.c_str(), offset, std::string(n, '\0'), std::move(fn)};
+  r->work.data = r;
   ++ops_;
-  uv_buf_t buf = uv_buf_init(r->buf.data(), static_cast<unsigned>(n));
-  uv_fs_read(loop_, &r->req, fd_, &buf, 1, static_cast<int64_t>(offset), [](uv_fs_t* req) {
-    std::unique_ptr<FsReq> r(static_cast<FsReq*>(req->data));
+  uv_queue_work(loop_, &r->work, ReadJob::run, [](uv_work_t* w, int) {
+    std::unique_ptr<ReadJob> r(static_cast<ReadJob*>(w->data));
     auto& log = *r->log;
     --log.ops_;
-    int err = req->result < 0 ? static_cast<int>(req->result) : 0;
-    if (!err) r->buf.resize(static_cast<size_t>(req->result));
-    uv_fs_req_cleanup(req);
-    r->read_fn(err, err ? std::string() : std::move(r->buf));
+    r->read_fn(r->err, r->err ? std::string() : std::move(r->buf));
     // Output that arrived while the read was in flight waits in the appender:
     // write it now, or every later read would wait for it forever.
     if (log.removed_) log.remove();
     else log.pump();
     log.close_if_idle();
   });
-}
-
-void OutputLog::read_sealed(uint64_t offset, size_t n, ReadFn fn) {
-  auto* r = new SealedRead{{}, this, path_, offset, std::string(n, '\0'), 0, std::move(fn)};
-  r->work.data = r;
-  ++ops_;
-  uv_queue_work(
-      loop_, &r->work,
-      [](uv_work_t* w) {
-        auto* r = static_cast<SealedRead*>(w->data);
-        int fd = ::open(r->path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-          r->err = -errno;
-          return;
-        }
-        size_t got = 0;
-        while (got < r->buf.size()) {
-          ssize_t k = ::pread(fd, r->buf.data() + got, r->buf.size() - got, static_cast<off_t>(r->offset + got));
-          if (k < 0 && errno == EINTR) continue;
-          if (k < 0) r->err = -errno;
-          if (k <= 0) break;
-          got += static_cast<size_t>(k);
-        }
-        ::close(fd);
-        r->buf.resize(got);
-      },
-      [](uv_work_t* w, int) {
-        std::unique_ptr<SealedRead> r(static_cast<SealedRead*>(w->data));
-        auto& log = *r->log;
-        --log.ops_;
-        r->read_fn(r->err, r->err ? std::string() : std::move(r->buf));
-        if (log.removed_) log.remove();
-      });
 }
 
 void OutputLog::remove() {

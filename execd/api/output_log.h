@@ -69,7 +69,6 @@ class OutputLog {
   void pump();
   void on_written(const FileAppender::Outcome& o);
   void close_if_idle();
-  void read_sealed(uint64_t offset, size_t n, ReadFn fn);
   void read_durable(uint64_t offset, size_t max, ReadFn fn);
   void run_waiting_reads();
 
