@@ -531,7 +531,9 @@ struct Containment::MakeJob {
 };
 
 void Containment::make_ahead() {
-  if (making_ || !timer_open_ || mode_ != ContainmentMode::cgroup_v1 || ready_.size() >= kReadyCgroups) return;
+  if (making_ || !timer_open_ || hierarchies_.empty() || mode_ != ContainmentMode::cgroup_v1 ||
+      ready_.size() >= kReadyCgroups)
+    return;
   auto* job = new MakeJob{{}, this, hierarchies_, new_cgroup(), {}};
   job->cg->name_ = "spare-" + std::to_string(next_id_);
   job->work.data = job;
@@ -555,13 +557,17 @@ void Containment::make_ahead() {
 
 void Containment::on_made(MakeJob& job) {
   making_ = false;
+  if (hierarchies_.empty()) {
+    // shutdown() came while the job ran: its rmdir of execd-<pid> may have
+    // failed on the spare (or come before a mkdir that then failed), so
+    // that directory goes here, after the spare.
+    if (job.failed.empty()) job.cg->try_remove();
+    for (const auto& h : job.hierarchies) rmdir(h.base.c_str());
+    return;
+  }
   // A failure is not retried from here: the next create() makes its cgroup
   // on the loop as before (and reports what failed), then tries again.
   if (!job.failed.empty()) return;
-  if (!timer_open_) {  // closing: nobody will take it
-    job.cg->try_remove();
-    return;
-  }
   track(job.cg);
   ready_.push_back(std::move(job.cg));
   make_ahead();

@@ -124,7 +124,9 @@ class Containment {
   // Kills every command cgroup there is (live and lingering).
   void kill_everything();
   // Kills everything, waits (bounded) for the members to go, removes every
-  // directory execd made. Last thing before exit (idempotent).
+  // directory execd made. Last thing before exit (idempotent). A spare still
+  // being made is removed, with execd-<pid>, when its job comes back: the
+  // loop must run once more (as for close()).
   void shutdown();
   // Closes the loop handle init() made; the loop must run once more before
   // this object goes.
