@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "fs/small_file.h"
+#include "pty/cgroupfs.h"
 
 namespace execd::pty {
 
@@ -90,49 +91,14 @@ void sleep_ms(int ms) {
 // One cgroup hierarchy execd uses: where execd-<pid> lives in it.
 constexpr uint64_t kLingerTickMs = 100;
 
-struct MountInfo {
-  std::string root, mount_point, fstype;
-  std::set<std::string> options;  // super options (v1: the controllers)
-};
-
-std::vector<MountInfo> cgroup_mounts() {
-  std::vector<MountInfo> out;
+std::vector<CgroupMount> cgroup_mounts() {
   std::string text;
-  if (!read_text("/proc/self/mountinfo", text)) return out;
-  for (std::string_view line : split_fields(text, "\n")) {
-    size_t dash = line.find(" - ");
-    if (dash == std::string_view::npos) continue;
-    // id parent major:minor root mount-point ... - fstype source super-options
-    std::vector<std::string_view> pre = split_fields(line.substr(0, dash), " ");
-    std::vector<std::string_view> post = split_fields(line.substr(dash + 3), " ");
-    if (pre.size() < 5 || post.size() < 3 || (post[0] != "cgroup" && post[0] != "cgroup2")) continue;
-    MountInfo m{std::string(pre[3]), std::string(pre[4]), std::string(post[0]), {}};
-    for (std::string_view opt : split_fields(post[2], ",")) m.options.emplace(opt);
-    out.push_back(std::move(m));
-  }
-  return out;
+  return read_text("/proc/self/mountinfo", text) ? parse_cgroup_mounts(text) : std::vector<CgroupMount>{};
 }
 
-// /proc/self/cgroup: controller set ("" for the unified line) → path.
-std::vector<std::pair<std::set<std::string>, std::string>> own_cgroups() {
-  std::vector<std::pair<std::set<std::string>, std::string>> out;
+std::vector<CgroupMembership> own_cgroups() {
   std::string text;
-  if (!read_text("/proc/self/cgroup", text)) return out;
-  for (std::string_view line : split_fields(text, "\n")) {
-    size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string_view::npos || b == std::string_view::npos) continue;
-    std::set<std::string> ctrls;
-    for (std::string_view name : split_fields(line.substr(a + 1, b - a - 1), ",")) ctrls.emplace(name);
-    out.emplace_back(std::move(ctrls), std::string(line.substr(b + 1)));
-  }
-  return out;
-}
-
-std::string join_path(const MountInfo& m, std::string path) {
-  // Inside a cgroup namespace or a bind mount the mount's root prefixes the path.
-  if (m.root != "/" && path.compare(0, m.root.size(), m.root) == 0) path = path.substr(m.root.size());
-  std::string dir = m.mount_point + (path == "/" ? "" : path);
-  return dir;
+  return read_text("/proc/self/cgroup", text) ? parse_cgroup_memberships(text) : std::vector<CgroupMembership>{};
 }
 
 // Removes empty execd-<pid>/cmd-* directories left by an execd that died
@@ -175,9 +141,9 @@ bool make_base(const std::string& parent_dir, std::string& base) {
 }
 
 // Returns the log line; `out` gets the hierarchy when it could be set up.
-std::string setup_v2(const MountInfo& m, const std::string& own_path, const std::string& parent,
+std::string setup_v2(const CgroupMount& m, const std::string& own_path, const std::string& parent,
                      std::vector<CgroupHierarchy>& out) {
-  std::string parent_dir = join_path(m, parent.empty() ? own_path : parent);
+  std::string parent_dir = cgroup_dir(m, parent.empty() ? own_path : parent);
   CgroupHierarchy h;
   if (!make_base(parent_dir, h.base)) return "cannot create " + h.base + ": " + strerror(errno);
   // Controllers are only handed down where the parent allows it (its own
@@ -197,8 +163,7 @@ std::string setup_v2(const MountInfo& m, const std::string& own_path, const std:
 }
 
 // Returns the log line; `out` gets every hierarchy that could be set up.
-std::string setup_v1(const std::vector<MountInfo>& mounts,
-                     const std::vector<std::pair<std::set<std::string>, std::string>>& own,
+std::string setup_v1(const std::vector<CgroupMount>& mounts, const std::vector<CgroupMembership>& own,
                      const std::string& parent, std::vector<CgroupHierarchy>& out) {
   std::string line;
   for (const char* ctrl : {"pids", "freezer", "memory", "cpuacct", "cpu"}) {
@@ -207,13 +172,13 @@ std::string setup_v1(const std::vector<MountInfo>& mounts,
       if (h.controllers.count(ctrl)) done = true;
     if (done) continue;
     for (const auto& m : mounts) {
-      if (m.fstype != "cgroup" || !m.options.count(ctrl)) continue;
+      if (m.v2 || !m.options.count(ctrl)) continue;
       std::string path;
-      for (const auto& [ctrls, p] : own)
-        if (ctrls.count(ctrl)) path = p;
+      for (const auto& o : own)
+        if (o.controllers.count(ctrl)) path = o.path;
       if (path.empty()) continue;
       CgroupHierarchy h;
-      if (!make_base(join_path(m, parent.empty() ? path : parent), h.base)) break;
+      if (!make_base(cgroup_dir(m, parent.empty() ? path : parent), h.base)) break;
       for (const char* c : {"pids", "freezer", "memory", "cpuacct", "cpu"})
         if (m.options.count(c)) h.controllers.insert(c);
       line += (line.empty() ? "" : " ") + h.base;
@@ -423,16 +388,16 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
   if (!enabled) return "containment: process-group (--no-cgroups)";
   auto mounts = cgroup_mounts();
   auto own = own_cgroups();
-  const MountInfo* unified = nullptr;
+  const CgroupMount* unified = nullptr;
   bool v1_useful = false;
   for (const auto& m : mounts) {
-    if (m.fstype == "cgroup2") unified = &m;
+    if (m.v2) unified = &m;
     else if (m.options.count("pids") || m.options.count("memory") || m.options.count("freezer"))
       v1_useful = true;
   }
   std::string unified_path;
-  for (const auto& [ctrls, p] : own)
-    if (ctrls.empty() || (ctrls.size() == 1 && ctrls.count(""))) unified_path = p;
+  for (const auto& o : own)
+    if (o.unified) unified_path = o.path;
   std::string why;
   // v2 first when its hierarchy carries the controllers (a pure v2 machine);
   // on a hybrid one the controllers sit in v1, which then does more.

@@ -2,6 +2,7 @@
 #include "pty/metrics.h"
 
 #include "fs/small_file.h"
+#include "pty/cgroupfs.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -92,93 +93,6 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   return out;
 }
 
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape_mount(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    auto octal = [&](size_t k) { return s[k] >= '0' && s[k] <= '7'; };
-    if (s[i] == '\\' && i + 3 < s.size() && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
-      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-struct Mount {
-  std::string root;        // the cgroup path mounted there
-  std::string mountpoint;
-  bool v2 = false;
-  std::vector<std::string> controllers;  // v1: from the super options
-};
-
-std::vector<Mount> parse_mountinfo(const std::string& text) {
-  std::vector<Mount> mounts;
-  for (std::string_view line : split(text, '\n')) {
-    if (line.empty()) continue;
-    size_t dash = line.find(" - ");
-    if (dash == std::string_view::npos) continue;
-    auto left = split(line.substr(0, dash), ' ');
-    auto right = split(line.substr(dash + 3), ' ');
-    if (left.size() < 5 || right.size() < 3) continue;
-    Mount m;
-    if (right[0] == "cgroup2") m.v2 = true;
-    else if (right[0] != "cgroup") continue;
-    m.root = unescape_mount(left[3]);
-    m.mountpoint = unescape_mount(left[4]);
-    if (!m.v2)
-      for (std::string_view opt : split(right[2], ',')) m.controllers.emplace_back(opt);
-    mounts.push_back(std::move(m));
-  }
-  return mounts;
-}
-
-struct ProcCgroup {
-  std::string v2_path;  // "0::" line; empty if none
-  bool has_v2 = false;
-  std::vector<std::pair<std::vector<std::string>, std::string>> v1;  // controllers, path
-};
-
-ProcCgroup parse_proc_cgroup(const std::string& text) {
-  ProcCgroup out;
-  for (std::string_view line : split(text, '\n')) {
-    if (line.empty()) continue;
-    size_t a = line.find(':');
-    if (a == std::string_view::npos) continue;
-    size_t b = line.find(':', a + 1);
-    if (b == std::string_view::npos) continue;
-    std::string_view controllers = line.substr(a + 1, b - a - 1);
-    std::string path(line.substr(b + 1));
-    if (line.substr(0, a) == "0" && controllers.empty()) {
-      out.has_v2 = true;
-      out.v2_path = path;
-      continue;
-    }
-    std::vector<std::string> list;
-    for (std::string_view c : split(controllers, ',')) list.emplace_back(c);
-    out.v1.emplace_back(std::move(list), std::move(path));
-  }
-  return out;
-}
-
-// mountpoint + path relative to the mount's root; the mountpoint itself when
-// the path is not under the root.
-std::string cgroup_dir(const std::string& prefix, const Mount& m, const std::string& path) {
-  std::string rel;
-  if (m.root == "/") rel = path == "/" ? "" : path;
-  else if (path == m.root) rel = "";
-  else if (path.size() > m.root.size() && path.compare(0, m.root.size(), m.root) == 0 && path[m.root.size()] == '/')
-    rel = path.substr(m.root.size());
-  std::string mp = m.mountpoint == "/" ? "" : m.mountpoint;
-  return prefix + mp + rel;
-}
-
-bool has(const std::vector<std::string>& list, std::string_view item) {
-  return std::find(list.begin(), list.end(), item) != list.end();
-}
-
 // Directories from `dir` up to and including `top` (dir must be under top).
 std::vector<std::string> ancestors(const std::string& dir, const std::string& top) {
   std::vector<std::string> out;
@@ -257,31 +171,33 @@ MetricsSampler::MetricsSampler(Options options) : opt_(std::move(options)) {
   auto mountinfo = fs::read_small_file(opt_.root + "/proc/self/mountinfo");
   auto self = fs::read_small_file(opt_.root + "/proc/self/cgroup");
   if (!mountinfo || !self) return;
-  std::vector<Mount> mounts = parse_mountinfo(*mountinfo);
-  ProcCgroup pc = parse_proc_cgroup(*self);
+  std::vector<CgroupMount> mounts = parse_cgroup_mounts(*mountinfo);
+  std::vector<CgroupMembership> own = parse_cgroup_memberships(*self);
+  auto mount_dir = [&](const CgroupMount& m) { return opt_.root + (m.mount_point == "/" ? "" : m.mount_point); };
 
-  auto find_v1 = [&](std::string_view controller, std::string& dir, std::string& mount, int& version,
+  auto find_v1 = [&](const std::string& controller, std::string& dir, std::string& mount, int& version,
                      bool& root) -> bool {
-    for (const auto& [controllers, path] : pc.v1) {
-      if (!has(controllers, controller)) continue;
-      for (const Mount& m : mounts) {
-        if (m.v2 || !has(m.controllers, controller)) continue;
-        dir = cgroup_dir(opt_.root, m, path);
-        mount = opt_.root + (m.mountpoint == "/" ? "" : m.mountpoint);
+    for (const CgroupMembership& o : own) {
+      if (o.unified || !o.controllers.count(controller)) continue;
+      for (const CgroupMount& m : mounts) {
+        if (m.v2 || !m.options.count(controller)) continue;
+        dir = opt_.root + cgroup_dir(m, o.path);
+        mount = mount_dir(m);
         if (mount.empty()) mount = "/";
         version = 1;
-        root = path == "/";
+        root = o.path == "/";
         return true;
       }
     }
     return false;
   };
   std::string v2_dir, v2_mount;
-  if (pc.has_v2) {
-    for (const Mount& m : mounts) {
+  for (const CgroupMembership& o : own) {
+    if (!o.unified) continue;
+    for (const CgroupMount& m : mounts) {
       if (!m.v2) continue;
-      v2_dir = cgroup_dir(opt_.root, m, pc.v2_path);
-      v2_mount = opt_.root + (m.mountpoint == "/" ? "" : m.mountpoint);
+      v2_dir = opt_.root + cgroup_dir(m, o.path);
+      v2_mount = mount_dir(m);
       break;
     }
   }
