@@ -7,9 +7,10 @@
 // readers (GET /command/{id}/stream, or a repeated start with the same id),
 // which replay from the log and then follow live, each at its own pace.
 //
-// Records persist in the state dir (<id>.record, protocol/command_record) at
-// start and at finish, so a restarted execd reloads them; one that was still
-// running is reported lost and its process group is ended.
+// Records persist in the state dir at start and at finish, appended to one
+// log (records.log, entries as protocol/command_record encodes them), so a
+// restarted execd reloads them; one that was still running is reported lost
+// and its process group is ended.
 #pragma once
 
 #include <uv.h>
@@ -134,6 +135,10 @@ class CommandRegistry {
   std::deque<std::string> finished_order_;
   std::deque<std::string> persist_queue_;  // ids waiting for a record write
   bool batch_in_flight_ = false;
+  // The records log: used by one batch job at a time, never by the loop.
+  int log_fd_ = -1;
+  uint64_t log_size_ = 0;
+  size_t log_entries_ = 0;
   size_t running_ = 0;
   uv_timer_t sweep_timer_, persist_timer_;
   bool closed_ = false;

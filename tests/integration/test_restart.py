@@ -3,6 +3,7 @@ again on the same state dir."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,12 +17,25 @@ import pytest
 from execd_client import SLOW, execd_bin, parse_stream, pids_with_cmdline, reconstruct, start_execd, wait_until
 
 
-def _stored(path) -> dict:
-    """The JSON line of a record file, or {} while there is none."""
+def _stored(state) -> dict:
+    """Each record's last entry in the records log (its JSON line; every
+    entry is that line and a line with its checksum), by id."""
     try:
-        return json.loads(path.read_text().split("\n", 1)[0])
-    except (OSError, ValueError):
+        lines = (state / "records.log").read_text().split("\n")
+    except OSError:
         return {}
+    out = {}
+    for line, check in zip(lines, lines[1:]):
+        if line.startswith("{") and check == "sha256:" + hashlib.sha256(line.encode()).hexdigest():
+            rec = json.loads(line)
+            out[rec["id"]] = rec
+    return out
+
+
+def _entry(record: dict) -> bytes:
+    """A record as execd writes it: the JSON line and its checksum line."""
+    line = json.dumps(record, separators=(",", ":")).encode()
+    return line + b"\nsha256:" + hashlib.sha256(line).hexdigest().encode() + b"\n"
 
 
 def test_sigkill_mid_run_then_restart(execd_factory, tmp_path):
@@ -39,7 +53,8 @@ def test_sigkill_mid_run_then_restart(execd_factory, tmp_path):
     # this test is about. Both starts (with their start ticks) and done-1's
     # end must be on disk first.
     def written():
-        recs = {cid: _stored(state / f"{cid}.record") for cid in ("done-1", "lost-1", "lost-2")}
+        stored = _stored(state)
+        recs = {cid: stored.get(cid, {}) for cid in ("done-1", "lost-1", "lost-2")}
         return recs["done-1"].get("finished") is True and all(recs[c].get("start_ticks") for c in ("lost-1", "lost-2"))
 
     wait_until(written, 10 * SLOW, what="the three records written")
@@ -80,21 +95,68 @@ def test_sigkill_mid_run_then_restart(execd_factory, tmp_path):
 
 
 def test_torn_records_are_skipped_and_counted(execd_factory, tmp_path):
+    """A crash mid-append leaves half an entry at the end of the records log:
+    it is skipped, counted and cut (later entries must not follow it)."""
     state = tmp_path / "state"
     ex = execd_factory(state_dir=state)
     ex.run("echo a", id="keep-1")
     ex.run("echo b", id="torn-1")
     assert ex.stop() == 0
-    rec = state / "torn-1.record"
-    rec.write_bytes(rec.read_bytes()[:40])
+    log = state / "records.log"
+    entries = log.read_bytes()
+    last = entries.rstrip(b"\n").rsplit(b"\n", 2)
+    assert b'"id":"torn-1"' in last[-2], "torn-1 ended last"
+    # torn-1's final entry half written; any earlier one of it goes too, so
+    # that nothing else names torn-1.
+    kept = [e for e in _split_entries(entries[: len(entries) - len(last[-2]) - len(last[-1]) - 2])
+            if b'"id":"torn-1"' not in e]
+    log.write_bytes(b"".join(kept) + last[-2][:40])
     (state / "junk.record.tmp").write_bytes(b"half a record")
+    (state / "records.log.tmp").write_bytes(b"half a log")
     (state / "session-0d1e-3.sh").write_bytes(b"echo left by a crash")
     ex2 = execd_factory(state_dir=state)
     assert ex2.status("keep-1")[1]["exit_code"] == 0
     assert ex2.status("torn-1")[0] == 404
     assert "1 torn records skipped" in ex2.stderr_text()
-    assert not (state / "junk.record.tmp").exists()
-    assert not (state / "session-0d1e-3.sh").exists()
+    assert b"torn-1" not in log.read_bytes()  # rewritten without it
+    for junk in ("junk.record.tmp", "records.log.tmp", "session-0d1e-3.sh"):
+        assert not (state / junk).exists(), junk
+    # Appends after the cut decode: a record written now survives a restart.
+    ex2.run("echo c", id="after-1")
+    assert ex2.stop() == 0
+    ex3 = execd_factory(state_dir=state)
+    assert ex3.status("after-1")[1]["exit_code"] == 0
+    assert " 0 torn records skipped" in ex3.stderr_text()
+
+
+def _split_entries(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
+    return [lines[i] + b"\n" + lines[i + 1] + b"\n" for i in range(0, len(lines) - 1, 2)]
+
+
+def test_record_files_of_an_older_execd_are_taken_into_the_log(execd_factory, tmp_path):
+    """Before the records log, each record had its own <id>.record file (the
+    same two lines): a state dir from then is reloaded, the files go into the
+    log and are removed; a torn one is skipped and counted."""
+    state = tmp_path / "state"
+    ex = execd_factory(state_dir=state)
+    ex.run("echo old", id="old-1")
+    assert ex.stop() == 0
+    rec = dict(_stored(state)["old-1"])
+    (state / "records.log").unlink()
+    rec["id"] = "legacy-1"
+    (state / "legacy-1.record").write_bytes(_entry(rec))
+    (state / "legacy-1.output").write_bytes((state / "old-1.output").read_bytes())
+    (state / "legacy-1.index").write_bytes((state / "old-1.index").read_bytes())
+    (state / "torn-2.record").write_bytes(_entry(rec)[:40])
+    ex2 = execd_factory(state_dir=state)
+    st, js = ex2.status("legacy-1")
+    assert st == 200 and js["exit_code"] == 0, js
+    assert ex2.logs("legacy-1")[2] == b"old\n"
+    assert ex2.status("old-1")[0] == 404  # its entry went with the log
+    assert "1 torn records skipped" in ex2.stderr_text()
+    assert not list(state.glob("*.record"))
+    assert "legacy-1" in _stored(state)
 
 
 def test_expired_records_are_gone_after_a_restart(execd_factory, tmp_path):
@@ -203,3 +265,31 @@ def test_a_burst_of_records_is_all_written_by_a_graceful_stop(execd_factory, tmp
         st, js = ex2.status(cid)
         assert st == 200 and js["exit_code"] == 0 and js["running"] is False, (cid, js)
     assert ex2.logs("burst-77")[2] == b"burst-77\n"
+
+
+def test_the_records_log_is_rewritten_as_records_go(execd_factory, tmp_path):
+    """Entries of swept records and older entries of kept ones are dropped
+    when the log holds more than twice what is kept: the log stays bounded,
+    and a record still kept (a running command) survives every rewrite."""
+    state = tmp_path / "state"
+    marker = f"rewrite-{uuid.uuid4().hex[:8]}"
+    ex = execd_factory("--retention", "200ms", state_dir=state, check_exit=False)
+    ex.run(f"exec -a {marker} sleep 1000", id="long-1", background=True)
+    n = 700
+    for i in range(n):
+        assert ex.run("true", id=f"c-{i}").terminal["exit_code"] == 0
+    wait_until(lambda: f"c-{n - 1}" in _stored(state), 10 * SLOW, what="the last record written")
+    entries = sum(1 for line in (state / "records.log").read_bytes().split(b"\n") if line.startswith(b"{"))
+    assert entries < n, f"{entries} entries for {n} commands: never rewritten"
+    stored = _stored(state)
+    assert "long-1" in stored and "c-0" not in stored
+    wait_until(lambda: stored["long-1"].get("start_ticks") or _stored(state)["long-1"].get("start_ticks"),
+               10 * SLOW, what="long-1's start ticks")
+    ex.proc.send_signal(signal.SIGKILL)
+    ex.proc.wait()
+    ex2 = execd_factory(state_dir=state)
+    wait_until(lambda: not pids_with_cmdline(marker), 10 * SLOW, what="the lost command ended")
+    st, js = ex2.status("long-1")
+    assert st == 200 and js["lost"] is True, js
+    assert ex2.status(f"c-{n - 1}")[0] == 200
+    assert ex2.status("c-0")[0] == 404
