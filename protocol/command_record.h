@@ -1,8 +1,8 @@
 // protocol/command_record: a command record as it is kept on disk, so a
-// restarted execd still knows every command within retention. A record file
-// is one JSON line and a second line "sha256:<hex of the first line>"; it is
-// written to a temporary file, fsynced and renamed over the old one, and a
-// file whose checksum does not match (torn, edited) is rejected on load.
+// restarted execd still knows every command within retention. A record is
+// one JSON line and a second line "sha256:<hex of the first line>"; execd
+// appends them to its records log (execd/api/commands), and one whose
+// checksum does not match (torn, edited) is rejected on load.
 // Also the fingerprint that tells a retried start from a different one.
 #pragma once
 
