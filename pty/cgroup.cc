@@ -29,20 +29,6 @@ bool read_text(const std::string& path, std::string& out) {
   return true;
 }
 
-// The pieces of `s` between any of `separators`, empty ones skipped. Parsing
-// without iostreams keeps the C++ locale uninitialised in an idle daemon.
-std::vector<std::string_view> split_fields(std::string_view s, std::string_view separators = " \t\n") {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while ((i = s.find_first_not_of(separators, i)) != std::string_view::npos) {
-    size_t end = s.find_first_of(separators, i);
-    if (end == std::string_view::npos) end = s.size();
-    out.push_back(s.substr(i, end - i));
-    i = end;
-  }
-  return out;
-}
-
 // Removes a cgroup's directories unless its cgroup.procs lists a process
 // (an unreadable one counts as empty). False while any directory stays.
 // Plain syscalls on paths the caller owns: runs on the loop or on the pool.

@@ -12,6 +12,11 @@
 
 namespace execd::pty {
 
+// The pieces of `s` between any of `separators`, empty ones skipped (cgroup
+// files: space- or newline-separated pids, controllers, counters). Parsing
+// without iostreams keeps the C++ locale uninitialised in an idle daemon.
+std::vector<std::string_view> split_fields(std::string_view s, std::string_view separators = " \t\n");
+
 // A mount of a cgroup hierarchy ("cgroup" or "cgroup2" lines of mountinfo).
 struct CgroupMount {
   std::string root;         // the cgroup path mounted there ("/" unless a namespace or bind mount)
