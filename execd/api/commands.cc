@@ -896,8 +896,8 @@ void CommandRegistry::persist(CommandRecord* r) {
 
 // A batch starts kPersistDelayMs after the previous one ended (or after the
 // first record of a quiet spell), unless a full one waits: a short command
-// ends within that time, and its start and end go out as one write (each
-// write creates an inode and frees the one it replaces).
+// ends within that time, and its start and end go out as one entry (half the
+// log, and one fdatasync for many records).
 void CommandRegistry::schedule_batch() {
   if (batch_in_flight_ || persist_queue_.empty()) return;
   if (closed_ || persist_queue_.size() >= kPersistBatch) return write_next_batch();
