@@ -27,4 +27,15 @@ std::optional<std::string> read_small_file(const std::string& path, size_t limit
   return out;
 }
 
+int write_all(int fd, std::string_view data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 }  // namespace execd::fs

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "fs/small_file.h"
 #include "pty/pty_session.h"
 
 namespace execd::pty {
@@ -26,19 +27,7 @@ std::string shell_quote(const std::string& s) {
 
 // Writes all of `data` to a non-blocking pipe; the lines execd sends are tiny
 // compared with the pipe buffer, so EAGAIN means the shell is wedged.
-bool write_all(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    return false;
-  }
-  return true;
-}
+bool write_all(int fd, const std::string& data) { return fs::write_all(fd, data) == 0; }
 
 // Set up once per shell: aliases work in a non-interactive shell, and SIGUSR1
 // unwinds the run (the timeout's soft stop): it returns from the current

@@ -554,17 +554,6 @@ void for_each_entry(std::string_view text, Fn fn) {
   }
 }
 
-int write_all(int fd, std::string_view data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return errno ? errno : EIO;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
 // Writes `text` as the whole records log (temporary file, fsync, rename,
 // fsync of the directory); the new log's descriptor, for appending, or -1
 // with errno.
@@ -572,7 +561,7 @@ int replace_log(const std::string& dir, std::string_view text) {
   std::string path = dir + "/" + kRecordsLog, tmp = path + ".tmp";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
-  int err = write_all(fd, text);
+  int err = fs::write_all(fd, text);
   if (!err && fsync(fd) != 0) err = errno;
   if (!err && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err) {
@@ -646,7 +635,7 @@ void write_batch(uv_work_t* w) {
     b->err = EBADF;
     return;
   }
-  b->err = write_all(b->fd, text);
+  b->err = fs::write_all(b->fd, text);
   if (b->err) {
     // Whole entries only: what went out of this one is cut.
     if (ftruncate(b->fd, static_cast<off_t>(b->size)) != 0) {}

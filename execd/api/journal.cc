@@ -236,17 +236,11 @@ void Journal::append(const ojson& body) {
     if (fd_ < 0) return;
   }
   std::string out = line + "\n";
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = write(fd_, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      spdlog::warn("journal write failed: {}", strerror(errno));
-      // Keep the file a sequence of whole lines: cut what went out.
-      if (done > 0 && ftruncate(fd_, static_cast<off_t>(size_)) != 0) {}
-      return;
-    }
-    done += static_cast<size_t>(n);
+  if (int err = fs::write_all(fd_, out)) {
+    spdlog::warn("journal write failed: {}", strerror(err));
+    // Keep the file a sequence of whole lines: cut what went out.
+    if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {}
+    return;
   }
   size_ += out.size();
   head_.seq = seq;
