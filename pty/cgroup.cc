@@ -29,6 +29,21 @@ bool read_text(const std::string& path, std::string& out) {
   return true;
 }
 
+// A counter file from its open descriptor: a read from offset 0 makes the
+// kernel render it afresh. By path when it is not open (fd -1).
+bool read_counter(int fd, const std::string& path, std::string& out) {
+  if (fd < 0) return read_text(path, out);
+  out.clear();
+  char buf[4096];
+  for (;;) {
+    ssize_t n = pread(fd, buf, sizeof buf, static_cast<off_t>(out.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || out.size() + static_cast<size_t>(n) > (1u << 20)) return false;
+    if (n == 0) return true;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
 // Removes a cgroup's directories unless its cgroup.procs lists a process
 // (an unreadable one counts as empty). False while any directory stays.
 // Plain syscalls on paths the caller owns: runs on the loop or on the pool.
@@ -53,16 +68,16 @@ bool write_text(const std::string& path, const std::string& text) {
 
 bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
-int64_t read_int(const std::string& path, int64_t fallback = -1) {
+int64_t read_int(const std::string& path, int64_t fallback = -1, int fd = -1) {
   std::string s;
-  if (!read_text(path, s) || s.empty()) return fallback;
+  if (!read_counter(fd, path, s) || s.empty()) return fallback;
   return std::strtoll(s.c_str(), nullptr, 10);
 }
 
 // "key value" lines (cpu.stat, memory.events, pids.events, memory.oom_control).
-int64_t read_keyed(const std::string& path, const std::string& key, int64_t fallback = -1) {
+int64_t read_keyed(const std::string& path, const std::string& key, int64_t fallback = -1, int fd = -1) {
   std::string s;
-  if (!read_text(path, s)) return fallback;
+  if (!read_counter(fd, path, s)) return fallback;
   std::vector<std::string_view> f = split_fields(s);
   for (size_t i = 0; i + 1 < f.size(); i += 2)
     if (f[i] == key) return std::strtoll(std::string(f[i + 1]).c_str(), nullptr, 10);
@@ -254,7 +269,10 @@ const char* containment_mode_name(ContainmentMode m) {
 // ---------------------------------------------------------------------------
 // One command's cgroup
 
-CommandCgroup::~CommandCgroup() { close_join_fds(); }
+CommandCgroup::~CommandCgroup() {
+  close_join_fds();
+  close_counters();
+}
 
 void CommandCgroup::close_join_fds() {
   for (int fd : join_fds_) close(fd);
@@ -272,7 +290,7 @@ std::vector<int> CommandCgroup::read_pids() const {
 int CommandCgroup::population() const {
   if (removed_) return 0;
   std::string s;
-  if (!read_text(procs_dir_ + "/cgroup.procs", s)) return -1;
+  if (!read_counter(counter_fds_[kProcs], procs_dir_ + "/cgroup.procs", s)) return -1;
   return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
 }
 
@@ -326,9 +344,22 @@ CgroupUsage CommandCgroup::usage() const {
     // the hypervisor stole (on a busy VM a 300 ms busy loop read as 80 ms);
     // cpuacct.usage is the scheduler's exact total. The total is reported,
     // split in the ratio the ticks saw.
-    int64_t total = read_int(cpuacct_dir_ + "/cpuacct.usage");
-    int64_t user = read_int(cpuacct_dir_ + "/cpuacct.usage_user");
-    int64_t sys = read_int(cpuacct_dir_ + "/cpuacct.usage_sys");
+    // usage_all is "cpu user system" per CPU: the same tick counts that
+    // usage_user and usage_sys sum, in one read.
+    int64_t total = read_int(cpuacct_dir_ + "/cpuacct.usage", -1, counter_fds_[kCpuTotal]);
+    int64_t user = -1, sys = -1;
+    std::string all;
+    if (read_counter(counter_fds_[kCpuSplit], cpuacct_dir_ + "/cpuacct.usage_all", all)) {
+      std::vector<std::string_view> f = split_fields(all);
+      // A header of 3 fields, then 3 per CPU.
+      if (f.size() >= 6 && f.size() % 3 == 0 && f[0] == "cpu") {
+        user = sys = 0;
+        for (size_t i = 3; i + 2 < f.size(); i += 3) {
+          user += std::strtoll(std::string(f[i + 1]).c_str(), nullptr, 10);
+          sys += std::strtoll(std::string(f[i + 2]).c_str(), nullptr, 10);
+        }
+      }
+    }
     u.known = total >= 0 && user >= 0 && sys >= 0;
     if (u.known) {
       double user_share = user + sys > 0 ? static_cast<double>(user) / static_cast<double>(user + sys) : 1.0;
@@ -338,11 +369,32 @@ CgroupUsage CommandCgroup::usage() const {
     }
   }
   if (!memory_dir_.empty()) {
-    u.peak_memory_bytes = std::max<int64_t>(0, read_int(memory_dir_ + "/memory.max_usage_in_bytes"));
-    u.oom_killed = read_keyed(memory_dir_ + "/memory.oom_control", "oom_kill", 0) > 0;
+    u.peak_memory_bytes =
+        std::max<int64_t>(0, read_int(memory_dir_ + "/memory.max_usage_in_bytes", -1, counter_fds_[kMemoryPeak]));
+    u.oom_killed = read_keyed(memory_dir_ + "/memory.oom_control", "oom_kill", 0, counter_fds_[kOomControl]) > 0;
   }
-  if (!pids_dir_.empty()) u.pids_limit_hit = read_keyed(pids_dir_ + "/pids.events", "max", 0) > 0;
+  if (!pids_dir_.empty())
+    u.pids_limit_hit = read_keyed(pids_dir_ + "/pids.events", "max", 0, counter_fds_[kPidsEvents]) > 0;
   return u;
+}
+
+void CommandCgroup::open_counters() {
+  auto open_one = [&](Counter c, const std::string& dir, const char* file) {
+    if (!dir.empty() && counter_fds_[c] < 0) counter_fds_[c] = open((dir + "/" + file).c_str(), O_RDONLY | O_CLOEXEC);
+  };
+  open_one(kProcs, procs_dir_, "cgroup.procs");
+  open_one(kCpuTotal, cpuacct_dir_, "cpuacct.usage");
+  open_one(kCpuSplit, cpuacct_dir_, "cpuacct.usage_all");
+  open_one(kMemoryPeak, memory_dir_, "memory.max_usage_in_bytes");
+  open_one(kOomControl, memory_dir_, "memory.oom_control");
+  open_one(kPidsEvents, pids_dir_, "pids.events");
+}
+
+void CommandCgroup::close_counters() {
+  for (int& fd : counter_fds_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
 }
 
 bool CommandCgroup::try_remove() {
@@ -354,6 +406,7 @@ bool CommandCgroup::try_remove() {
 
 void CommandCgroup::mark_removed() {
   removed_ = true;
+  close_counters();
   // Finished records keep their cgroup object for as long as they are
   // retained (4096 at most); its paths are dead weight from here on.
   std::vector<std::string>().swap(dirs_);
@@ -448,29 +501,18 @@ std::string CommandCgroup::make_dirs(const std::vector<CgroupHierarchy>& hierarc
     if (h.controllers.count("freezer")) freezer_dir_ = dir;
     if (h.controllers.count("cpuacct")) cpuacct_dir_ = dir;
   }
+  if (!v2_) open_counters();
   return {};
 }
 
 void CommandCgroup::discard() {
   int e = errno;
   close_join_fds();
+  close_counters();
   for (const auto& d : dirs_)
     if (!d.empty()) rmdir(d.c_str());
   removed_ = true;
   errno = e;
-}
-
-bool CommandCgroup::rename_to(const std::string& name) {
-  for (auto& d : dirs_) {
-    if (d.empty()) continue;
-    std::string to = d.substr(0, d.rfind('/') + 1) + name;
-    if (::rename(d.c_str(), to.c_str()) != 0) return false;
-    for (std::string* p : {&procs_dir_, &memory_dir_, &pids_dir_, &freezer_dir_, &cpuacct_dir_})
-      if (*p == d) *p = to;
-    d = std::move(to);
-  }
-  name_ = name;
-  return true;
 }
 
 struct Containment::MakeJob {
@@ -486,7 +528,6 @@ void Containment::make_ahead() {
       ready_.size() >= kReadyCgroups)
     return;
   auto* job = new MakeJob{{}, this, hierarchies_, new_cgroup(), {}};
-  job->cg->name_ = "spare-" + std::to_string(next_id_);
   job->work.data = job;
   making_ = true;
   int rc = uv_queue_work(
@@ -530,15 +571,11 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
     if (limits.any()) error = "limits need cgroups (containment is process-group)";
     return nullptr;
   }
-  while (!limits.any() && !ready_.empty()) {
-    std::shared_ptr<CommandCgroup> cg = std::move(ready_.back());
-    ready_.pop_back();
-    // A rename is a fraction of a mkdir; the name says whose it is.
-    if (cg->rename_to("cmd-" + std::to_string(++next_id_))) {
-      make_ahead();
-      return cg;
-    }
-    cg->discard();
+  if (!limits.any() && !ready_.empty()) {
+    std::shared_ptr<CommandCgroup> cg = std::move(ready_.front());
+    ready_.erase(ready_.begin());
+    make_ahead();
+    return cg;
   }
   std::shared_ptr<CommandCgroup> cg = new_cgroup();
   auto fail = [&](const std::string& what) -> std::shared_ptr<CommandCgroup> {

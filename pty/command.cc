@@ -238,6 +238,7 @@ void Command::maybe_finish() {
     outcome_.oom_killed = u.oom_killed;
     outcome_.pids_limit_hit = u.pids_limit_hit;
     outcome_.leftover_processes = cgroup_->population();
+    cgroup_->close_counters();  // what remains reads by path, rarely
     stop(timeout_timer_);
     let_go_of_cgroup();
   } else {

@@ -154,8 +154,12 @@ def test_fork_bomb_under_a_timeout_leaves_nothing(cg_execd):
     # The timeout bounds the whole cgroup, after the shell's exit too.
     wait_until(lambda: not contained_pids(ex.pid) and not cgroup_members(ex.pid),
                max(0.5, 10 - (time.monotonic() - start)) * SLOW, 0.05, "the fork bomb to be gone 10 s after it started")
-    # Its cgroup is removed once empty.
-    wait_until(lambda: all(not any(n.startswith("cmd-") for n in os.listdir(b)) for b in execd_cgroup_dirs(ex.pid)),
+    # Its cgroup is removed once empty. The cgroups made ahead for the next
+    # commands are cmd-<n> too, but only a pids limit joins the pids
+    # hierarchy: there, the bomb's cgroup is the only one.
+    pids_bases = [b for b in execd_cgroup_dirs(ex.pid) if "/pids" in b]
+    assert pids_bases, execd_cgroup_dirs(ex.pid)
+    wait_until(lambda: all(not any(n.startswith("cmd-") for n in os.listdir(b)) for b in pids_bases),
                3 * SLOW, 0.05, "the command's cgroup to be removed")
 
 
@@ -242,6 +246,10 @@ def test_max_rss_is_the_commands_not_execds(cg_execd):
     # CPU is the command's too (a busy loop of about 300 ms).
     cpu = ex.run(f"{PYTHON} -c 'import time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass'", exact=True)
     assert cpu.terminal["user_cpu_ms"] + cpu.terminal["system_cpu_ms"] >= 250, cpu.terminal
+    # The split between the two (cpuacct.usage_all's columns): arithmetic in
+    # a loop is user time.
+    busy = ex.run(f"{PYTHON} -c 'x = 0\nfor i in range(4000000): x += i'", exact=True)
+    assert busy.terminal["user_cpu_ms"] > 2 * busy.terminal["system_cpu_ms"], busy.terminal
 
 
 def test_memory_limit_reports_oom_killed(cg_execd):
@@ -333,14 +341,15 @@ def test_session_and_pty_shells_get_their_own_cgroups(cg_execd):
 
 def test_cgroups_of_a_sigkilled_execd_go_with_the_next_ones_shutdown(execd_factory, cg_execd):
     # A SIGKILLed execd leaves its execd-<pid> directories: the command
-    # cgroup of a finished command may still linger, and the cgroups made
-    # ahead for the next commands (spare-<n>) are there whatever happened.
+    # cgroup of a finished command may still linger, and the two cgroups
+    # made ahead for the next commands (cmd-<n>, not yet taken) are there
+    # whatever happened.
     # The next execd removes what a dead one left when it shuts down.
     dead = execd_factory()
     if mode(dead) == "process-group":
         pytest.skip("no usable cgroups on this machine (execd reports process-group)")
     assert dead.run("echo hi", exact=True).stdout == b"hi\n"
-    wait_until(lambda: any(n.startswith("spare-") for b in execd_cgroup_dirs(dead.pid) for n in os.listdir(b))
+    wait_until(lambda: any(sum(n.startswith("cmd-") for n in os.listdir(b)) >= 2 for b in execd_cgroup_dirs(dead.pid))
                or mode(dead) != "cgroup-v1", 5 * SLOW, what="cgroups made ahead")
     dead_pid = dead.pid
     dead.proc.send_signal(signal.SIGKILL)
