@@ -276,7 +276,7 @@ CommandCgroup::~CommandCgroup() {
 
 void CommandCgroup::close_join_fds() {
   for (int fd : join_fds_) close(fd);
-  join_fds_.clear();
+  std::vector<int>().swap(join_fds_);  // a retained record keeps this object: no spare capacity
 }
 
 std::vector<int> CommandCgroup::read_pids() const {

@@ -225,7 +225,7 @@ void Command::maybe_finish() {
   if (finished_ || !leader_exited_ || !pump_done_[0] || !pump_done_[1]) return;
   finished_ = true;
   uv_timer_stop(&drain_timer_);
-  for (int i = 0; i < 2; ++i) outcome_.sha256[i] = digest_[i].finish_hex();
+  for (int i = 0; i < 2; ++i) outcome_.sha256[i] = digest_[i].finish();
   if (cgroup_) {
     // The command's own usage: vfork makes the leader's rusage start from
     // execd's peak RSS, and its CPU misses whatever was never waited for.

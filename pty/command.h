@@ -43,7 +43,9 @@ struct Outcome {
   bool interrupted = false;
   int64_t duration_ms = 0;
   uint64_t bytes[2] = {0, 0};
-  std::string sha256[2];
+  // Binary, not hex: a finished record keeps its Outcome, and two strings
+  // made at the end of every command pinned heap pages of their own.
+  protocol::Sha256Digest sha256[2]{};
   int64_t user_cpu_ms = 0, system_cpu_ms = 0, max_rss_kib = 0;
   // Processes of the command still alive when its stream ended (-1: unknown).
   int leftover_processes = 0;

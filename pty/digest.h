@@ -23,6 +23,7 @@ class OutputDigest {
   uint64_t bytes() const { return bytes_; }
   // Lower-case hex; call once, after the last update.
   std::string finish_hex() { return protocol::lower_hex(sha_.finish()); }
+  protocol::Sha256Digest finish() { return sha_.finish(); }
 
  private:
   protocol::Sha256 sha_;

@@ -419,8 +419,8 @@ protocol::ExecutionResult CommandRecord::result() const {
   r.execution_time_ms = o.duration_ms;
   r.stdout_bytes = o.bytes[0];
   r.stderr_bytes = o.bytes[1];
-  r.stdout_sha256 = o.sha256[0];
-  r.stderr_sha256 = o.sha256[1];
+  r.stdout_sha256 = protocol::lower_hex(o.sha256[0]);
+  r.stderr_sha256 = protocol::lower_hex(o.sha256[1]);
   r.user_cpu_ms = o.user_cpu_ms;
   r.system_cpu_ms = o.system_cpu_ms;
   r.max_rss_kib = o.max_rss_kib;
@@ -480,26 +480,6 @@ std::string CommandRecord::status_json() const {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-protocol::StoredCommand CommandRecord::stored() const {
-  protocol::StoredCommand s;
-  s.id = id;
-  s.content = content;
-  s.fingerprint = fingerprint;
-  s.background = background;
-  s.tty = tty;
-  s.stdin_open = stdin_open;
-  s.started_ns = started_ns;
-  s.finished_ns = finished_ns;
-  s.pgid = pgid;
-  s.boot_id = boot_id;
-  s.start_ticks = start_ticks;
-  s.finished = done();
-  s.lost = lost;
-  s.result = result();
-  s.output_total = produced[0] + produced[1];
-  return s;
-}
-
 namespace {
 
 // Read once: it cannot change while execd runs, and every command records it.
@@ -511,6 +491,31 @@ const std::string& boot_id() {
   }();
   return id;
 }
+
+}  // namespace
+
+protocol::StoredCommand CommandRecord::stored() const {
+  protocol::StoredCommand s;
+  s.id = id;
+  s.content = content;
+  s.fingerprint = fingerprint;
+  s.background = background;
+  s.tty = tty;
+  s.stdin_open = stdin_open;
+  s.started_ns = started_ns;
+  s.finished_ns = finished_ns;
+  s.pgid = pgid;
+  s.boot_id = this_boot ? boot_id() : other_boot_id;
+  s.start_ticks = start_ticks;
+  s.finished = done();
+  s.lost = lost;
+  s.result = result();
+  s.output_total = produced[0] + produced[1];
+  return s;
+}
+
+namespace {
+
 
 // Field 22 of /proc/<pid>/stat: the process's start time in clock ticks.
 uint64_t process_start_ticks(int64_t pid) {
@@ -746,7 +751,10 @@ void CommandRegistry::load() {
     rec->started_ns = stored->started_ns;
     rec->finished_ns = stored->finished_ns;
     rec->pgid = stored->pgid;
-    rec->boot_id = stored->boot_id;
+    if (stored->boot_id == boot)
+      rec->this_boot = true;
+    else
+      rec->other_boot_id = stored->boot_id;
     rec->start_ticks = stored->start_ticks;
     rec->lost = stored->lost;
     // The output: the log file and its index, as far as both got.
@@ -808,7 +816,8 @@ void CommandRegistry::load() {
   std::sort(loaded.begin(), loaded.end(), [](const auto& a, const auto& b) { return a->finished_ns < b->finished_ns; });
   for (auto& rec : loaded) {
     CommandRecord* raw = rec.get();
-    finished_order_.push_back(raw->id);
+    raw->in_finished_order = true;
+    finished_order_.push_back(raw);
     records_[raw->id] = std::move(rec);
     if (raw->lost && !raw->persisting) {
       persist(raw);
@@ -867,6 +876,8 @@ void CommandRegistry::discard(CommandRecord* r, const protocol::ApiError& why) {
   std::string id = r->id;
   if (r->log) r->log->remove();
   if (r->index_log) r->index_log->remove();
+  if (r->in_finished_order)  // not expected (it never ran): no dangling pointer all the same
+    finished_order_.erase(std::find(finished_order_.begin(), finished_order_.end(), r));
   auto it = records_.find(id);
   // Nothing ran, so nothing was written: no log request can be in flight.
   if (it != records_.end()) records_.erase(it);
@@ -941,6 +952,10 @@ void CommandRegistry::write_next_batch() {
       if (!rec) continue;
       if (rec->start_ticks == 0) rec->start_ticks = item.record.start_ticks;
       rec->persisting = false;
+      // The index file is only ever written (a restart reads it from disk,
+      // the sweep unlinks it by name): a finished record lets its writer go
+      // once it has settled, 350 bytes of every retained record.
+      if (rec->done() && rec->index_log && rec->index_log->settled()) rec->index_log.reset();
       if (rec->dirty) {
         rec->dirty = false;
         reg.persist(rec);
@@ -1013,7 +1028,10 @@ void CommandRegistry::finished(CommandRecord* r) {
     for (ResumeReader* reader : rs)
       if (r->readers.count(reader)) reader->on_done();
   }
-  finished_order_.push_back(r->id);
+  if (!r->in_finished_order) {
+    r->in_finished_order = true;
+    finished_order_.push_back(r);
+  }
   // Swept from the timer, never from inside the command's own callback.
   if (finished_order_.size() > ctx_.config.max_records) uv_timer_start(&sweep_timer_, on_sweep, 0, sweep_period_);
 }
@@ -1021,11 +1039,7 @@ void CommandRegistry::finished(CommandRecord* r) {
 void CommandRegistry::sweep() {
   int64_t now = unix_ns();
   while (!finished_order_.empty()) {
-    auto it = records_.find(finished_order_.front());
-    if (it == records_.end()) {
-      finished_order_.pop_front();
-      continue;
-    }
+    auto it = records_.find(finished_order_.front()->id);
     bool expired = now - it->second->finished_ns >= ctx_.config.retention_ms * 1000000;
     if (!expired && finished_order_.size() <= ctx_.config.max_records) break;
     // Readers, a record write, or a read or write of the retained log in
@@ -1215,7 +1229,7 @@ void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
   }
   rec->pgid = rec->cmd->pid();
   rec->cgroup = rec->cmd->cgroup();
-  rec->boot_id = boot_id();  // start_ticks: read by the first record write
+  rec->this_boot = true;  // start_ticks: read by the first record write
   if (w.req.stdin_open) {
     // The pipe's write end is ours now: closed when the client says eof (or
     // the command ends). With a PTY, eof is the terminal's ^D.

@@ -67,6 +67,7 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   std::optional<uint32_t> uid, gid;
   bool background = false, tty = false, stdin_open = false;
   bool reloaded = false, lost = false;
+  bool in_finished_order = false;  // queued for the sweep (once)
   bool external = false;  // a bash session run: output and outcome come from the session
   int64_t started_ns = 0, finished_ns = 0;
   pty::Command* cmd = nullptr;  // released when the command finishes
@@ -87,7 +88,11 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   // written; `dirty` asks for another write after that one.
   bool persist_queued = false, persisting = false, dirty = false;
   int64_t pgid = 0;
-  std::string boot_id;
+  // The boot the command ran in: this one (no copy of its id: a string made
+  // for every command pinned heap pages after a burst), or a reloaded
+  // record's other one.
+  bool this_boot = false;
+  std::string other_boot_id;
   uint64_t start_ticks = 0;
   // stdin (POST /command/{id}/stdin)
   pty::FdWriter* stdin_writer = nullptr;
@@ -132,7 +137,10 @@ class CommandRegistry {
   Context& ctx_;
   uint64_t sweep_period_ = 1000;
   std::map<std::string, std::unique_ptr<CommandRecord>> records_;
-  std::deque<std::string> finished_order_;
+  // Finished records, oldest first, for the sweep: pointers, not id copies
+  // (a copy made at every command's end pinned a heap page of its own after
+  // a burst). Only the sweep erases a finished record, from the front.
+  std::deque<CommandRecord*> finished_order_;
   std::deque<std::string> persist_queue_;  // ids waiting for a record write
   bool batch_in_flight_ = false;
   // The records log: used by one batch job at a time, never by the loop.

@@ -44,6 +44,9 @@ class OutputLog {
   // file is closed once every write is done.
   void seal();
   bool holds_descriptor() const { return fd_ >= 0; }
+  // Sealed, every write done and the file closed: nothing can use it any
+  // more but a read (its owner may destroy it if it has no readers).
+  bool settled() const { return sealed_ && fd_ < 0 && ops_ == 0 && writer_.idle() && waiting_reads_.empty(); }
   // Bytes of the next append() that will be stored (the rest is only counted).
   uint64_t room() const {
     return total_ < limit_ && !failed_ && !removed_ && !adopted_ && !sealed_ ? limit_ - total_ : 0;

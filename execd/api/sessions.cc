@@ -60,8 +60,9 @@ class SessionRun final : public pty::BashListener, public ExecutionProducer {
     r.execution_time_ms = o.duration_ms;
     r.stdout_bytes = digest_[0].bytes();
     r.stderr_bytes = digest_[1].bytes();
-    r.stdout_sha256 = digest_[0].finish_hex();
-    r.stderr_sha256 = digest_[1].finish_hex();
+    protocol::Sha256Digest sha[2] = {digest_[0].finish(), digest_[1].finish()};
+    r.stdout_sha256 = protocol::lower_hex(sha[0]);
+    r.stderr_sha256 = protocol::lower_hex(sha[1]);
     journal(r);
     if (record) {
       pty::Outcome out;
@@ -72,8 +73,8 @@ class SessionRun final : public pty::BashListener, public ExecutionProducer {
       out.duration_ms = o.duration_ms;
       out.bytes[0] = r.stdout_bytes;
       out.bytes[1] = r.stderr_bytes;
-      out.sha256[0] = r.stdout_sha256;
-      out.sha256[1] = r.stderr_sha256;
+      out.sha256[0] = sha[0];
+      out.sha256[1] = sha[1];
       CommandRecord* rec = std::exchange(record, nullptr);
       if (ctx && ctx->commands) ctx->commands->finish_external(rec, out);
     }
