@@ -10,6 +10,7 @@ Measures, against a release execd:
     `bash -c true` (build/spawn_floor N bash_path);
   * the cost of the per-command cgroup: the same round trip with cgroups and
     with --no-cgroups (the floor), alternating daemons over 5 rounds, medians;
+    and execd's own CPU per command in both (all threads, and the loop's);
   * stdout throughput in exact framing for `head -c 256M /dev/zero | base64`,
     decoded and verified by build/stream_client (offsets, and SHA-256 against
     the terminal event), next to the floor
@@ -132,10 +133,27 @@ def containment_mode(port):
         c.close()
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(whole process, loop thread) user+system CPU seconds so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(path):
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return stat(f"/proc/{pid}/stat"), stat(f"/proc/{pid}/task/{pid}/stat")
+
+
 def bench_cgroup_cost(binary, runs, client, rounds=5):
     """The /command round trip with execd's per-command cgroup and with
-    --no-cgroups, alternating daemons round by round; medians of the p50s."""
+    --no-cgroups, alternating daemons round by round; medians of the p50s.
+    Also execd's own CPU per command (every thread, and the loop thread),
+    which on 2 shared cores is steadier than the latency: the children's
+    CPU is not in it (bash is the floor's too)."""
     p50 = {"cgroup": [], "plain": []}
+    cpu = {"cgroup": [], "plain": []}
+    loop_cpu = {"cgroup": [], "plain": []}
     mode = "?"
     for _ in range(rounds):
         for key, extra in (("cgroup", ()), ("plain", ("--no-cgroups",))):
@@ -143,12 +161,22 @@ def bench_cgroup_cost(binary, runs, client, rounds=5):
             try:
                 if key == "cgroup":
                     mode = containment_mode(d.port)
+                # A warm-up, so that start-up work (the threadpool, the first
+                # cgroups) is not counted.
+                subprocess.check_output([client, "--rtt", "50", str(d.port), d.token])
+                before = cpu_seconds(d.proc.pid)
                 rt = json.loads(subprocess.check_output([client, "--rtt", str(runs), str(d.port), d.token]))
+                after = cpu_seconds(d.proc.pid)
             finally:
                 d.stop()
             p50[key].append(rt["p50_us"])
-    return {"mode": mode, "cgroup_p50_us": statistics.median(p50["cgroup"]),
-            "plain_p50_us": statistics.median(p50["plain"]), "rounds": p50}
+            cpu[key].append((after[0] - before[0]) / runs * 1e6)
+            loop_cpu[key].append((after[1] - before[1]) / runs * 1e6)
+    med = statistics.median
+    return {"mode": mode, "cgroup_p50_us": med(p50["cgroup"]), "plain_p50_us": med(p50["plain"]),
+            "cgroup_cpu_us": med(cpu["cgroup"]), "plain_cpu_us": med(cpu["plain"]),
+            "cgroup_loop_cpu_us": med(loop_cpu["cgroup"]), "plain_loop_cpu_us": med(loop_cpu["plain"]),
+            "rounds": p50, "cpu_rounds": cpu}
 
 
 # ---------------------------------------------------------------- throughput
@@ -411,6 +439,10 @@ def main():
         print(f"per-command cgroup ({runs} runs x 5 rounds): {json.dumps(cg)}", flush=True)
         rows.append((f"round trip p50, cgroup ({cg['mode']}) vs --no-cgroups (us)", f"{cg['cgroup_p50_us']:.0f}",
                      f"{cg['plain_p50_us']:.0f}", f"{cg['cgroup_p50_us'] / cg['plain_p50_us']:.2f}x", "-", None))
+        rows.append(("execd CPU per command, cgroup vs --no-cgroups (us)", f"{cg['cgroup_cpu_us']:.0f}",
+                     f"{cg['plain_cpu_us']:.0f}", f"{cg['cgroup_cpu_us'] / cg['plain_cpu_us']:.2f}x", "-", None))
+        rows.append(("  of it on the loop thread (us)", f"{cg['cgroup_loop_cpu_us']:.0f}",
+                     f"{cg['plain_loop_cpu_us']:.0f}", "-", "-", None))
     if want("throughput"):
         tp = bench_throughput(binary, size, client)
         print(f"throughput ({size} zero | base64, verified): {json.dumps(tp)}", flush=True)
