@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "fs/small_file.h"
+#include "pty/pool_job.h"
 #include "pty/pty_session.h"
 
 namespace execd::pty {
@@ -174,7 +175,6 @@ void BashSession::on_timer() {
 
 namespace {
 struct KillScan {
-  uv_work_t work;
   BashSession* session;
   pid_t shell;
   std::set<pid_t> spare;
@@ -182,24 +182,13 @@ struct KillScan {
 }  // namespace
 
 void BashSession::start_kill_scan() {
-  auto* job = new KillScan{{}, this, pid_, preexisting_};
-  job->work.data = job;
-  int rc = uv_queue_work(
-      loop_, &job->work,
-      [](uv_work_t* w) {
-        auto* j = static_cast<KillScan*>(w->data);
-        for (pid_t p : session_processes(j->shell))
-          if (p != j->shell && !j->spare.count(p)) kill(p, SIGKILL);
+  queue_job<KillScan>(
+      loop_, std::make_unique<KillScan>(KillScan{this, pid_, preexisting_}),
+      [](KillScan& j) {
+        for (pid_t p : session_processes(j.shell))
+          if (p != j.shell && !j.spare.count(p)) kill(p, SIGKILL);
       },
-      [](uv_work_t* w, int) {
-        std::unique_ptr<KillScan> j(static_cast<KillScan*>(w->data));
-        j->session->kill_scan_done();
-      });
-  if (rc != 0) {
-    delete job;
-    kill_scan_done();
-    return;
-  }
+      [](KillScan& j, int) { j.session->kill_scan_done(); });
   ++scans_in_flight_;
 }
 

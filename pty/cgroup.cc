@@ -17,6 +17,7 @@
 
 #include "fs/small_file.h"
 #include "pty/cgroupfs.h"
+#include "pty/pool_job.h"
 
 namespace execd::pty {
 
@@ -199,7 +200,6 @@ struct Containment::RemovalJob {
     std::vector<std::string> dirs;
     bool removed;
   };
-  uv_work_t work;
   Containment* owner;
   std::vector<Item> items;
 };
@@ -224,29 +224,19 @@ void Containment::on_linger_tick() {
   // rmdirs of a few hundred microseconds each per command), which was the
   // round trip's p99. The job works on copies of the paths; the loop applies
   // the outcome. A bounded number per job.
-  auto* job = new RemovalJob;
+  auto job = std::make_unique<RemovalJob>();
   job->owner = this;
-  job->work.data = job;
   for (size_t i = 0; i < l.size() && i < 256; ++i) {
     const CommandCgroup& cg = *l[i].cg;
     job->items.push_back({l[i].cg, cg.procs_dir_ + "/cgroup.procs", cg.dirs_, false});
   }
   removing_ = true;
-  int rc = uv_queue_work(
-      loop_, &job->work,
-      [](uv_work_t* w) {
-        for (auto& item : static_cast<RemovalJob*>(w->data)->items) {
-          item.removed = rmdir_if_empty(item.procs_file, item.dirs);
-        }
+  queue_job<RemovalJob>(
+      loop_, std::move(job),
+      [](RemovalJob& j) {
+        for (auto& item : j.items) item.removed = rmdir_if_empty(item.procs_file, item.dirs);
       },
-      [](uv_work_t* w, int) {
-        std::unique_ptr<RemovalJob> job(static_cast<RemovalJob*>(w->data));
-        job->owner->on_removal_done(*job);
-      });
-  if (rc != 0) {
-    removing_ = false;
-    delete job;
-  }
+      [](RemovalJob& j, int) { j.owner->on_removal_done(j); });
 }
 
 void Containment::on_removal_done(RemovalJob& job) {
@@ -516,7 +506,6 @@ void CommandCgroup::discard() {
 }
 
 struct Containment::MakeJob {
-  uv_work_t work;
   Containment* owner;
   std::vector<CgroupHierarchy> hierarchies;  // a copy: the pool reads nothing of the owner
   std::shared_ptr<CommandCgroup> cg;         // the loop does not see it until on_made
@@ -527,24 +516,14 @@ void Containment::make_ahead() {
   if (making_ || !timer_open_ || hierarchies_.empty() || mode_ != ContainmentMode::cgroup_v1 ||
       ready_.size() >= kReadyCgroups)
     return;
-  auto* job = new MakeJob{{}, this, hierarchies_, new_cgroup(), {}};
-  job->work.data = job;
   making_ = true;
-  int rc = uv_queue_work(
-      loop_, &job->work,
-      [](uv_work_t* w) {
-        auto* j = static_cast<MakeJob*>(w->data);
-        j->failed = j->cg->make_dirs(j->hierarchies, ResourceLimits{});
-        if (!j->failed.empty()) j->cg->discard();
+  queue_job<MakeJob>(
+      loop_, std::make_unique<MakeJob>(MakeJob{this, hierarchies_, new_cgroup(), {}}),
+      [](MakeJob& j) {
+        j.failed = j.cg->make_dirs(j.hierarchies, ResourceLimits{});
+        if (!j.failed.empty()) j.cg->discard();
       },
-      [](uv_work_t* w, int) {
-        std::unique_ptr<MakeJob> j(static_cast<MakeJob*>(w->data));
-        j->owner->on_made(*j);
-      });
-  if (rc != 0) {
-    making_ = false;
-    delete job;
-  }
+      [](MakeJob& j, int) { j.owner->on_made(j); });
 }
 
 void Containment::on_made(MakeJob& job) {

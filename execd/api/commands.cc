@@ -25,6 +25,7 @@
 #include "protocol/errors.h"
 #include "protocol/requests.h"
 #include "pty/log_cursor.h"
+#include "pty/pool_job.h"
 #include "pty/spawn.h"
 
 namespace execd::api {
@@ -587,7 +588,6 @@ struct PersistBatch {
     std::string id;
     protocol::StoredCommand record;  // a copy: encoded on the pool
   };
-  uv_work_t work;
   CommandRegistry* reg;
   std::string dir;
   int fd;         // the log, open for appending
@@ -621,8 +621,8 @@ void compact_log(PersistBatch& b, const std::string& appended) {
   b.new_size = text.size();
 }
 
-void write_batch(uv_work_t* w) {
-  auto* b = static_cast<PersistBatch*>(w->data);
+void write_batch(PersistBatch& batch) {
+  PersistBatch* b = &batch;
   std::string text;
   for (auto& item : b->items) {
     // Read here, not at spawn: /proc/<pid>/stat waits while the child is
@@ -910,7 +910,7 @@ void CommandRegistry::schedule_batch() {
 void CommandRegistry::write_next_batch() {
   if (batch_in_flight_) return;
   if (!closed_) uv_timer_stop(&persist_timer_);
-  auto* batch = new PersistBatch{{}, this, ctx_.config.state_dir, log_fd_, log_size_, {}, {}};
+  auto batch = std::make_unique<PersistBatch>(PersistBatch{this, ctx_.config.state_dir, log_fd_, log_size_, {}, {}});
   while (!persist_queue_.empty() && batch->items.size() < kPersistBatch) {
     std::string id = std::move(persist_queue_.front());
     persist_queue_.pop_front();
@@ -921,10 +921,7 @@ void CommandRegistry::write_next_batch() {
     r->dirty = false;
     batch->items.push_back({std::move(id), r->stored()});
   }
-  if (batch->items.empty()) {
-    delete batch;
-    return;
-  }
+  if (batch->items.empty()) return;
   // Entries of records since swept, and the older entries of every record,
   // go when the log holds more than twice what is kept (plus some slack, so
   // a few records are not rewritten over and over).
@@ -932,9 +929,8 @@ void CommandRegistry::write_next_batch() {
     batch->compact.emplace();
     for (const auto& [id, rec] : records_) batch->compact->insert(id);
   }
-  batch->work.data = batch;
-  int rc = uv_queue_work(ctx_.loop, &batch->work, write_batch, [](uv_work_t* w, int) {
-    std::unique_ptr<PersistBatch> b(static_cast<PersistBatch*>(w->data));
+  pty::queue_job<PersistBatch>(ctx_.loop, std::move(batch), write_batch, [](PersistBatch& batch, int) {
+    PersistBatch* b = &batch;
     CommandRegistry& reg = *b->reg;
     reg.batch_in_flight_ = false;
     if (b->new_fd >= 0) {
@@ -963,12 +959,6 @@ void CommandRegistry::write_next_batch() {
     }
     reg.schedule_batch();
   });
-  if (rc != 0) {
-    for (auto& item : batch->items)
-      if (CommandRecord* r = find(item.id)) r->persisting = false;
-    delete batch;
-    return;
-  }
   batch_in_flight_ = true;
 }
 
@@ -1073,7 +1063,6 @@ namespace {
 
 
 struct PrepareWork : Awaitable {
-  uv_work_t work;
   CommandRegistry* reg;
   protocol::CommandRequest req;
   protocol::Framing framing;
@@ -1107,8 +1096,8 @@ void apply_env_file(const std::string& path, const std::vector<std::string>& bas
   }
 }
 
-void prepare(uv_work_t* work) {
-  auto* w = static_cast<PrepareWork*>(work->data);
+void prepare(PrepareWork& work) {
+  PrepareWork* w = &work;
   Context& ctx = w->reg->ctx();
   const auto& req = w->req;
   auto& opts = w->opts;
@@ -1256,8 +1245,8 @@ void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
   begin_readers();
 }
 
-void after_prepare(uv_work_t* work, int) {
-  std::unique_ptr<PrepareWork> w(static_cast<PrepareWork*>(work->data));
+void after_prepare(PrepareWork& work, int) {
+  PrepareWork* w = &work;
   // A client that left before anything started: a command it named still
   // starts (its retry attaches to it); one it did not name never will.
   http::Exchange* ex = w->exchange();
@@ -1274,7 +1263,6 @@ void handle_run(CommandRegistry& reg, http::Exchange& ex) {
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
   auto w = std::make_unique<PrepareWork>();
-  w->work.data = w.get();
   w->reg = &reg;
   w->req = std::move(std::get<protocol::CommandRequest>(decoded));
   w->framing = framing_for(reg.ctx(), ex);
@@ -1305,16 +1293,11 @@ void handle_run(CommandRegistry& reg, http::Exchange& ex) {
   w->id = rec->id;
   if (!needs_pool(reg.ctx(), w->req)) {
     // Nothing that blocks: prepare on the loop and save two thread hops.
-    prepare(&w->work);
+    prepare(*w);
     return start_command(reg, &ex, *w);
   }
-  int rc = uv_queue_work(reg.ctx().loop, &w->work, prepare, after_prepare);
-  if (rc != 0) {
-    ApiError e{500, std::string(codes::kRuntimeError), std::string("cannot queue work: ") + uv_strerror(rc)};
-    reg.discard(rec, e);
-    return ex.respond_error(e.status, e.code, e.message);
-  }
-  await(ex, *w.release());
+  await(ex, *w);
+  pty::queue_job<PrepareWork>(reg.ctx().loop, std::move(w), prepare, after_prepare);
 }
 
 void respond_unknown_command(http::Exchange& ex, const std::string& id) {

@@ -7,10 +7,11 @@
 #include <cerrno>
 #include <memory>
 
+#include "pty/pool_job.h"
+
 namespace execd::api {
 
 struct FileAppender::Job {
-  uv_work_t work;
   FileAppender* appender;
   int fd;
   const char* path;
@@ -23,8 +24,8 @@ struct FileAppender::Job {
 
   // On a pool thread: the job's own fields and the in-flight buffer, which
   // the loop leaves alone while the write is out.
-  static void run(uv_work_t* w) {
-    auto* j = static_cast<Job*>(w->data);
+  static void run(Job& job) {
+    Job* j = &job;
     if (j->fd < 0) {
       j->fd = ::open(j->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (j->fd < 0) {
@@ -43,8 +44,8 @@ struct FileAppender::Job {
     }
   }
 
-  static void after(uv_work_t* w, int) {
-    std::unique_ptr<Job> j(static_cast<Job*>(w->data));
+  static void after(Job& job, int) {
+    Job* j = &job;
     FileAppender& a = *j->appender;
     a.writing_ = false;
     a.durable_ += j->written;
@@ -59,9 +60,8 @@ bool FileAppender::write_next(uv_loop_t* loop, int fd, const char* path, Done do
   inflight_.swap(pending_);
   pending_.clear();
   writing_ = true;
-  auto* j = new Job{{}, this, fd, path, inflight_.data(), inflight_.size(), durable_, std::move(done)};
-  j->work.data = j;
-  uv_queue_work(loop, &j->work, Job::run, Job::after);
+  pty::queue_job<Job>(loop, std::make_unique<Job>(Job{this, fd, path, inflight_.data(), inflight_.size(), durable_, std::move(done)}),
+                      Job::run, Job::after);
   return true;
 }
 

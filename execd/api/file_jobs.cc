@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "protocol/errors.h"
+#include "pty/pool_job.h"
 
 namespace execd::api {
 
@@ -97,7 +98,6 @@ void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()
 
 namespace {
 struct BlockingJob : Awaitable {
-  uv_work_t work;
   std::function<void()> blocking;
   std::function<void(http::Exchange&)> then;
 };
@@ -105,22 +105,15 @@ struct BlockingJob : Awaitable {
 
 void run_blocking(uv_loop_t* loop, http::Exchange& ex, std::function<void()> blocking,
                   std::function<void(http::Exchange&)> then) {
-  auto* w = new BlockingJob;
-  w->work.data = w;
-  w->blocking = std::move(blocking);
-  w->then = std::move(then);
-  int rc = uv_queue_work(
-      loop, &w->work, [](uv_work_t* work) { static_cast<BlockingJob*>(work->data)->blocking(); },
-      [](uv_work_t* work, int) {
-        std::unique_ptr<BlockingJob> w(static_cast<BlockingJob*>(work->data));
-        if (http::Exchange* ex = w->exchange()) w->then(*ex);
+  auto job = std::make_unique<BlockingJob>();
+  job->blocking = std::move(blocking);
+  job->then = std::move(then);
+  await(ex, *job);
+  pty::queue_job<BlockingJob>(
+      loop, std::move(job), [](BlockingJob& j) { j.blocking(); },
+      [](BlockingJob& j, int) {
+        if (http::Exchange* ex = j.exchange()) j.then(*ex);
       });
-  if (rc != 0) {
-    delete w;
-    ex.respond_error(500, protocol::codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
-    return;
-  }
-  await(ex, *w);
 }
 
 WorkingDir make_working_dir(const std::vector<std::string>& env, const std::string& requested) {

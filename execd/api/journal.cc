@@ -18,6 +18,7 @@
 #include "fs/paths.h"
 #include "fs/small_file.h"
 #include "pty/digest.h"
+#include "pty/pool_job.h"
 
 namespace execd::api {
 
@@ -83,8 +84,19 @@ void Journal::close() {
 std::vector<std::string> Journal::files() const { return {rotated_path_, path_}; }
 
 void Journal::rotate() {
-  fsync(fd_);
-  ::close(fd_);
+  // The full file is flushed and closed on the pool: an fsync of up to
+  // --journal-max-bytes on the loop held every client for as long as the
+  // disk took. Its data is in the page cache for readers meanwhile.
+  struct FlushJob {
+    int fd;
+  };
+  pty::queue_job<FlushJob>(
+      ctx_.loop, std::make_unique<FlushJob>(FlushJob{fd_}),
+      [](FlushJob& j) {
+        fsync(j.fd);
+        ::close(j.fd);
+      },
+      [](FlushJob&, int) {});
   fd_ = -1;
   if (rename(path_.c_str(), rotated_path_.c_str()) != 0)
     spdlog::warn("journal rotation: cannot rename {}: {}", path_, strerror(errno));
@@ -100,7 +112,6 @@ void Journal::rotate() {
 // Not in the anonymous namespace: JournalReader (declared in the header)
 // holds one.
 struct CollectJob {
-  uv_work_t work;
   std::vector<std::string> files;
   uint64_t after = 0;
   size_t max_bytes = 1 << 20;
@@ -113,8 +124,8 @@ struct CollectJob {
 
 namespace {
 
-void collect(uv_work_t* w) {
-  auto* j = static_cast<CollectJob*>(w->data);
+void collect(CollectJob& job) {
+  CollectJob* j = &job;
   j->last = j->after;
   bool started = false;
   for (size_t i = 0; i < j->files.size(); ++i) {
@@ -180,22 +191,15 @@ class JournalReader final : public http::Source {
   enum class Mode { reading, waiting, live };
   void catch_up() {
     mode_ = Mode::reading;
-    auto* job = new CollectJob;
-    job->work.data = job;
+    auto job = std::make_unique<CollectJob>();
     job->reader = this;
     job->files = journal_.files();
     job->after = last_;
     job->size_cap = journal_.current_size();
-    job_ = job;
-    int rc = uv_queue_work(journal_.loop(), &job->work, collect, [](uv_work_t* w, int) {
-      std::unique_ptr<CollectJob> j(static_cast<CollectJob*>(w->data));
-      if (j->reader) j->reader->caught(*j);
+    job_ = job.get();
+    pty::queue_job<CollectJob>(journal_.loop(), std::move(job), collect, [](CollectJob& j, int) {
+      if (j.reader) j.reader->caught(j);
     });
-    if (rc != 0) {
-      delete job;
-      job_ = nullptr;
-      ex_.end();
-    }
   }
 
   void caught(CollectJob& j) {
@@ -253,15 +257,14 @@ void Journal::append(const ojson& body) {
 namespace {
 
 struct VerifyJob : Awaitable {
-  uv_work_t work;
   std::vector<std::string> files;
   uint64_t size_cap = 0;
   protocol::JournalHead head;
   std::string answer;
 };
 
-void verify(uv_work_t* w) {
-  auto* j = static_cast<VerifyJob*>(w->data);
+void verify(VerifyJob& job) {
+  VerifyJob* j = &job;
   std::vector<std::string> texts;
   for (size_t i = 0; i < j->files.size(); ++i) {
     texts.push_back(read_file(j->files[i]));
@@ -317,20 +320,14 @@ void add_journal_routes(RouteTable& routes, Journal& journal) {
   });
   routes.add("GET", "/journal/verify", [&journal](http::Exchange& ex) {
     if (disabled(journal, ex)) return;
-    auto* job = new VerifyJob;
-    job->work.data = job;
+    auto job = std::make_unique<VerifyJob>();
     job->files = journal.files();
     job->size_cap = journal.current_size();
     job->head = journal.head();
     await(ex, *job);
-    int rc = uv_queue_work(journal.loop(), &job->work, verify, [](uv_work_t* w, int) {
-      std::unique_ptr<VerifyJob> j(static_cast<VerifyJob*>(w->data));
-      if (http::Exchange* ex = j->exchange()) ex->respond_json(200, j->answer);
+    pty::queue_job<VerifyJob>(journal.loop(), std::move(job), verify, [](VerifyJob& j, int) {
+      if (http::Exchange* ex = j.exchange()) ex->respond_json(200, j.answer);
     });
-    if (rc != 0) {
-      ex.respond_error(500, codes::kRuntimeError, "cannot queue work");
-      delete job;
-    }
   });
 }
 
@@ -339,7 +336,6 @@ void add_journal_routes(RouteTable& routes, Journal& journal) {
 
 namespace {
 struct FileChangeJob {
-  uv_work_t work;
   Context* ctx;
   std::string op;
   std::vector<std::string> paths;
@@ -347,8 +343,8 @@ struct FileChangeJob {
   ojson files = ojson::array();
 };
 
-void describe_files(uv_work_t* w) {
-  auto* j = static_cast<FileChangeJob*>(w->data);
+void describe_files(FileChangeJob& job) {
+  FileChangeJob* j = &job;
   for (const std::string& given : j->paths) {
     ojson f;
     // As the file operations resolve it ($VARs, relative paths).
@@ -386,20 +382,17 @@ void describe_files(uv_work_t* w) {
 
 void journal_file_change(Context& ctx, std::string op, std::vector<std::string> paths, ojson extra) {
   if (!ctx.journal || !ctx.journal->enabled() || paths.empty()) return;
-  auto* job = new FileChangeJob{{}, &ctx, std::move(op), std::move(paths), std::move(extra)};
-  job->work.data = job;
-  int rc = uv_queue_work(ctx.loop, &job->work, describe_files, [](uv_work_t* w, int) {
-    std::unique_ptr<FileChangeJob> j(static_cast<FileChangeJob*>(w->data));
-    if (!j->ctx->journal) return;
+  auto job = std::make_unique<FileChangeJob>(FileChangeJob{&ctx, std::move(op), std::move(paths), std::move(extra)});
+  pty::queue_job<FileChangeJob>(ctx.loop, std::move(job), describe_files, [](FileChangeJob& j, int) {
+    if (!j.ctx->journal) return;
     ojson e;
     e["type"] = "file";
     e["time"] = rfc3339_nano(unix_ns());
-    e["op"] = j->op;
-    for (auto it = j->extra.begin(); it != j->extra.end(); ++it) e[it.key()] = it.value();
-    e["files"] = j->files;
-    j->ctx->journal->append(e);
+    e["op"] = j.op;
+    for (auto it = j.extra.begin(); it != j.extra.end(); ++it) e[it.key()] = it.value();
+    e["files"] = j.files;
+    j.ctx->journal->append(e);
   });
-  if (rc != 0) delete job;
 }
 
 }  // namespace execd::api

@@ -9,6 +9,7 @@
 #include "execd/api/awaiter.h"
 #include "execd/http/connection.h"
 #include "protocol/metrics_json.h"
+#include "pty/pool_job.h"
 
 namespace execd::api {
 
@@ -52,7 +53,6 @@ class MetricsWatch final : public http::Source {
 
 namespace {
 struct SampleJob {
-  uv_work_t work;
   MetricsService* svc;
   pty::MetricsSampler* sampler;
   bool twice;
@@ -118,27 +118,17 @@ void MetricsService::on_timer() {
 void MetricsService::start_sampling(bool twice) {
   if (in_flight_ || closed_) return;
   in_flight_ = true;
-  auto* job = new SampleJob{{}, this, &sampler_, twice, {}};
-  job->work.data = job;
-  int rc = uv_queue_work(
-      ctx_.loop, &job->work,
-      [](uv_work_t* w) {
-        auto* j = static_cast<SampleJob*>(w->data);
-        if (j->twice) {
+  pty::queue_job<SampleJob>(
+      ctx_.loop, std::make_unique<SampleJob>(SampleJob{this, &sampler_, twice, {}}),
+      [](SampleJob& j) {
+        if (j.twice) {
           // The CPU percentage compares two readings: take a short first one.
-          j->sampler->sample();
+          j.sampler->sample();
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
-        j->result = j->sampler->sample();
+        j.result = j.sampler->sample();
       },
-      [](uv_work_t* w, int) {
-        std::unique_ptr<SampleJob> j(static_cast<SampleJob*>(w->data));
-        j->svc->sampled(j->result);
-      });
-  if (rc != 0) {
-    delete job;
-    in_flight_ = false;
-  }
+      [](SampleJob& j, int) { j.svc->sampled(j.result); });
 }
 
 void MetricsService::sampled(pty::MetricsSample s) {

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
+
+#include "pty/pool_job.h"
 
 namespace execd::api {
 
@@ -14,7 +17,6 @@ namespace {
 // path (a sealed log), opened and closed here. The log outlives the job
 // (counted in ops_), so `path` may point into it.
 struct ReadJob {
-  uv_work_t work;
   OutputLog* log;
   int fd;
   const char* path;
@@ -23,8 +25,8 @@ struct ReadJob {
   OutputLog::ReadFn read_fn;
   int err = 0;
 
-  static void run(uv_work_t* w) {
-    auto* r = static_cast<ReadJob*>(w->data);
+  static void run(ReadJob& job) {
+    ReadJob* r = &job;
     int fd = r->fd >= 0 ? r->fd : ::open(r->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       r->err = -errno;
@@ -47,14 +49,10 @@ struct ReadJob {
 // a third the size of a uv_fs_t (a burst seals hundreds of logs at once).
 void close_on_pool(uv_loop_t* loop, int fd) {
   struct CloseJob {
-    uv_work_t work;
     int fd;
   };
-  auto* j = new CloseJob{{}, fd};
-  j->work.data = j;
-  uv_queue_work(
-      loop, &j->work, [](uv_work_t* w) { ::close(static_cast<CloseJob*>(w->data)->fd); },
-      [](uv_work_t* w, int) { delete static_cast<CloseJob*>(w->data); });
+  pty::queue_job<CloseJob>(
+      loop, std::make_unique<CloseJob>(CloseJob{fd}), [](CloseJob& j) { ::close(j.fd); }, [](CloseJob&, int) {});
 }
 }  // namespace
 
@@ -133,14 +131,13 @@ void OutputLog::read_durable(uint64_t offset, size_t max, ReadFn fn) {
   }
   uint64_t avail = durable - offset;
   size_t n = avail < max ? static_cast<size_t>(avail) : max;
-  auto* r = new ReadJob{{}, this, fd_, path_.c_str(), offset, std::string(n, '\0'), std::move(fn)};
-  r->work.data = r;
   ++ops_;
-  uv_queue_work(loop_, &r->work, ReadJob::run, [](uv_work_t* w, int) {
-    std::unique_ptr<ReadJob> r(static_cast<ReadJob*>(w->data));
-    auto& log = *r->log;
+  pty::queue_job<ReadJob>(
+      loop_, std::make_unique<ReadJob>(ReadJob{this, fd_, path_.c_str(), offset, std::string(n, '\0'), std::move(fn)}),
+      ReadJob::run, [](ReadJob& r, int) {
+    auto& log = *r.log;
     --log.ops_;
-    r->read_fn(r->err, r->err ? std::string() : std::move(r->buf));
+    r.read_fn(r.err, r.err ? std::string() : std::move(r.buf));
     // Output that arrived while the read was in flight waits in the appender:
     // write it now, or every later read would wait for it forever.
     if (log.removed_) log.remove();
