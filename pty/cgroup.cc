@@ -243,9 +243,15 @@ void Containment::on_removal_done(RemovalJob& job) {
   removing_ = false;
   for (auto& item : job.items)
     if (item.removed) item.cg->mark_removed();
+  job.items.clear();
   auto& l = lingering_;
   l.erase(std::remove_if(l.begin(), l.end(), [](const Lingering& x) { return x.cg->removed_; }), l.end());
   if (l.empty() && timer_open_) uv_timer_stop(&timer_);
+  // A removed cgroup is gone with its last owner; an expired entry here
+  // would keep its control block (after a burst, hundreds of them pinned as
+  // many heap pages until the next command came).
+  all_.erase(std::remove_if(all_.begin(), all_.end(), [](const std::weak_ptr<CommandCgroup>& w) { return w.expired(); }),
+             all_.end());
 }
 
 const char* containment_mode_name(ContainmentMode m) {

@@ -468,8 +468,11 @@ std::string CommandRecord::status_json() const {
     j["stdout_sha256"] = r.stdout_sha256;
     j["stderr_sha256"] = r.stderr_sha256;
     j["leftover_processes"] = r.leftover_processes;
-    int left = cgroup ? cgroup->population() : -1;
-    if (left >= 0) j["processes_running"] = left;
+    if (contained) {
+      std::shared_ptr<pty::CommandCgroup> cg = cgroup.lock();
+      int left = cg ? cg->population() : 0;  // gone: removed once empty
+      if (left >= 0) j["processes_running"] = left;
+    }
     if (r.oom_killed) j["oom_killed"] = true;
     if (r.pids_limit_hit) j["pids_limit_hit"] = true;
   } else if (lost) {
@@ -1218,6 +1221,7 @@ void start_command(CommandRegistry& reg, http::Exchange* ex, PrepareWork& w) {
   }
   rec->pgid = rec->cmd->pid();
   rec->cgroup = rec->cmd->cgroup();
+  rec->contained = rec->cmd->cgroup() != nullptr;
   rec->this_boot = true;  // start_ticks: read by the first record write
   if (w.req.stdin_open) {
     // The pipe's write end is ours now: closed when the client says eof (or
@@ -1327,9 +1331,10 @@ void handle_interrupt(CommandRegistry& reg, SessionRegistry& sessions, http::Exc
         return;
     }
   }
-  if ((!rec->cmd || !rec->cmd->running()) && rec->cgroup && rec->cgroup->population() > 0) {
+  std::shared_ptr<pty::CommandCgroup> cg = rec->cgroup.lock();
+  if ((!rec->cmd || !rec->cmd->running()) && cg && cg->population() > 0) {
     // The shell has exited; what it started (servers, `&` jobs) has not.
-    rec->cgroup->kill_all();
+    cg->kill_all();
     ex.respond_empty(200);
     return;
   }

@@ -71,9 +71,12 @@ class CommandRecord final : public pty::CommandSink, public ExecutionProducer {
   bool external = false;  // a bash session run: output and outcome come from the session
   int64_t started_ns = 0, finished_ns = 0;
   pty::Command* cmd = nullptr;  // released when the command finishes
-  // The command's cgroup: outlives `cmd` while what it left behind runs, so
-  // that DELETE /command still reaches it (null in process-group mode).
-  std::shared_ptr<pty::CommandCgroup> cgroup;
+  // The command's cgroup, while it exists: the containment keeps it while
+  // what the command left behind runs, so that DELETE /command still
+  // reaches it, and lets it go once removed. Not owned here: a retained
+  // record holding it kept two heap pieces per command after a burst.
+  std::weak_ptr<pty::CommandCgroup> cgroup;
+  bool contained = false;  // it ran in a cgroup (false in process-group mode)
   std::optional<pty::Outcome> outcome;
   // Reloaded, or never started (rare: held apart, 240 bytes a record otherwise).
   std::unique_ptr<protocol::ExecutionResult> final_result;

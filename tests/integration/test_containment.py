@@ -218,6 +218,10 @@ def test_background_job_outlives_its_shell_until_delete(cg_execd):
     # Nothing left to interrupt now.
     wait_until(lambda: ex.request("DELETE", f"/command?id={r.id}")[0] == 500, 3 * SLOW,
                what="a second DELETE to find nothing running")
+    # Once its cgroup is removed the record lets go of it, and still says
+    # that nobody is running (the field stays: the command was contained).
+    wait_until(lambda: ex.status(r.id)[1].get("processes_running") == 0, 3 * SLOW,
+               what="the status to say nobody is running")
 
 
 def test_timeout_bounds_jobs_left_after_the_shell_exits(cg_execd):
