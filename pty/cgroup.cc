@@ -556,11 +556,14 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
     if (limits.any()) error = "limits need cgroups (containment is process-group)";
     return nullptr;
   }
-  if (!limits.any() && !ready_.empty()) {
+  while (!limits.any() && !ready_.empty()) {
     std::shared_ptr<CommandCgroup> cg = std::move(ready_.front());
     ready_.erase(ready_.begin());
     make_ahead();
-    return cg;
+    // Still there? (a read of its open cgroup.procs: ENODEV once something
+    // outside execd removed it, and the child could not join it).
+    if (cg->population() == 0) return cg;
+    cg->discard();
   }
   std::shared_ptr<CommandCgroup> cg = new_cgroup();
   auto fail = [&](const std::string& what) -> std::shared_ptr<CommandCgroup> {

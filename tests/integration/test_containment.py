@@ -343,6 +343,32 @@ def test_session_and_pty_shells_get_their_own_cgroups(cg_execd):
     assert st in (200, 204)
 
 
+def test_cgroups_made_ahead_and_removed_from_outside_are_not_used(cg_execd):
+    # The two cgroups made ahead wait as empty cmd-<n> directories; something
+    # outside execd (a cleanup job) may remove them. The next command must
+    # not be handed one it cannot join.
+    ex = cg_execd()
+    if mode(ex) != "cgroup-v1":
+        pytest.skip("cgroups are made ahead on v1 only")
+    assert ex.run("echo one", exact=True).stdout == b"one\n"
+    wait_until(lambda: any(sum(n.startswith("cmd-") for n in os.listdir(b)) >= 2 for b in execd_cgroup_dirs(ex.pid)),
+               5 * SLOW, what="cgroups made ahead")
+    removed = 0
+    for base in execd_cgroup_dirs(ex.pid):
+        for name in os.listdir(base):
+            if name.startswith("cmd-"):
+                try:
+                    os.rmdir(os.path.join(base, name))  # empty ones only: the kernel refuses the rest
+                    removed += 1
+                except OSError:
+                    pass
+    assert removed >= 2
+    for _ in range(4):
+        r = ex.run("cat /proc/self/cgroup", exact=True)
+        assert r.terminal["exit_code"] == 0, r.terminal
+        assert f"/execd-{ex.pid}/cmd-".encode() in r.stdout, r.stdout  # in a cgroup of its own
+
+
 def test_cgroups_of_a_sigkilled_execd_go_with_the_next_ones_shutdown(execd_factory, cg_execd):
     # A SIGKILLed execd leaves its execd-<pid> directories: the command
     # cgroup of a finished command may still linger, and the two cgroups
