@@ -16,6 +16,10 @@ namespace execd::fs {
 // than `limit`.
 std::optional<std::string> read_small_file(const std::string& path, size_t limit = 16u << 20);
 
+// The same for a file kept open, from its start (pread(2): the descriptor's
+// offset is left alone, and a /proc, /sys or cgroup file is rendered afresh).
+std::optional<std::string> reread_small_file(int fd, size_t limit = 16u << 20);
+
 // Writes all of `data` (again after EINTR and short writes); 0, or the errno
 // of the write that failed (EAGAIN on a non-blocking descriptor that is
 // full). Some bytes may have gone out before a failure.

@@ -34,15 +34,10 @@ bool read_text(const std::string& path, std::string& out) {
 // kernel render it afresh. By path when it is not open (fd -1).
 bool read_counter(int fd, const std::string& path, std::string& out) {
   if (fd < 0) return read_text(path, out);
-  out.clear();
-  char buf[4096];
-  for (;;) {
-    ssize_t n = pread(fd, buf, sizeof buf, static_cast<off_t>(out.size()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || out.size() + static_cast<size_t>(n) > (1u << 20)) return false;
-    if (n == 0) return true;
-    out.append(buf, static_cast<size_t>(n));
-  }
+  std::optional<std::string> text = fs::reread_small_file(fd, 1u << 20);
+  if (!text) return false;
+  out = std::move(*text);
+  return true;
 }
 
 // Removes a cgroup's directories unless its cgroup.procs lists a process
@@ -250,8 +245,7 @@ void Containment::on_removal_done(RemovalJob& job) {
   // A removed cgroup is gone with its last owner; an expired entry here
   // would keep its control block (after a burst, hundreds of them pinned as
   // many heap pages until the next command came).
-  all_.erase(std::remove_if(all_.begin(), all_.end(), [](const std::weak_ptr<CommandCgroup>& w) { return w.expired(); }),
-             all_.end());
+  forget_expired();
 }
 
 const char* containment_mode_name(ContainmentMode m) {
@@ -272,7 +266,7 @@ CommandCgroup::~CommandCgroup() {
 
 void CommandCgroup::close_join_fds() {
   for (int fd : join_fds_) close(fd);
-  std::vector<int>().swap(join_fds_);  // a retained record keeps this object: no spare capacity
+  join_fds_.clear();
 }
 
 std::vector<int> CommandCgroup::read_pids() const {
@@ -403,8 +397,8 @@ bool CommandCgroup::try_remove() {
 void CommandCgroup::mark_removed() {
   removed_ = true;
   close_counters();
-  // Finished records keep their cgroup object for as long as they are
-  // retained (4096 at most); its paths are dead weight from here on.
+  // An owner may keep the object a while yet (a session until it ends); its
+  // paths are dead weight from here on.
   std::vector<std::string>().swap(dirs_);
   for (std::string* path : {&procs_dir_, &memory_dir_, &pids_dir_, &freezer_dir_, &cpuacct_dir_})
     std::string().swap(*path);  // assigning an empty string would keep the buffer
@@ -466,11 +460,14 @@ std::shared_ptr<CommandCgroup> Containment::new_cgroup() {
   return cg;
 }
 
+void Containment::forget_expired() {
+  all_.erase(std::remove_if(all_.begin(), all_.end(), [](const std::weak_ptr<CommandCgroup>& w) { return w.expired(); }),
+             all_.end());
+}
+
 void Containment::track(const std::shared_ptr<CommandCgroup>& cg) {
-  auto& all = all_;
-  all.erase(std::remove_if(all.begin(), all.end(), [](const std::weak_ptr<CommandCgroup>& w) { return w.expired(); }),
-            all.end());
-  all.push_back(cg);
+  forget_expired();
+  all_.push_back(cg);
 }
 
 std::string CommandCgroup::make_dirs(const std::vector<CgroupHierarchy>& hierarchies, const ResourceLimits& limits) {

@@ -159,6 +159,8 @@ class Containment {
   void on_made(MakeJob& job);
   std::shared_ptr<CommandCgroup> new_cgroup();
   void track(const std::shared_ptr<CommandCgroup>& cg);
+  // Drops the entries of all_ whose cgroup is gone (and their control blocks).
+  void forget_expired();
 
   uv_loop_t* loop_ = nullptr;
   ContainmentMode mode_ = ContainmentMode::process_group;
