@@ -286,11 +286,13 @@ int CommandCgroup::population() const {
 
 void CommandCgroup::signal_all(int sig) {
   if (removed_) return;
+  signalled_ = true;
   for (int pid : read_pids()) kill(pid, sig);
 }
 
 int CommandCgroup::kill_all() {
   if (removed_) return 0;
+  signalled_ = true;
   if (v2_ && write_text(dirs_[0] + "/cgroup.kill", "1")) return population();
   // Frozen, nobody can fork while we go through the list; without a freezer,
   // go round until nobody is left (a fork bomb is outpaced: each round kills
@@ -359,8 +361,8 @@ CgroupUsage CommandCgroup::usage() const {
     }
   }
   if (!memory_dir_.empty()) {
-    u.peak_memory_bytes =
-        std::max<int64_t>(0, read_int(memory_dir_ + "/memory.max_usage_in_bytes", -1, counter_fds_[kMemoryPeak]));
+    u.peak_memory_bytes = std::max<int64_t>(
+        0, read_int(memory_dir_ + "/memory.max_usage_in_bytes", -1, counter_fds_[kMemoryPeak]) - memory_baseline_);
     u.oom_killed = read_keyed(memory_dir_ + "/memory.oom_control", "oom_kill", 0, counter_fds_[kOomControl]) > 0;
   }
   if (!pids_dir_.empty())
@@ -402,6 +404,51 @@ void CommandCgroup::mark_removed() {
   std::vector<std::string>().swap(dirs_);
   for (std::string* path : {&procs_dir_, &memory_dir_, &pids_dir_, &freezer_dir_, &cpuacct_dir_})
     std::string().swap(*path);  // assigning an empty string would keep the buffer
+}
+
+std::shared_ptr<CommandCgroup> CommandCgroup::hand_over() {
+  std::shared_ptr<CommandCgroup> next(new CommandCgroup);
+  next->name_ = name_;
+  next->dirs_ = dirs_;
+  next->procs_dir_ = procs_dir_;
+  next->memory_dir_ = memory_dir_;
+  next->pids_dir_ = pids_dir_;
+  next->freezer_dir_ = freezer_dir_;
+  next->cpuacct_dir_ = cpuacct_dir_;
+  next->v2_ = v2_;
+  next->reusable_ = true;
+  for (int i = 0; i < kCounters; ++i) std::swap(next->counter_fds_[i], counter_fds_[i]);
+  close_join_fds();
+  mark_removed();
+  return next;
+}
+
+bool CommandCgroup::reset_for_reuse() {
+  // Page cache read by earlier commands stays charged to a memory cgroup
+  // after they end; past this much the cgroup is removed rather than have
+  // the next command start with it (and its peak reported net of it).
+  constexpr int64_t kMaxCarriedMemory = 1 << 20;
+  if (v2_ || removed_) return false;
+  if (!memory_dir_.empty()) {
+    if (read_keyed(memory_dir_ + "/memory.oom_control", "oom_kill", -1, counter_fds_[kOomControl]) != 0) return false;
+    int64_t charged = read_int(memory_dir_ + "/memory.usage_in_bytes");
+    if (charged < 0 || charged > kMaxCarriedMemory) return false;
+    // Writing 0 sets the peak to the usage of now.
+    if (!write_text(memory_dir_ + "/memory.max_usage_in_bytes", "0")) return false;
+    memory_baseline_ = read_int(memory_dir_ + "/memory.max_usage_in_bytes", -1, counter_fds_[kMemoryPeak]);
+    if (memory_baseline_ < 0) return false;
+  }
+  // Zeroes usage_all's user and system columns too.
+  if (!cpuacct_dir_.empty() && !write_text(cpuacct_dir_ + "/cpuacct.usage", "0")) return false;
+  if (!pids_dir_.empty() && read_keyed(pids_dir_ + "/pids.events", "max", -1, counter_fds_[kPidsEvents]) != 0)
+    return false;
+  for (const auto& d : dirs_) {
+    if (d.empty()) continue;
+    int fd = open((d + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    join_fds_.push_back(fd);
+  }
+  return population() == 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -517,13 +564,14 @@ struct Containment::MakeJob {
 
 void Containment::make_ahead() {
   if (making_ || !timer_open_ || hierarchies_.empty() || mode_ != ContainmentMode::cgroup_v1 ||
-      ready_.size() >= kReadyCgroups)
+      ready_.size() + resetting_ >= kReadyCgroups)
     return;
   making_ = true;
   queue_job<MakeJob>(
       loop_, std::make_unique<MakeJob>(MakeJob{this, hierarchies_, new_cgroup(), {}}),
       [](MakeJob& j) {
         j.failed = j.cg->make_dirs(j.hierarchies, ResourceLimits{});
+        j.cg->reusable_ = true;
         if (!j.failed.empty()) j.cg->discard();
       },
       [](MakeJob& j, int) { j.owner->on_made(j); });
@@ -608,6 +656,7 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
       return fail("cpu.shares");
     }
   }
+  cg->reusable_ = !limits.any();
   track(cg);
   make_ahead();
   return cg;
@@ -630,6 +679,55 @@ void Containment::linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms
   if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&timer_)))
     uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<Containment*>(t->data)->on_linger_tick(); },
                    kLingerTickMs, kLingerTickMs);
+}
+
+struct Containment::ReuseJob {
+  Containment* owner;
+  std::shared_ptr<CommandCgroup> cg;  // the loop does not see it until on_reset
+  bool reused;
+  bool removed;
+};
+
+void Containment::release(std::shared_ptr<CommandCgroup> cg, bool empty, uint64_t deadline_ms) {
+  if (!cg) return;
+  if (!empty || !cg->reusable_ || cg->signalled_ || cg->removed_ || mode_ != ContainmentMode::cgroup_v1 ||
+      !timer_open_ || hierarchies_.empty() || ready_.size() + resetting_ >= kMaxSpares) {
+    cg->close_counters();  // what remains reads by path, rarely
+    linger(std::move(cg), deadline_ms);
+    return;
+  }
+  ++resetting_;
+  queue_job<ReuseJob>(
+      loop_, std::make_unique<ReuseJob>(ReuseJob{this, cg->hand_over(), false, false}),
+      [](ReuseJob& j) {
+        j.reused = j.cg->reset_for_reuse();
+        if (!j.reused) {
+          j.cg->close_join_fds();
+          j.removed = rmdir_if_empty(j.cg->procs_dir_ + "/cgroup.procs", j.cg->dirs_);
+        }
+      },
+      [](ReuseJob& j, int) { j.owner->on_reset(j); });
+}
+
+void Containment::on_reset(ReuseJob& job) {
+  --resetting_;
+  std::shared_ptr<CommandCgroup>& cg = job.cg;
+  if (hierarchies_.empty()) {
+    // shutdown() came while the job ran (see on_made).
+    cg->close_join_fds();
+    if (!job.removed) cg->try_remove();
+    for (const auto& base : bases_after_shutdown_) rmdir(base.c_str());  // the last one back succeeds
+    return;
+  }
+  if (job.reused) {
+    track(cg);
+    ready_.push_back(std::move(cg));
+  } else if (job.removed) {
+    cg->mark_removed();
+  } else {
+    cg->close_counters();
+    linger(std::move(cg), 0);
+  }
 }
 
 void Containment::kill_everything() {
@@ -655,6 +753,7 @@ void Containment::shutdown() {
     // What an execd killed before us (a restart after SIGKILL) left empty.
     remove_stale(h.base.substr(0, h.base.rfind('/')), 0);
   }
+  for (const auto& h : hierarchies_) bases_after_shutdown_.push_back(h.base);
   hierarchies_.clear();
 }
 

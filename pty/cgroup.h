@@ -16,6 +16,11 @@
 // containment keeps its cgroup, kills it when the command's timeout (counted
 // from its start) expires, and removes the directory once it is empty. On
 // shutdown every cgroup is killed and removed.
+//
+// A cgroup is made ahead on the threadpool and, when its command ends with
+// nothing left in it, used again: a mkdir and an rmdir in three hierarchies
+// (and the kernel's teardown of a memory cgroup) cost more than the rest of
+// the containment. See Containment::release for what makes one reusable.
 #pragma once
 
 #include <sys/types.h>
@@ -80,6 +85,14 @@ class CommandCgroup {
   std::vector<int> read_pids() const;
   // The directories are gone: release what only they needed.
   void mark_removed();
+  // A new object for the same directories, taking this one's descriptors;
+  // this one is then as if removed, so that whoever still holds it (a
+  // finished record) sees nothing of the next command.
+  std::shared_ptr<CommandCgroup> hand_over();
+  // Pool side of reuse: counters back to zero, the child's cgroup.procs
+  // opened again. False when this cgroup should not serve another command
+  // (a member, an OOM kill, memory charged to it still, a failed write).
+  bool reset_for_reuse();
   // mkdir in every hierarchy this cgroup joins, cgroup.procs opened for the
   // child. Touches nothing but this object: runs on the loop or the pool.
   // Returns the step that failed (errno set), empty on success.
@@ -96,6 +109,11 @@ class CommandCgroup {
   std::string memory_dir_, pids_dir_, freezer_dir_, cpuacct_dir_;
   bool v2_ = false;
   bool removed_ = false;
+  bool reusable_ = false;   // made without limits
+  bool signalled_ = false;  // killed, frozen or signalled: removed, not reused
+  // Memory still charged to a reused cgroup when its command started (the
+  // page cache of what earlier commands read): not the command's own.
+  int64_t memory_baseline_ = 0;
   std::vector<int> join_fds_;
   // Opened with the directories (on the pool, for a cgroup made ahead), so
   // that a command's end reads its counters without a path walk and an open
@@ -129,6 +147,11 @@ class Containment {
   // Keeps a command's cgroup after its command let go of it: killed at
   // `deadline_ms` (uv_now time; 0 = never), removed when empty.
   void linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms);
+  // A command is done with its cgroup: `empty` when it read no member left.
+  // An empty cgroup made without limits and never signalled goes back to
+  // the spares (counters reset on the threadpool) while there are fewer
+  // than kMaxSpares; any other lingers as above.
+  void release(std::shared_ptr<CommandCgroup> cg, bool empty, uint64_t deadline_ms);
   size_t lingering() const { return lingering_.size(); }
   // Kills every command cgroup there is (live and lingering).
   void kill_everything();
@@ -148,6 +171,7 @@ class Containment {
   };
   struct RemovalJob;
   struct MakeJob;
+  struct ReuseJob;
   void on_linger_tick();
   void on_removal_done(RemovalJob& job);
   // Keeps kReadyCgroups unlimited cgroups (cmd-<n>, counters open) made
@@ -157,6 +181,7 @@ class Containment {
   // From the first command on: an idle execd that ran none has no threadpool.
   void make_ahead();
   void on_made(MakeJob& job);
+  void on_reset(ReuseJob& job);
   std::shared_ptr<CommandCgroup> new_cgroup();
   void track(const std::shared_ptr<CommandCgroup>& cg);
   // Drops the entries of all_ whose cgroup is gone (and their control blocks).
@@ -171,9 +196,14 @@ class Containment {
   uv_timer_t timer_{};
   bool timer_open_ = false;
   bool removing_ = false;  // a removal job is on the threadpool
+  // Spares: made ahead up to kReadyCgroups, kept from finished commands up
+  // to kMaxSpares (after a burst, the rest are removed).
   static constexpr size_t kReadyCgroups = 2;
+  static constexpr size_t kMaxSpares = 8;
   std::vector<std::shared_ptr<CommandCgroup>> ready_;
   bool making_ = false;  // a make-ahead job is on the threadpool
+  size_t resetting_ = 0;  // reuse jobs on the threadpool
+  std::vector<std::string> bases_after_shutdown_;  // for the jobs that come back after it
 };
 
 }  // namespace execd::pty

@@ -238,7 +238,6 @@ void Command::maybe_finish() {
     outcome_.oom_killed = u.oom_killed;
     outcome_.pids_limit_hit = u.pids_limit_hit;
     outcome_.leftover_processes = cgroup_->population();
-    cgroup_->close_counters();  // what remains reads by path, rarely
     stop(timeout_timer_);
     let_go_of_cgroup();
   } else {
@@ -252,7 +251,7 @@ void Command::let_go_of_cgroup() {
   if (!cgroup_ || cgroup_let_go_) return;
   cgroup_let_go_ = true;
   uint64_t deadline = limits_.timeout_ms > 0 ? start_ms_ + static_cast<uint64_t>(limits_.timeout_ms) : 0;
-  containment_.linger(cgroup_, deadline);
+  containment_.release(cgroup_, finished_ && outcome_.leftover_processes == 0, deadline);
 }
 
 void Command::kill_everything() {
