@@ -167,8 +167,6 @@ void Daemon::finish() {
   containment_.kill_everything();
   uv_timer_stop(&housekeeping_);
   uv_close(reinterpret_cast<uv_handle_t*>(&housekeeping_), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&sigterm_), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&sigint_), nullptr);
   // Closing connections need a safe point to stop their sources (which cuts
   // every link into the registries); then the registries let go of their
   // processes and handles, the server closes its own, and the loop ends.
@@ -189,6 +187,14 @@ void Daemon::finish() {
     d->containment_.shutdown();
     d->containment_.close();
     d->reaper_.stop();
+    // Until here a second SIGTERM only cut the grace period short (closed
+    // in finish(), their default action ended execd before this cleanup).
+    // Closing them restores that action: ignored instead, as nothing is
+    // left to do but exit.
+    uv_close(reinterpret_cast<uv_handle_t*>(&d->sigterm_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&d->sigint_), nullptr);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
     uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
   }, 0, 10);
 }

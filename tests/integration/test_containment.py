@@ -388,3 +388,89 @@ def test_cgroups_of_a_sigkilled_execd_go_with_the_next_ones_shutdown(execd_facto
     nxt = cg_execd()
     assert nxt.stop() == 0
     assert execd_cgroup_dirs(dead_pid) == [], "the dead execd's cgroups were left behind"
+
+
+FREEZER_LINE = "grep -o 'freezer:.*' /proc/self/cgroup"
+
+
+def cgroup_name(stdout: bytes) -> str:
+    """The cmd-<n> a command printed with FREEZER_LINE first."""
+    line = stdout.split(b"\n", 1)[0].decode()
+    assert "/cmd-" in line, stdout[:200]
+    return line.rsplit("/", 1)[1]
+
+
+def test_an_empty_cgroup_serves_a_later_command_with_its_counters_zeroed(cg_execd):
+    # A command that ends with nothing left in its cgroup hands the cgroup to
+    # a later one (v1): no mkdir and rmdir per command. The later command's
+    # CPU and peak memory must be its own, not the sum with the earlier one.
+    ex = cg_execd()
+    if mode(ex) != "cgroup-v1":
+        pytest.skip("cgroups are reused on v1 only")
+    heavy = ex.run(f"{FREEZER_LINE}; x=$(head -c 32000000 /dev/zero | tr '\\0' a); "
+                   "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done", exact=True)
+    t = heavy.terminal
+    assert t["exit_code"] == 0 and t["leftover_processes"] == 0, t
+    assert t["max_rss_kib"] > 30000, t
+    assert t["user_cpu_ms"] + t["system_cpu_ms"] >= 100, t
+    used = cgroup_name(heavy.stdout)
+    names = []
+    for _ in range(30):
+        r = ex.run(FREEZER_LINE, exact=True)
+        names.append(cgroup_name(r.stdout))
+        if names[-1] == used:
+            t = r.terminal
+            assert t["user_cpu_ms"] + t["system_cpu_ms"] < 50, t
+            assert 0 < t["max_rss_kib"] < 4096, t
+            break
+    assert used in names, f"{used} was never used again: {names}"
+    assert len(set(names)) < len(names) or names[-1] == used, names
+
+
+def test_a_cgroup_with_a_member_left_is_never_handed_on(cg_execd):
+    # The attack: a command leaves a process behind; if its cgroup went to
+    # the next command, killing that one would kill the leftover too, and its
+    # usage would be mixed in. A signalled cgroup (timeout) is not reused
+    # either, nor one with memory still charged to it (a file in page cache).
+    ex = cg_execd()
+    if mode(ex) != "cgroup-v1":
+        pytest.skip("cgroups are reused on v1 only")
+    n = unique()
+    left = ex.run(f"{FREEZER_LINE}; sleep {n} & echo started", exact=True)
+    assert left.terminal["leftover_processes"] == 1, left.terminal
+    timed = ex.run(f"{FREEZER_LINE}; sleep 30", exact=True, timeout=300)
+    assert timed.terminal["timed_out"] is True, timed.terminal
+    path = f"/tmp/execd-cache-{secrets.token_hex(4)}"
+    try:
+        cached = ex.run(f"{FREEZER_LINE}; head -c 8000000 /dev/urandom > {path}", exact=True)
+        assert cached.terminal["exit_code"] == 0, cached.terminal
+        kept = {cgroup_name(left.stdout), cgroup_name(timed.stdout), cgroup_name(cached.stdout)}
+        names = [cgroup_name(ex.run(FREEZER_LINE, exact=True).stdout) for _ in range(12)]
+        assert not kept & set(names), (kept, names)
+        assert len(set(names)) < len(names), names  # the empty ones were reused
+        [pid] = pids_with_cmdline(f"sleep {n}")
+        assert process_alive(pid)
+        assert ex.request("DELETE", f"/command?id={left.id}")[0] == 200
+        wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the leftover to be killed")
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def test_sigterm_while_cgroups_are_being_reset_leaves_none(cg_execd):
+    # Commands end back to back while execd shuts down: some cgroups are on
+    # the threadpool being reset for reuse, some made ahead, some in use.
+    # The fixture checks that none is left after the stop, and its own
+    # SIGTERM is a second one: that must not end execd before its cleanup
+    # (it did once the signal handles were closed, default action).
+    ex = cg_execd()
+    streams = []
+    for _ in range(3):
+        for _ in range(20):
+            streams.append(ex.open_stream({"command": "true"}, exact=True))
+        for c, r in streams[-20:]:
+            r.read()
+    wait_until(lambda: ex.stderr_text().count(" started: pid") >= 60, 5 * SLOW, what="the commands to start")
+    ex.proc.send_signal(signal.SIGTERM)
+    for c, _ in streams:
+        c.close()
