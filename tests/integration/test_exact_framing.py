@@ -246,6 +246,18 @@ def test_signal_result(execd, sig):
     assert term["error"]["traceback"] == [GO_SIGNAL_TEXT[sig]]
 
 
+def test_commands_start_with_no_signal_ignored_or_blocked(execd):
+    # execd ignores SIGPIPE and handles TERM, INT and CHLD; none of that may
+    # reach a command (a writer to a closed pipe must die of SIGPIPE). The
+    # child resets only what execd changed, read once at the first spawn.
+    for _ in range(2):
+        res = execd.run("grep -E '^Sig(Ign|Blk)' /proc/self/status; yes | head -c 1 >/dev/null; "
+                        "echo pipe=${PIPESTATUS[0]}", exact=True)
+        out = res.stdout.decode()
+        assert "SigIgn:\t0000000000000000" in out and "SigBlk:\t0000000000000000" in out, out
+        assert "pipe=141" in out, out  # yes died of SIGPIPE (128 + 13)
+
+
 def test_interrupt(execd):
     c, r = execd.open_stream({"command": "echo go; exec sleep 30"}, exact=True)
     lines = iter_lines(r)
