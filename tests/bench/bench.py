@@ -15,7 +15,7 @@ Measures, against a release execd:
   * stdout throughput in exact framing for `head -c 256M /dev/zero | base64`,
     decoded and verified by build/stream_client (offsets, and SHA-256 against
     the terminal event), next to the floor
-    `bash -c 'head -c 256M /dev/zero | base64 | cat > /dev/null'`; medians of 3,
+    `bash -c 'head -c 256M /dev/zero | base64 | cat > /dev/null'`; medians of 5,
     interleaved;
   * idle RSS of a fresh execd;
   * start-up time: spawn until the first successful GET /ping (tight connect loop);
@@ -193,7 +193,7 @@ def bench_cgroup_cost(binary, runs, client, rounds=5):
 
 
 # ---------------------------------------------------------------- throughput
-def bench_throughput(binary, size_spec, client, rounds=3):
+def bench_throughput(binary, size_spec, client, rounds=5):
     cmd = f"head -c {size_spec} /dev/zero | base64"
     d = Daemon(binary)
     floors, runs, payload, ok = [], [], None, True

@@ -110,19 +110,19 @@ int main(int argc, char** argv) {
   SHA256_CTX sha;
   SHA256_Init(&sha);
   uint64_t out_bytes = 0, err_bytes = 0;
-  std::string raw, lines, decoded;
-  bool head_done = false, done = false, got_terminal = false, ok = false;
-  size_t chunk_left = 0;
-  bool in_chunk_trailer = false;
+  std::string decoded, carry;
+  bool got_terminal = false, ok = false;
   simdjson::dom::parser parser;
-  std::string buf(1 << 20, '\0');
   std::string expect_sha;
   uint64_t expect_bytes = UINT64_MAX;
 
-  auto handle_line = [&](std::string_view line) {
-    if (line.empty()) return;
+  // Event lines are parsed where they were read: simdjson only needs
+  // SIMDJSON_PADDING readable bytes after a line, whatever they hold. A line
+  // split across chunks (execd does not split one) goes through `carry`.
+  auto handle_line = [&](const char* line, size_t len) {
+    if (len == 0) return;
     simdjson::dom::element ev;
-    if (parser.parse(line.data(), line.size(), true).get(ev)) die("bad json line");
+    if (parser.parse(line, len, false).get(ev)) die("bad json line");
     std::string_view type = ev["type"].get_string().value_unsafe();
     if (type == "stdout" || type == "stderr") {
       bool is_out = type == "stdout";
@@ -136,12 +136,12 @@ int main(int argc, char** argv) {
       } else {
         std::string_view b64 = ev["b64"].get_string().value_unsafe();
         decoded.resize(b64.size());
-        int len = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
-                                  reinterpret_cast<const unsigned char*>(b64.data()), static_cast<int>(b64.size()));
-        if (len < 0) die("bad b64");
+        int dlen = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
+                                   reinterpret_cast<const unsigned char*>(b64.data()), static_cast<int>(b64.size()));
+        if (dlen < 0) die("bad b64");
         size_t pad = 0;
         for (size_t i = b64.size(); i > 0 && b64[i - 1] == '='; --i) ++pad;
-        n = static_cast<size_t>(len) - pad;
+        n = static_cast<size_t>(dlen) - pad;
         if (is_out) SHA256_Update(&sha, decoded.data(), n);
       }
       (is_out ? out_bytes : err_bytes) += n;
@@ -151,51 +151,75 @@ int main(int argc, char** argv) {
       got_terminal = true;
     }
   };
+  // The lines of one piece of a chunk's body; an unfinished last line waits
+  // in `carry` for the next piece.
+  auto handle_body = [&](const char* p, size_t len) {
+    const char* end = p + len;
+    if (!carry.empty()) {
+      const char* nl = static_cast<const char*>(memchr(p, '\n', len));
+      if (!nl) {
+        carry.append(p, len);
+        return;
+      }
+      carry.append(p, static_cast<size_t>(nl - p));
+      carry.reserve(carry.size() + simdjson::SIMDJSON_PADDING);
+      handle_line(carry.data(), carry.size());
+      carry.clear();
+      p = nl + 1;
+    }
+    while (p < end) {
+      const char* nl = static_cast<const char*>(memchr(p, '\n', static_cast<size_t>(end - p)));
+      if (!nl) {
+        carry.assign(p, static_cast<size_t>(end - p));
+        return;
+      }
+      handle_line(p, static_cast<size_t>(nl - p));
+      p = nl + 1;
+    }
+  };
 
+  constexpr size_t kCap = 4 << 20;
+  std::vector<char> buf(kCap + simdjson::SIMDJSON_PADDING);
+  size_t len = 0, pos = 0;  // bytes held, bytes consumed
+  bool head_done = false, done = false, in_trailer = false;
+  size_t chunk_left = 0;
   while (!done) {
-    ssize_t n = read(fd, buf.data(), buf.size());
+    if (len == kCap || (pos > kCap / 2 && len - pos < kCap / 4)) {
+      memmove(buf.data(), buf.data() + pos, len - pos);  // a partial chunk header or line at most
+      len -= pos;
+      pos = 0;
+    }
+    ssize_t n = read(fd, buf.data() + len, kCap - len);
     if (n <= 0) break;
-    raw.append(buf.data(), static_cast<size_t>(n));
-    size_t pos = 0;
+    len += static_cast<size_t>(n);
     if (!head_done) {
-      size_t e = raw.find("\r\n\r\n");
-      if (e == std::string::npos) continue;
-      if (raw.compare(0, 12, "HTTP/1.1 200") != 0) die("not 200");
+      const char* e = static_cast<const char*>(memmem(buf.data(), len, "\r\n\r\n", 4));
+      if (!e) continue;
+      if (len < 12 || memcmp(buf.data(), "HTTP/1.1 200", 12) != 0) die("not 200");
       head_done = true;
-      pos = e + 4;
+      pos = static_cast<size_t>(e - buf.data()) + 4;
     }
-    // de-chunk
-    while (pos < raw.size()) {
-      if (in_chunk_trailer) {
-        if (raw.size() - pos < 2) break;
+    while (pos < len && !done) {
+      if (in_trailer) {
+        if (len - pos < 2) break;
         pos += 2;
-        in_chunk_trailer = false;
-        continue;
+        in_trailer = false;
+      } else if (chunk_left == 0) {
+        const char* e = static_cast<const char*>(memmem(buf.data() + pos, len - pos, "\r\n", 2));
+        if (!e) break;
+        chunk_left = strtoull(buf.data() + pos, nullptr, 16);
+        pos = static_cast<size_t>(e - buf.data()) + 2;
+        if (chunk_left == 0) done = true;
+      } else {
+        // Only whole lines are parsed in place; the padding after them is
+        // the next bytes of the buffer (or its spare tail).
+        size_t take = std::min(chunk_left, len - pos);
+        handle_body(buf.data() + pos, take);
+        pos += take;
+        chunk_left -= take;
+        if (chunk_left == 0) in_trailer = true;
       }
-      if (chunk_left == 0) {
-        size_t e = raw.find("\r\n", pos);
-        if (e == std::string::npos) break;
-        chunk_left = strtoull(raw.c_str() + pos, nullptr, 16);
-        pos = e + 2;
-        if (chunk_left == 0) {
-          done = true;
-          break;
-        }
-        continue;
-      }
-      size_t take = std::min(chunk_left, raw.size() - pos);
-      lines.append(raw, pos, take);
-      pos += take;
-      chunk_left -= take;
-      if (chunk_left == 0) in_chunk_trailer = true;
     }
-    raw.erase(0, pos);
-    size_t start = 0, nl;
-    while ((nl = lines.find('\n', start)) != std::string::npos) {
-      handle_line(std::string_view(lines).substr(start, nl - start));
-      start = nl + 1;
-    }
-    lines.erase(0, start);
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   unsigned char md[32];
