@@ -361,8 +361,8 @@ CgroupUsage CommandCgroup::usage() const {
     }
   }
   if (!memory_dir_.empty()) {
-    u.peak_memory_bytes = std::max<int64_t>(
-        0, read_int(memory_dir_ + "/memory.max_usage_in_bytes", -1, counter_fds_[kMemoryPeak]) - memory_baseline_);
+    u.peak_memory_bytes =
+        std::max<int64_t>(0, read_int(memory_dir_ + "/memory.max_usage_in_bytes", -1, counter_fds_[kMemoryPeak]));
     u.oom_killed = read_keyed(memory_dir_ + "/memory.oom_control", "oom_kill", 0, counter_fds_[kOomControl]) > 0;
   }
   if (!pids_dir_.empty())
@@ -426,7 +426,8 @@ std::shared_ptr<CommandCgroup> CommandCgroup::hand_over() {
 bool CommandCgroup::reset_for_reuse() {
   // Page cache read by earlier commands stays charged to a memory cgroup
   // after they end; past this much the cgroup is removed rather than have
-  // the next command start with it (and its peak reported net of it).
+  // the next command's peak include it. (Net of it, the peak was 0 for a
+  // command that never rose above it, as some of it was uncharged meanwhile.)
   constexpr int64_t kMaxCarriedMemory = 1 << 20;
   if (v2_ || removed_) return false;
   if (!memory_dir_.empty()) {
@@ -435,8 +436,6 @@ bool CommandCgroup::reset_for_reuse() {
     if (charged < 0 || charged > kMaxCarriedMemory) return false;
     // Writing 0 sets the peak to the usage of now.
     if (!write_text(memory_dir_ + "/memory.max_usage_in_bytes", "0")) return false;
-    memory_baseline_ = read_int(memory_dir_ + "/memory.max_usage_in_bytes", -1, counter_fds_[kMemoryPeak]);
-    if (memory_baseline_ < 0) return false;
   }
   // Zeroes usage_all's user and system columns too.
   if (!cpuacct_dir_.empty() && !write_text(cpuacct_dir_ + "/cpuacct.usage", "0")) return false;

@@ -111,9 +111,6 @@ class CommandCgroup {
   bool removed_ = false;
   bool reusable_ = false;   // made without limits
   bool signalled_ = false;  // killed, frozen or signalled: removed, not reused
-  // Memory still charged to a reused cgroup when its command started (the
-  // page cache of what earlier commands read): not the command's own.
-  int64_t memory_baseline_ = 0;
   std::vector<int> join_fds_;
   // Opened with the directories (on the pool, for a cgroup made ahead), so
   // that a command's end reads its counters without a path walk and an open
