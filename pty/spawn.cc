@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -55,15 +56,28 @@ struct SignalsToReset {
 };
 SignalsToReset g_signals_to_reset;
 
+// The kernel's own sigaction: glibc refuses its two internal signals (32
+// and 33), and one of them can arrive ignored from whatever started execd
+// (a CI runner did), which exec would pass on to every command.
+struct KernelSigaction {
+  void* handler;
+  unsigned long flags;
+  void* restorer;
+  uint64_t mask;
+};
+
+int kernel_sigaction(int sig, const KernelSigaction* act, KernelSigaction* old) {
+  return static_cast<int>(syscall(SYS_rt_sigaction, sig, act, old, sizeof(uint64_t)));
+}
+
 const SignalsToReset& signals_to_reset() {
   SignalsToReset& r = g_signals_to_reset;
   if (r.count >= 0) return r;
   r.count = 0;
   for (int s = 1; s < NSIG; ++s) {
-    struct sigaction now {};
-    if (sigaction(s, nullptr, &now) != 0) continue;  // not a signal the kernel knows
-    bool plain = !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL;
-    if (!plain) r.list[r.count++] = s;
+    KernelSigaction now {};
+    if (kernel_sigaction(s, nullptr, &now) != 0) continue;  // KILL, STOP: nothing to reset
+    if (now.handler != reinterpret_cast<void*>(SIG_DFL)) r.list[r.count++] = s;
   }
   return r;
 }
@@ -200,9 +214,8 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
 
   pid_t pid = vfork();
   if (pid == 0) {
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int i = 0; i < reset.count; ++i) sigaction(reset.list[i], &dfl, nullptr);
+    const KernelSigaction dfl{reinterpret_cast<void*>(SIG_DFL), 0, nullptr, 0};
+    for (int i = 0; i < reset.count; ++i) kernel_sigaction(reset.list[i], &dfl, nullptr);
     if (use_pty) {
       if (setsid() < 0) child_fail(&failure, "setsid");
       if (ioctl(child_in, TIOCSCTTY, 0) < 0) child_fail(&failure, "TIOCSCTTY");
