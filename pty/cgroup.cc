@@ -408,13 +408,14 @@ void CommandCgroup::mark_removed() {
 
 std::shared_ptr<CommandCgroup> CommandCgroup::hand_over() {
   std::shared_ptr<CommandCgroup> next(new CommandCgroup);
-  next->name_ = name_;
-  next->dirs_ = dirs_;
-  next->procs_dir_ = procs_dir_;
-  next->memory_dir_ = memory_dir_;
-  next->pids_dir_ = pids_dir_;
-  next->freezer_dir_ = freezer_dir_;
-  next->cpuacct_dir_ = cpuacct_dir_;
+  next->name_ = name_;  // a copy: the finished command's object keeps its name
+  // The paths move: mark_removed() would drop this object's copies anyway.
+  next->dirs_ = std::move(dirs_);
+  next->procs_dir_ = std::move(procs_dir_);
+  next->memory_dir_ = std::move(memory_dir_);
+  next->pids_dir_ = std::move(pids_dir_);
+  next->freezer_dir_ = std::move(freezer_dir_);
+  next->cpuacct_dir_ = std::move(cpuacct_dir_);
   next->v2_ = v2_;
   next->reusable_ = true;
   for (int i = 0; i < kCounters; ++i) std::swap(next->counter_fds_[i], counter_fds_[i]);

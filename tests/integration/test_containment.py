@@ -428,7 +428,6 @@ def test_an_empty_cgroup_serves_a_later_command_with_its_counters_zeroed(cg_exec
             assert t["user_cpu_ms"] + t["system_cpu_ms"] < 50, t
             break
     assert used in names, f"{used} was never used again: {names}"
-    assert len(set(names)) < len(names) or names[-1] == used, names
 
 
 def test_a_cgroup_with_a_member_left_is_never_handed_on(cg_execd):
