@@ -35,28 +35,30 @@ bool RouteTable::authorized(const http::Exchange& ex) const {
 void RouteTable::route(http::Exchange& ex) const {
   const auto& req = ex.request();
   spdlog::debug("{} {} {}", ex.peer(), req.method, req.path);
-  for (const auto& [prefix, route] : prefixes_) {
-    if (req.target.compare(0, prefix.size(), prefix) != 0) continue;
-    if (!authorized(ex)) {
-      ex.on_complete = [](http::Exchange& e) {
-        e.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
-      };
-      return;
+  const Route* prefix_route = nullptr;
+  for (const auto& [prefix, route] : prefixes_)
+    if (req.target.compare(0, prefix.size(), prefix) == 0) {
+      prefix_route = &route;
+      break;
     }
-    ex.invite_body = true;
-    ex.stream_body = true;
-    ex.on_complete = route.handler;
-    route.head(ex);
+  protocol::Router<Route>::Match match;
+  using Outcome = protocol::Router<Route>::Outcome;
+  if (!prefix_route) match = router_.match(req.method, req.path);
+  ex.authorized = authorized(ex);
+  bool open = !prefix_route && match.outcome == Outcome::found && match.target->open;
+  if (!ex.authorized && !open) {
+    // Answered at once, before any body is read, and the connection closes:
+    // a client without the token costs nothing beyond its request head, on
+    // every route (prefix routes too: the proxy once buffered whole bodies
+    // before its 401). Without the token nobody learns which routes exist.
+    ex.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
     return;
   }
-  auto match = router_.match(req.method, req.path);
-  using Outcome = protocol::Router<Route>::Outcome;
-  ex.authorized = authorized(ex);
-  if (!ex.authorized && (match.outcome != Outcome::found || !match.target->open)) {
-    // Answered at once, before any body is read, and the connection closes:
-    // a client without the token costs nothing beyond its request head.
-    // Without the token nobody learns which routes exist either.
-    ex.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
+  if (prefix_route) {
+    ex.invite_body = true;
+    ex.stream_body = true;
+    ex.on_complete = prefix_route->handler;
+    prefix_route->head(ex);
     return;
   }
   if (match.outcome == Outcome::not_found) {

@@ -1,6 +1,8 @@
 // execd/routes: the route table and the access-token gate. Every request is
-// matched once, when its head is complete: an unknown route, a wrong method
-// or a missing token is decided there (and answered once the body is in);
+// matched once, when its head is complete: a missing token is answered
+// there, before any body byte is read (the connection then closes); an
+// unknown route or a wrong method is decided there and answered once the
+// body is in;
 // a routed, authorized request gets its handler as the exchange's
 // on_complete, and a streaming route also runs its head handler then.
 #pragma once

@@ -11,6 +11,8 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from execd_client import SLOW, TOKEN_HEADER
 from test_http_connection import _closed_by_server, post_command, read_response
 
@@ -132,13 +134,51 @@ def _all_read(port: int) -> bool:
     return True
 
 
-def test_401_is_answered_before_the_body_and_closes(execd):
+@pytest.mark.parametrize("target", [
+    "/command",               # a pattern route
+    "/proxy/9/x",             # the prefix route (the proxy)
+    "/command/abc/stdin",     # a streaming route
+    "/files/upload",          # another streaming route
+    "/no/such/route",
+])
+def test_401_is_answered_before_the_body_and_closes(execd, target):
     with socket.create_connection((execd.host, execd.port), timeout=10 * SLOW) as s:
-        s.sendall(b"POST /command HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000\r\n\r\n")
+        s.sendall(f"POST {target} HTTP/1.1\r\nHost: t\r\nContent-Length: 100000000\r\n\r\n".encode())
+        # Not one body byte was sent: the answer comes at head time.
         status, headers, body = read_response(s, bytearray())
         assert status == 401
         assert headers.get("connection", "").lower() == "close"
         assert _closed_by_server(s, 10 * SLOW)
+
+
+def test_unauthenticated_proxy_bodies_are_never_buffered(execd):
+    # The attack of the hardening issue: 40 clients without the token send
+    # 8 MB bodies, one byte short, to the proxy. Each must get its 401 at head
+    # time and lose its connection, so execd holds none of those bytes.
+    rss0 = _rss_kib(execd.proc.pid)
+    size = 8 << 20
+    chunk = b"x" * (1 << 20)
+    socks = []
+    try:
+        for _ in range(40):
+            s = socket.create_connection((execd.host, execd.port), timeout=10 * SLOW)
+            s.sendall(f"POST /proxy/9/x HTTP/1.1\r\nHost: t\r\nContent-Length: {size}\r\n\r\n".encode())
+            socks.append(s)
+        for s in socks:
+            # The 401 is there before any body byte was sent.
+            assert read_response(s, bytearray())[0] == 401
+            try:
+                for _ in range(size // len(chunk) - 1):
+                    s.sendall(chunk)
+                s.sendall(chunk[:-1])
+            except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                pass  # the lingering close ended before the body did
+        grown = _rss_kib(execd.proc.pid) - rss0
+        print(f"RSS growth after 40 unauthenticated 8 MB proxy bodies: {grown} KiB")
+        assert grown < 16 << 10, grown
+    finally:
+        for s in socks:
+            s.close()
 
 
 def test_a_token_in_a_trailer_is_not_a_token(execd):
