@@ -280,7 +280,7 @@ std::vector<int> CommandCgroup::read_pids() const {
 int CommandCgroup::population() const {
   if (removed_) return 0;
   std::string s;
-  if (!read_counter(counter_fds_[kProcs], procs_dir_ + "/cgroup.procs", s)) return -1;
+  if (!read_text(procs_dir_ + "/cgroup.procs", s)) return -1;  // opened afresh: see Counter in the header
   return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
 }
 
@@ -374,7 +374,6 @@ void CommandCgroup::open_counters() {
   auto open_one = [&](Counter c, const std::string& dir, const char* file) {
     if (!dir.empty() && counter_fds_[c] < 0) counter_fds_[c] = open((dir + "/" + file).c_str(), O_RDONLY | O_CLOEXEC);
   };
-  open_one(kProcs, procs_dir_, "cgroup.procs");
   open_one(kCpuTotal, cpuacct_dir_, "cpuacct.usage");
   open_one(kCpuSplit, cpuacct_dir_, "cpuacct.usage_all");
   open_one(kMemoryPeak, memory_dir_, "memory.max_usage_in_bytes");
@@ -605,8 +604,8 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
     std::shared_ptr<CommandCgroup> cg = std::move(ready_.front());
     ready_.erase(ready_.begin());
     make_ahead();
-    // Still there? (a read of its open cgroup.procs: ENODEV once something
-    // outside execd removed it, and the child could not join it).
+    // Still there? (its cgroup.procs is gone once something outside execd
+    // removed it, and the child could not join it).
     if (cg->population() == 0) return cg;
     cg->discard();
   }

@@ -73,8 +73,8 @@ class CommandCgroup {
   // Sends `sig` to every member (no freeze: for TERM and the like).
   void signal_all(int sig);
   CgroupUsage usage() const;
-  // Closes the counter files kept open for usage() and population(); both
-  // then read by path. For when the command is done with its cgroup.
+  // Closes the counter files kept open for usage(), which then reads by
+  // path. For when the command is done with its cgroup.
   void close_counters();
   // rmdir in every hierarchy; false if still populated (or already gone: true).
   bool try_remove();
@@ -115,8 +115,12 @@ class CommandCgroup {
   // Opened with the directories (on the pool, for a cgroup made ahead), so
   // that a command's end reads its counters without a path walk and an open
   // of each file, which had been ~100 us of every round trip.
-  enum Counter { kProcs, kCpuTotal, kCpuSplit, kMemoryPeak, kOomControl, kPidsEvents, kCounters };
-  int counter_fds_[kCounters] = {-1, -1, -1, -1, -1, -1};
+  // Not cgroup.procs: v1 caches a pidlist per open file for a second, so a
+  // re-read through a kept descriptor (at the start of a reused cgroup's
+  // command, then at its end) saw the old, empty list: leftovers went
+  // uncounted and their cgroup was handed to the next command.
+  enum Counter { kCpuTotal, kCpuSplit, kMemoryPeak, kOomControl, kPidsEvents, kCounters };
+  int counter_fds_[kCounters] = {-1, -1, -1, -1, -1};
 };
 
 // One hierarchy execd makes its cgroups in (v2: the only one).
