@@ -159,11 +159,14 @@ struct DiskState {
           if (auto s = e.file->publish(); !s) return void(error = FileReply::from(s.error()));
         return;
       case WriteOp::abort:
-        for (auto& e : entries) {
+        // Every temp file first: a later file may sit in a directory an
+        // earlier one created. Then the directories, the latest made first,
+        // each chain deepest first.
+        for (auto& e : entries)
           if (e.file) e.file->abort();
-          for (const auto& dir : e.created_dirs)
+        for (auto e = entries.rbegin(); e != entries.rend(); ++e)
+          for (const auto& dir : e->created_dirs)
             if (rmdir(dir.c_str()) != 0) break;  // not empty (someone else's) or gone
-        }
         return;
     }
   }

@@ -204,6 +204,35 @@ def test_upload_rejections_leave_nothing(execd, tmp_path):
         assert os.listdir(tmp_path) == [], (name, os.listdir(tmp_path))  # not even the parent directory
 
 
+def test_multi_file_upload_cut_before_its_closing_boundary_leaves_nothing(execd, tmp_path):
+    # Three files in new directories, the body ends without its closing
+    # boundary once every file has been opened: all temp files and all
+    # directories go (the second file's temp sat in the first one's
+    # directory when that was removed, which left it behind).
+    sub = tmp_path / "sub"
+    body = (metadata_part({"path": str(sub / "a")}) + file_part(b"A")
+            + metadata_part({"path": str(sub / "b")}) + file_part(b"B")
+            + metadata_part({"path": str(sub / "deeper" / "c")}) + file_part(b"C"))
+    c = execd.conn(timeout=30 * SLOW)
+    try:
+        c.putrequest("POST", "/files/upload")
+        for k, v in execd.headers({"Content-Type": "multipart/form-data; boundary=XyZ",
+                                   "Content-Length": str(len(body))}).items():
+            c.putheader(k, v)
+        c.endheaders()
+        c.send(body[:-1])
+        # The last file is open (its directory exists) before the body ends.
+        wait_until(lambda: (sub / "deeper").is_dir() and len(os.listdir(sub / "deeper")) == 1, 10 * SLOW, 0.01,
+                   "the third file to be opened")
+        c.send(body[-1:])
+        r = c.getresponse()
+        js = json.loads(r.read())
+        assert r.status == 400 and js["code"] == "INVALID_FILE", (r.status, js)
+    finally:
+        c.close()
+    assert os.listdir(tmp_path) == []
+
+
 def test_upload_existing_target_untouched_on_failure(execd, tmp_path):
     t = tmp_path / "t.txt"
     t.write_text("original")
