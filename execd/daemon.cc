@@ -21,11 +21,18 @@ constexpr uint64_t kHousekeepingMs = 1000;
 constexpr size_t kTrimFreeBytes = 16 << 20;
 constexpr uint64_t kShutdownPollMs = 20;
 
-Context bind(Context ctx, uv_loop_t* loop, pty::Reaper* reaper, pty::Containment* containment) {
+Context with_loop(Context ctx, uv_loop_t* loop) {
   ctx.loop = loop;
-  ctx.reaper = reaper;
-  ctx.containment = containment;
   return ctx;
+}
+
+exec::RegistrySettings registry_settings(const Config& cfg) {
+  exec::RegistrySettings s;
+  s.state_dir = cfg.state_dir;
+  s.retention_ms = cfg.retention_ms;
+  s.max_records = cfg.max_records;
+  s.log_limit = static_cast<uint64_t>(cfg.log_limit_bytes);
+  return s;
 }
 
 http::ConnectionLimits connection_limits(const Config& cfg) {
@@ -47,19 +54,23 @@ http::ConnectionLimits connection_limits(const Config& cfg) {
 }
 }  // namespace
 
-Daemon::Daemon(uv_loop_t* loop, Context ctx)
+Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     : loop_(loop),
-      ctx_(bind(std::move(ctx), loop, &reaper_, &containment_)),
+      ctx_(with_loop(std::move(ctx), loop)),
       reaper_(loop),
+      runtime_{loop, reaper_, containment_, children},
       routes_(ctx_.config.access_token),
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
       journal_(ctx_),
-      commands_(ctx_),
-      sessions_(ctx_),
-      ptys_(ctx_),
+      executions_(loop, registry_settings(ctx_.config), journal_),
+      commands_{ctx_, runtime_, executions_},
+      sessions_(ctx_, runtime_, executions_),
+      ptys_(ctx_, runtime_, journal_),
+      file_gate_(api::kPoolThreads / 2),
+      files_{ctx_, file_gate_, journal_},
       metrics_(ctx_),
       proxy_(ctx_),
-      code_(ctx_) {
+      code_(ctx_, runtime_, executions_) {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).
@@ -76,9 +87,9 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx)
   api::add_command_routes(routes_, commands_, sessions_);
   api::add_session_routes(routes_, sessions_);
   api::add_pty_routes(routes_, ptys_);
-  api::add_file_routes(routes_, ctx_);
-  api::add_upload_route(routes_, ctx_);
-  api::add_download_route(routes_, ctx_);
+  api::add_file_routes(routes_, files_);
+  api::add_upload_route(routes_, files_);
+  api::add_download_route(routes_, files_);
   api::add_metrics_routes(routes_, metrics_);
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
@@ -109,7 +120,7 @@ int Daemon::listen() {
 void Daemon::run() { uv_run(loop_, UV_RUN_DEFAULT); }
 
 bool Daemon::drained() const {
-  return commands_.running() == 0 && server_.connection_count() == 0 && code_.kernels_alive() == 0;
+  return executions_.running() == 0 && server_.connection_count() == 0 && code_.kernels_alive() == 0;
 }
 
 void Daemon::on_tick() {
@@ -118,14 +129,14 @@ void Daemon::on_tick() {
     // After a burst (hundreds of commands, big uploads, searches), give
     // freed memory back: glibc keeps it otherwise. When quiet, always; under
     // load (an SDK keeps its connections open), once a lot lies free.
-    bool quiet = commands_.running() == 0 && server_.connection_count() == 0;
+    bool quiet = executions_.running() == 0 && server_.connection_count() == 0;
     if (quiet || mallinfo2().fordblks > kTrimFreeBytes) malloc_trim(0);
     return;
   }
   server_.close_idle_connections();
   if (drained() || uv_now(loop_) >= deadline_) {
     if (!drained())
-      spdlog::warn("shutdown: {} commands and {} connections still open after the grace period", commands_.running(),
+      spdlog::warn("shutdown: {} executions and {} connections still open after the grace period", executions_.running(),
                    server_.connection_count());
     finish();
   }
@@ -137,12 +148,12 @@ void Daemon::shutdown(int signum) {
     return;
   }
   stopping_ = true;
-  ctx_.shutting_down = true;
+  executions_.stop_accepting();
   spdlog::info("{} received: forwarding to running commands, draining for {} ms", strsignal(signum),
                ctx_.config.graceful_shutdown_ms);
   server_.stop_accepting();
   server_.close_idle_connections();
-  commands_.signal_all(signum);
+  executions_.signal_all(signum);
   // Terminals and shells have no graceful protocol: they go now, so an
   // attached PTY WebSocket does not hold the shutdown for the grace period.
   sessions_.kill_all();
@@ -159,7 +170,7 @@ void Daemon::finish() {
   finished_ = true;
   server_.stop_accepting();
   server_.close_all_connections();
-  commands_.signal_all(SIGKILL);
+  executions_.signal_all(SIGKILL);
   sessions_.kill_all();
   ptys_.kill_all();
   code_.kill_all();
@@ -178,7 +189,7 @@ void Daemon::finish() {
     if (d->server_.connection_count() > 0) return;  // still closing
     d->ptys_.clear();
     d->sessions_.clear();
-    d->commands_.close();
+    d->executions_.close();
     d->journal_.close();
     d->code_.close();
     d->metrics_.close();

@@ -1,9 +1,12 @@
-// execd/daemon: the one object that owns a running execd: the loop it runs
-// on, the reaper, the HTTP server, the route table and every registry
-// (commands, bash sessions, PTY sessions) and the metrics sampler. Built once by main; there are no
-// globals. shutdown() (SIGTERM/SIGINT) stops accepting, forwards the signal
-// to every command, shell and terminal, lets open streams drain within the
-// grace period, then kills what is left and lets the loop end.
+// execd/daemon: the one object that owns a running execd: the reaper and the
+// containment (the process runtime), the HTTP server, the route table, the
+// journal, the record store and the executions, every registry (bash
+// sessions, PTY sessions, code contexts), the file gate, the metrics sampler
+// and the proxy. Built once by main; each part gets the others it needs when
+// it is built, in the order of the members below. shutdown() (SIGTERM/SIGINT)
+// stops accepting, forwards the signal to every command, shell and terminal,
+// lets open streams drain within the grace period, then kills what is left
+// and lets the loop end.
 #pragma once
 
 #include <uv.h>
@@ -12,22 +15,26 @@
 
 #include "execd/api/code.h"
 #include "execd/api/commands.h"
+#include "execd/api/file_jobs.h"
 #include "execd/api/journal.h"
 #include "execd/api/metrics.h"
 #include "execd/api/proxy.h"
 #include "execd/api/pty.h"
 #include "execd/api/sessions.h"
 #include "execd/context.h"
+#include "execd/exec/registry.h"
 #include "execd/http/server.h"
 #include "execd/routes.h"
 #include "pty/reaper.h"
+#include "pty/runtime.h"
 
 namespace execd {
 
 class Daemon {
  public:
-  // `ctx.config` and `ctx.base_env` are filled in; the rest is set up here.
-  Daemon(uv_loop_t* loop, Context ctx);
+  // `ctx` is complete but for the loop, which is set here; `children` is
+  // what every process started gets back (main raised the limits).
+  Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children);
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -46,15 +53,19 @@ class Daemon {
   bool drained() const;
 
   uv_loop_t* loop_;
-  Context ctx_;
+  const Context ctx_;
   pty::Reaper reaper_;
   pty::Containment containment_;
+  pty::Runtime runtime_;
   RouteTable routes_;
   http::Server server_;
-  api::Journal journal_;  // before the registries: reloading records writes to it
-  api::CommandRegistry commands_;
+  api::Journal journal_;
+  exec::Registry executions_;  // reloading records writes to the journal
+  api::CommandService commands_;
   api::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
+  api::WorkGate file_gate_;
+  api::FileService files_;
   api::MetricsService metrics_;
   api::ProxyService proxy_;
   api::CodeRegistry code_;

@@ -140,7 +140,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   setup_logging(ctx.config);
-  uint64_t open_files = execd::pty::raise_open_files_limit();
+  // What every child gets back of execd's own state: kept by main, handed
+  // to the daemon (no global).
+  execd::pty::ChildSetup children;
+  uint64_t open_files = children.raise_open_files_limit();
   spdlog::debug("open-files limit {}", open_files);
   for (const std::string& w : ctx.config.warnings) spdlog::warn("{}", w);
   if (ctx.config.insecure_no_auth) spdlog::warn("running WITHOUT an access token (--insecure-no-auth)");
@@ -197,7 +200,7 @@ int main(int argc, char** argv) {
 
   uv_loop_t* loop = uv_default_loop();
   {
-    execd::Daemon daemon(loop, std::move(ctx));
+    execd::Daemon daemon(loop, std::move(ctx), children);
     int rc = daemon.listen();
     const execd::Config& cfg = daemon.ctx().config;
     if (rc != 0) {

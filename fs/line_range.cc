@@ -7,73 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <limits>
 #include <utility>
 
 namespace execd::fs {
-
-namespace {
-
-// Go's strconv.ParseInt(s, 10, 64): optional sign, ASCII digits only, int64 range.
-bool parse_go_int64(std::string_view s, int64_t& out) {
-  size_t i = 0;
-  bool negative = false;
-  if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
-    negative = s[0] == '-';
-    i = 1;
-  }
-  if (i == s.size()) return false;
-  // Accumulate as a negative number so that INT64_MIN fits.
-  int64_t value = 0;
-  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
-  for (; i < s.size(); ++i) {
-    char c = s[i];
-    if (c < '0' || c > '9') return false;
-    int digit = c - '0';
-    if (value < (kMin + digit) / 10) return false;
-    value = value * 10 - digit;
-  }
-  if (!negative) {
-    if (value == kMin) return false;
-    value = -value;
-  }
-  out = value;
-  return true;
-}
-
-std::optional<std::string_view> non_empty(std::optional<std::string_view> v) {
-  if (v && v->empty()) return std::nullopt;
-  return v;
-}
-
-}  // namespace
-
-Result<LineRangeParams> parse_line_range_params(std::optional<std::string_view> offset,
-                                                std::optional<std::string_view> limit,
-                                                std::optional<std::string_view> range_header) {
-  offset = non_empty(offset);
-  limit = non_empty(limit);
-  range_header = non_empty(range_header);
-  LineRangeParams params;
-  params.requested = offset.has_value() || limit.has_value();
-  if (!params.requested) return params;
-  if (range_header) {
-    return Error{ErrorKind::bad_request,
-                 "line-based reading (offset/limit) and byte range (Range header) are mutually exclusive"};
-  }
-  int64_t v = 0;
-  if (offset) {
-    if (!parse_go_int64(*offset, v) || v < 1)
-      return Error{ErrorKind::bad_request, "invalid query parameter 'offset': " + std::string(*offset)};
-    params.offset = static_cast<uint64_t>(v);
-  }
-  if (limit) {
-    if (!parse_go_int64(*limit, v) || v < 1)
-      return Error{ErrorKind::bad_request, "invalid query parameter 'limit': " + std::string(*limit)};
-    params.limit = static_cast<uint64_t>(v);
-  }
-  return params;
-}
 
 LineRangeReader::~LineRangeReader() { close_fd(); }
 

@@ -1,4 +1,5 @@
 // fs/line_range.h — line-based reads for GET /files/download?path=&offset=N&limit=M
+// (the query values are protocol/query_values')
 // (upstream v1.0.19, components/execd/pkg/web/controller/filesystem_download.go,
 // serveLineRange).
 //
@@ -31,30 +32,6 @@
 #include "fs/error.h"
 
 namespace execd::fs {
-
-struct LineRangeParams {
-  bool requested = false;  // offset or limit was given (a non-empty value)
-  uint64_t offset = 1;     // first line, 1-based (default 1)
-  uint64_t limit = 0;      // at most this many lines; 0 = to the end of the file
-};
-
-// Validates the query values of GET /files/download. Pass std::nullopt for an
-// absent parameter/header; an empty value counts as absent (Go reads
-// c.Query(..) == ""). Checks in Go's order, all bad_request (400,
-// code INVALID_REQUEST_BODY) with Go's message:
-//   1. offset or limit together with a non-empty Range header ->
-//      "line-based reading (offset/limit) and byte range (Range header) are mutually exclusive"
-//   2. offset not an integer (Go strconv.ParseInt base 10: optional '+'/'-',
-//      ASCII digits, no spaces, fits in int64) or < 1 ->
-//      "invalid query parameter 'offset': <raw>"
-//   3. the same for limit -> "invalid query parameter 'limit': <raw>"
-// Neither given -> {requested = false}: serve the plain download.
-// Note: Go opens the file between steps 1 and 2, so a missing file with a
-// bad offset is 404 there; a handler wanting that exact order can call this
-// with range_header, and on an offset/limit error still try the open first.
-Result<LineRangeParams> parse_line_range_params(std::optional<std::string_view> offset,
-                                                std::optional<std::string_view> limit,
-                                                std::optional<std::string_view> range_header);
 
 class LineRangeReader {
  public:

@@ -233,7 +233,40 @@ void EventEncoder::flush(std::string& out, OutputStream s, int64_t ts) {
   st.pending.clear();
 }
 
+void EventEncoder::background_ack(std::string& out, int64_t ts) const {
+  out += "{\"type\":\"execution_complete\",\"timestamp\":";
+  append_int(out, ts);
+  out += '}';
+  end_event(out);
+}
+
 void EventEncoder::terminal(std::string& out, const ExecutionResult& r, int64_t ts) const {
+  if (!r.status.empty()) {
+    // A code run: how the kernel ended it. Exact framing adds the proof of
+    // what it printed.
+    out += "{\"type\":\"execution_complete\",\"execution_time\":";
+    append_int(out, r.execution_time_ms);
+    out += ",\"timestamp\":";
+    append_int(out, ts);
+    out += ",\"status\":";
+    append_json_string(out, r.status);
+    if (r.execution_count) {
+      out += ",\"execution_count\":";
+      append_int(out, *r.execution_count);
+    }
+    if (framing_ == Framing::exact) {
+      out += ",\"stdout_bytes\":";
+      append_int(out, static_cast<int64_t>(r.stdout_bytes));
+      out += ",\"stderr_bytes\":";
+      append_int(out, static_cast<int64_t>(r.stderr_bytes));
+      out += ",\"stdout_sha256\":";
+      append_json_string(out, r.stdout_sha256);
+      out += ",\"stderr_sha256\":";
+      append_json_string(out, r.stderr_sha256);
+    }
+    out += '}';
+    return end_event(out);
+  }
   bool success = r.exit_code && *r.exit_code == 0;
   if (framing_ == Framing::exact || success) {
     out += "{\"type\":\"execution_complete\",\"execution_time\":";

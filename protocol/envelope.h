@@ -43,6 +43,12 @@ struct ExecutionResult {
   int leftover_processes = 0;
   bool oom_killed = false;      // the cgroup's memory limit made the kernel kill a process
   bool pids_limit_hit = false;  // a fork failed at the cgroup's pids limit
+  // Code runs: the kernel's status ("ok", "error", "aborted", "interrupted",
+  // "died", "start_failed", "output_overflow") and execution count. A
+  // non-empty status makes the terminal event the code run's
+  // execution_complete (in both framings, as /code always answered).
+  std::string status;
+  std::optional<int64_t> execution_count;
 };
 
 class EventEncoder {
@@ -72,6 +78,8 @@ class EventEncoder {
   // Emits whatever a stream still holds back (partial line, UTF-8 tail).
   void flush(std::string& out, OutputStream s, int64_t ts_ms);
   void terminal(std::string& out, const ExecutionResult& r, int64_t ts_ms) const;
+  // A background start's whole stream after init: {"type":"execution_complete","timestamp":...}.
+  void background_ack(std::string& out, int64_t ts_ms) const;
   // A non-terminal error after the stream started (compat: an `error` event).
   void error(std::string& out, std::string_view ename, std::string_view evalue, int64_t ts_ms) const;
   // Any other event: a compact JSON object, terminated for the framing.

@@ -8,9 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "fs/small_file.h"
-#include "pty/pool_job.h"
+#include "fs/pool_job.h"
 #include "pty/pty_session.h"
 
 namespace execd::pty {
@@ -43,10 +44,9 @@ const char kShellSetup[] =
 const char kShellUnwindDone[] = "\\builtin trap - DEBUG; \\builtin set +T\n";
 }  // namespace
 
-BashSession::BashSession(uv_loop_t* loop, Reaper& reaper, Containment& containment, std::string scratch_dir,
-                         std::string name)
-    : loop_(loop), reaper_(reaper), containment_(containment), scratch_dir_(std::move(scratch_dir)), name_(std::move(name)) {
-  uv_timer_init(loop, &timer_);
+BashSession::BashSession(Runtime& rt, std::string scratch_dir, std::string name)
+    : rt_(rt), loop_(rt.loop), scratch_dir_(std::move(scratch_dir)), name_(std::move(name)) {
+  uv_timer_init(loop_, &timer_);
   timer_.data = this;
 }
 
@@ -65,7 +65,7 @@ bool BashSession::start(const std::string& shell, const std::vector<std::string>
   opts.pipe_stdin = true;
   opts.new_session = true;
   opts.extra_fd3 = status_pipe[1];
-  cmd_ = Command::start(loop_, reaper_, containment_, opts, CommandLimits{0, 0, {}}, this, error);
+  cmd_ = Command::start(rt_, opts, CommandLimits{0, 0, {}}, this, error);
   ::close(status_pipe[1]);
   if (!cmd_) {
     ::close(status_pipe[0]);
@@ -182,7 +182,7 @@ struct KillScan {
 }  // namespace
 
 void BashSession::start_kill_scan() {
-  queue_job<KillScan>(
+  fs::queue_job<KillScan>(
       loop_, std::make_unique<KillScan>(KillScan{this, pid_, preexisting_}),
       [](KillScan& j) {
         for (pid_t p : session_processes(j.shell))
@@ -339,7 +339,14 @@ void BashSession::on_finished(const Outcome& outcome) {
 void BashSession::destroy() {
   if (destroyed_) return;
   destroyed_ = true;
-  listener_ = nullptr;
+  if (BashListener* l = std::exchange(listener_, nullptr)) {
+    // A run still on ends with the shell: killed.
+    RunOutcome o;
+    o.signal = SIGKILL;
+    o.shell_exited = true;
+    o.duration_ms = static_cast<int64_t>((uv_hrtime() - run_start_ns_) / 1000000);
+    l->on_run_finished(o);
+  }
   on_gone_ = nullptr;
   release_shell();
   cleanup_run_file();

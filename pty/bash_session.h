@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "pty/command.h"
+#include "pty/runtime.h"
 #include "pty/pump.h"
 #include "pty/reaper.h"
 
@@ -65,7 +66,7 @@ class BashSession : public CommandSink {
   static constexpr int64_t kTimeoutGraceMs = 2000;
 
   // `scratch_dir` holds the per-run temp files.
-  BashSession(uv_loop_t* loop, Reaper& reaper, Containment& containment, std::string scratch_dir, std::string name);
+  BashSession(Runtime& rt, std::string scratch_dir, std::string name);
 
   bool start(const std::string& shell, const std::vector<std::string>& env, const std::string& cwd,
              std::string& error);
@@ -103,6 +104,7 @@ class BashSession : public CommandSink {
   // Called once when the shell is gone and no run is pending.
   void set_on_gone(std::function<void()> fn) { on_gone_ = std::move(fn); }
   // Releases everything; the object frees itself once its handles are closed.
+  // A run still on ends (its listener hears on_run_finished, killed).
   void destroy();
 
   // CommandSink
@@ -123,9 +125,8 @@ class BashSession : public CommandSink {
   // Lets go of the shell's process handle and its status pipe.
   void release_shell();
 
+  Runtime& rt_;
   uv_loop_t* loop_;
-  Reaper& reaper_;
-  Containment& containment_;
   std::string scratch_dir_, name_;
   Command* cmd_ = nullptr;
   OutputPump* status_ = nullptr;

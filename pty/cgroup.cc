@@ -17,7 +17,7 @@
 
 #include "fs/small_file.h"
 #include "pty/cgroupfs.h"
-#include "pty/pool_job.h"
+#include "fs/pool_job.h"
 
 namespace execd::pty {
 
@@ -226,7 +226,7 @@ void Containment::on_linger_tick() {
     job->items.push_back({l[i].cg, cg.procs_dir_ + "/cgroup.procs", cg.dirs_, false});
   }
   removing_ = true;
-  queue_job<RemovalJob>(
+  fs::queue_job<RemovalJob>(
       loop_, std::move(job),
       [](RemovalJob& j) {
         for (auto& item : j.items) item.removed = rmdir_if_empty(item.procs_file, item.dirs);
@@ -566,7 +566,7 @@ void Containment::make_ahead() {
       ready_.size() + resetting_ >= kReadyCgroups)
     return;
   making_ = true;
-  queue_job<MakeJob>(
+  fs::queue_job<MakeJob>(
       loop_, std::make_unique<MakeJob>(MakeJob{this, hierarchies_, new_cgroup(), {}}),
       [](MakeJob& j) {
         j.failed = j.cg->make_dirs(j.hierarchies, ResourceLimits{});
@@ -696,7 +696,7 @@ void Containment::release(std::shared_ptr<CommandCgroup> cg, bool empty, uint64_
     return;
   }
   ++resetting_;
-  queue_job<ReuseJob>(
+  fs::queue_job<ReuseJob>(
       loop_, std::make_unique<ReuseJob>(ReuseJob{this, cg->hand_over(), false, false}),
       [](ReuseJob& j) {
         j.reused = j.cg->reset_for_reuse();

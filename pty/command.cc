@@ -100,10 +100,14 @@ uv_timer_t* Command::timer(uv_timer_t*& slot) {
   return slot;
 }
 
-Command* Command::start(uv_loop_t* loop, Reaper& reaper, Containment& containment, const SpawnOptions& opts,
-                        CommandLimits limits, CommandSink* sink, std::string& error) {
+Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits limits, CommandSink* sink,
+                        std::string& error) {
+  uv_loop_t* loop = rt.loop;
+  Reaper& reaper = rt.reaper;
+  Containment& containment = rt.containment;
   std::shared_ptr<CommandCgroup> cg;
   ChildPlacement place;
+  place.setup = &rt.children;
   place.oom_score_adj = kChildOomScoreAdj;
   if (containment.mode() != ContainmentMode::process_group || limits.resources.any()) {
     std::string cg_error;
@@ -159,7 +163,6 @@ Command* Command::start(uv_loop_t* loop, Reaper& reaper, Containment& containmen
 void Command::on_data(Stream s, const uint8_t* data, size_t len) {
   int i = static_cast<int>(s);
   outcome_.bytes[i] += len;
-  digest_[i].update(data, len);
   if (sink_) sink_->on_output(s, data, len);
 }
 
@@ -225,7 +228,6 @@ void Command::maybe_finish() {
   if (finished_ || !leader_exited_ || !pump_done_[0] || !pump_done_[1]) return;
   finished_ = true;
   uv_timer_stop(&drain_timer_);
-  for (int i = 0; i < 2; ++i) outcome_.sha256[i] = digest_[i].finish();
   if (cgroup_) {
     // The command's own usage: vfork makes the leader's rusage start from
     // execd's peak RSS, and its CPU misses whatever was never waited for.

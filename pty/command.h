@@ -2,8 +2,8 @@
 // pumps (pipes or a PTY), the timeout, interrupt (TERM to the process group,
 // grace, then KILL to the whole cgroup, or the process group without one),
 // reaping through the Reaper, its cgroup (pty/cgroup: usage, limits,
-// leftovers), and the proof of what it wrote (byte counts and SHA-256 per
-// stream). Output goes to exactly one sink.
+// leftovers). Output goes to exactly one sink, which also proves what it
+// was (execd/exec hashes it once, as it takes it).
 //
 // With a cgroup, the timeout bounds the whole cgroup: what is left of the
 // command when it fires is killed even after the leader has exited and the
@@ -26,8 +26,8 @@
 #include <string>
 
 #include "pty/cgroup.h"
-#include "pty/digest.h"
 #include "pty/reaper.h"
+#include "pty/runtime.h"
 #include "pty/spawn.h"
 
 namespace execd::pty {
@@ -43,9 +43,6 @@ struct Outcome {
   bool interrupted = false;
   int64_t duration_ms = 0;
   uint64_t bytes[2] = {0, 0};
-  // Binary, not hex: a finished record keeps its Outcome, and two strings
-  // made at the end of every command pinned heap pages of their own.
-  protocol::Sha256Digest sha256[2]{};
   int64_t user_cpu_ms = 0, system_cpu_ms = 0, max_rss_kib = 0;
   // Processes of the command still alive when its stream ended (-1: unknown).
   int leftover_processes = 0;
@@ -75,8 +72,8 @@ class Command {
   static constexpr int64_t kDrainCapMs = 2000;
 
   // Spawns; on failure returns nullptr with `error` set.
-  static Command* start(uv_loop_t* loop, Reaper& reaper, Containment& containment, const SpawnOptions& opts,
-                        CommandLimits limits, CommandSink* sink, std::string& error);
+  static Command* start(Runtime& rt, const SpawnOptions& opts, CommandLimits limits, CommandSink* sink,
+                        std::string& error);
 
   pid_t pid() const { return pid_; }
   bool running() const { return !leader_exited_; }
@@ -128,7 +125,6 @@ class Command {
   bool is_pty_ = false;
   OutputPump* pumps_[2] = {nullptr, nullptr};
   bool pump_done_[2] = {true, true};
-  OutputDigest digest_[2];
   // The drain timer is always there (its close is what frees the command);
   // the timeout and kill timers exist only once used, since most commands
   // have no timeout and are never killed (2 x 152 bytes each otherwise).

@@ -160,8 +160,7 @@ void FdWriter::close() {
 // ---------------------------------------------------------------------------
 // PtySession
 
-PtySession::PtySession(uv_loop_t* loop, Reaper& reaper, Containment& containment, size_t ring_bytes)
-    : loop_(loop), reaper_(reaper), containment_(containment), ring_(ring_bytes) {}
+PtySession::PtySession(Runtime& rt, size_t ring_bytes) : rt_(rt), loop_(rt.loop), ring_(ring_bytes) {}
 
 PtySession::~PtySession() {
   listener_ = nullptr;
@@ -176,7 +175,7 @@ bool PtySession::start(const SpawnOptions& opts, std::string& error) {
   pty_mode_ = opts.use_pty;
   SpawnOptions o = opts;
   if (!pty_mode_) o.pipe_stdin = true;
-  cmd_ = Command::start(loop_, reaper_, containment_, o, CommandLimits{0, 0, {}}, this, error);
+  cmd_ = Command::start(rt_, o, CommandLimits{0, 0, {}}, this, error);
   if (!cmd_) return false;
   started_ = true;
   pid_ = cmd_->pid();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pty/command.h"
+#include "pty/runtime.h"
 #include "pty/reaper.h"
 #include "pty/replay_ring.h"
 #include "pty/spawn.h"
@@ -45,7 +46,7 @@ class PtyListener {
 
 class PtySession : public CommandSink {
  public:
-  PtySession(uv_loop_t* loop, Reaper& reaper, Containment& containment, size_t ring_bytes);
+  PtySession(Runtime& rt, size_t ring_bytes);
   ~PtySession() override;
   PtySession(const PtySession&) = delete;
   PtySession& operator=(const PtySession&) = delete;
@@ -85,9 +86,8 @@ class PtySession : public CommandSink {
  private:
   void close_stdin();
 
+  Runtime& rt_;
   uv_loop_t* loop_;
-  Reaper& reaper_;
-  Containment& containment_;
   ReplayRing ring_;
   Command* cmd_ = nullptr;
   FdWriter* stdin_ = nullptr;

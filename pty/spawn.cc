@@ -40,22 +40,6 @@ void close_pair(int fds[2]) {
     if (fds[i] >= 0) close(fds[i]);
 }
 
-// The soft limit children get back (set once at start, before any spawn).
-struct rlimit g_child_nofile {};
-bool g_restore_nofile = false;
-
-// The signals whose disposition the child must set back to the default: a
-// handler of ours must not run in the child (it shares our memory until
-// exec), and an ignored signal would stay ignored across exec. Read at the
-// first spawn, when execd has set up all of them: resetting every one of
-// the 64 in the child had cost 15 us per spawn here (70 under load),
-// with the parent stopped meanwhile.
-struct SignalsToReset {
-  int list[NSIG];
-  int count = -1;  // -1: not read yet
-};
-SignalsToReset g_signals_to_reset;
-
 // The kernel's own sigaction: glibc refuses its two internal signals (32
 // and 33), and one of them can arrive ignored from whatever started execd
 // (a CI runner did), which exec would pass on to every command.
@@ -70,29 +54,28 @@ int kernel_sigaction(int sig, const KernelSigaction* act, KernelSigaction* old) 
   return static_cast<int>(syscall(SYS_rt_sigaction, sig, act, old, sizeof(uint64_t)));
 }
 
-const SignalsToReset& signals_to_reset() {
-  SignalsToReset& r = g_signals_to_reset;
-  if (r.count >= 0) return r;
-  r.count = 0;
+}  // namespace
+
+const ChildSetup::Signals& ChildSetup::signals() const {
+  if (signals_.count >= 0) return signals_;
+  signals_.count = 0;
   for (int s = 1; s < NSIG; ++s) {
     KernelSigaction now {};
     if (kernel_sigaction(s, nullptr, &now) != 0) continue;  // KILL, STOP: nothing to reset
-    if (now.handler != reinterpret_cast<void*>(SIG_DFL)) r.list[r.count++] = s;
+    if (now.handler != reinterpret_cast<void*>(SIG_DFL)) signals_.list[signals_.count++] = s;
   }
-  return r;
+  return signals_;
 }
 
-}  // namespace
-
-uint64_t raise_open_files_limit() {
+uint64_t ChildSetup::raise_open_files_limit() {
   struct rlimit lim {};
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
   if (lim.rlim_cur < lim.rlim_max) {
     struct rlimit raised = lim;
     raised.rlim_cur = lim.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
-      g_child_nofile = lim;
-      g_restore_nofile = true;
+      child_nofile_ = lim;
+      restore_nofile_ = true;
       return raised.rlim_cur;
     }
   }
@@ -204,7 +187,8 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   if (place.oom_score_adj)
     oom_adj_len = static_cast<size_t>(snprintf(oom_adj, sizeof oom_adj, "%d", *place.oom_score_adj));
   ChildFailure failure;
-  const SignalsToReset& reset = signals_to_reset();
+  const ChildSetup::Signals& reset = place.setup ? place.setup->signals() : ChildSetup::none();
+  const struct rlimit* child_nofile = place.setup ? place.setup->child_nofile() : nullptr;
 
   // Block every signal so no handler of ours runs in the child before it has
   // reset the dispositions to their defaults.
@@ -249,7 +233,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
       if (setuid(uid) < 0) child_fail(&failure, "setuid");
     }
     if (cwd && chdir(cwd) < 0) child_fail(&failure, "chdir");
-    if (g_restore_nofile) setrlimit(RLIMIT_NOFILE, &g_child_nofile);
+    if (child_nofile) setrlimit(RLIMIT_NOFILE, child_nofile);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

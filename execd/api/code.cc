@@ -12,7 +12,8 @@
 
 #include "execd/api/api.h"
 #include "execd/api/awaiter.h"
-#include "execd/api/execution_stream.h"
+#include "execd/api/commands.h"
+#include "execd/exec/reader.h"
 #include "protocol/errors.h"
 #include "protocol/jupyter.h"
 
@@ -33,14 +34,14 @@ using json = nlohmann::json;
 #ifndef EXECD_WITH_CODE
 
 class CodeRegistryImpl {};
-CodeRegistry::CodeRegistry(Context&) {}
+CodeRegistry::CodeRegistry(const Context&, pty::Runtime&, exec::Registry&) {}
 CodeRegistry::~CodeRegistry() = default;
 void CodeRegistry::shutdown_all() {}
 void CodeRegistry::kill_all() {}
 size_t CodeRegistry::kernels_alive() const { return 0; }
 void CodeRegistry::close() {}
 
-void add_code_routes(RouteTable& routes, CodeRegistry&, CommandRegistry&, SessionRegistry&) {
+void add_code_routes(RouteTable& routes, CodeRegistry&, CommandService&, SessionRegistry&) {
   auto unavailable = [](http::Exchange& ex) {
     ex.respond_error(501, "NOT_IMPLEMENTED", "code interpreting is not built into this execd (static build without libzmq)");
   };
@@ -68,14 +69,11 @@ constexpr uint64_t kSigintRepeatMs = 500;
 constexpr uint64_t kReplyAfterIdleMs = 1000;
 constexpr size_t kStderrTail = 2048;
 
-uint64_t heartbeat_timeout_ms() {
-  // Overridable for tests of a silent kernel; 5 s otherwise.
-  static uint64_t ms = [] {
-    const char* v = getenv("EXECD_KERNEL_HEARTBEAT_TIMEOUT_MS");
-    long n = v ? atol(v) : 0;
-    return n > 0 ? static_cast<uint64_t>(n) : uint64_t{5000};
-  }();
-  return ms;
+// Overridable for tests of a silent kernel; 5 s otherwise.
+uint64_t heartbeat_timeout_from(const std::vector<std::string>& env) {
+  const char* v = env_lookup(env, "EXECD_KERNEL_HEARTBEAT_TIMEOUT_MS");
+  long n = v ? atol(v) : 0;
+  return n > 0 ? static_cast<uint64_t>(n) : uint64_t{5000};
 }
 
 std::string describe_exit(const pty::Outcome& o) {
@@ -91,17 +89,20 @@ class CodeContext;
 // An exchange waiting for POST /code/context's kernel to be ready.
 struct ReadyWaiter : Awaitable {};
 
-class CodeRun final : public ExecutionProducer {
+// One run of code in a context: the runner of a /code execution. Kernel
+// output is not pausable (iopub is PUB/SUB: ZeroMQ would drop what execd
+// stopped reading); a client that falls behind catches up from the
+// execution's retained log instead (--code-spill-limit bytes of it).
+class CodeRun final : public exec::Runner {
  public:
-  explicit CodeRun(CodeContext& c) : ctx(c) {}
-  // Kernel output is not pausable (iopub is PUB/SUB: ZeroMQ would drop what
-  // execd stopped reading); a client that falls behind gets it through the
-  // stream's spill file instead (spill_to, --code-spill-limit).
-  void set_client_paused(bool) override {}
-  void client_gone() override;
-  void output_overflow(const std::string& reason) override;
+  CodeRun(exec::RunSink& s, std::string c) : sink(s), code(std::move(c)) {}
+  bool pausable() const override { return false; }
+  bool interrupt() override;
+  // Nobody reads the rest: stop the code so the context is free again.
+  void unwatched() override { interrupt(); }
 
-  CodeContext& ctx;
+  exec::RunSink& sink;
+  Link<CodeContext> context;
   std::string code;
   std::string msg_id;
   int64_t started_ms = 0;
@@ -118,8 +119,12 @@ class CodeRun final : public ExecutionProducer {
 
 class CodeRegistryImpl {
  public:
-  explicit CodeRegistryImpl(Context& c) : ctx(c) {}
-  Context& ctx;
+  CodeRegistryImpl(const Context& c, pty::Runtime& rt, exec::Registry& ex)
+      : ctx(c), runtime(rt), executions(ex), heartbeat_timeout_ms(heartbeat_timeout_from(c.base_env)) {}
+  const Context& ctx;
+  pty::Runtime& runtime;
+  exec::Registry& executions;
+  const uint64_t heartbeat_timeout_ms;
   void* zmq = nullptr;
   std::map<std::string, std::unique_ptr<CodeContext>> contexts;
   std::map<std::string, std::string> defaults;  // kernel name -> context id
@@ -168,7 +173,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   const std::string& language() const { return language_; }
   const std::string& kernel_name() const { return spec_.name; }
   const std::string& cwd() const { return cwd_; }
-  bool busy() const { return run_ != nullptr; }
+  bool busy() const { return static_cast<bool>(run_); }
   bool kernel_alive() const { return cmd_ != nullptr; }
   State state() const { return state_; }
 
@@ -182,8 +187,8 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     waiters_.push_back(std::move(w));
   }
 
-  void begin_run(std::unique_ptr<CodeRun> run) {
-    run_ = std::move(run);
+  void begin_run(CodeRun& run) {
+    link(*this, run_, run, run.context);
     if (state_ == State::ready) send_execute();
     else ensure_started();
   }
@@ -215,18 +220,12 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     }
   }
 
-  void client_gone() {
-    // Nobody reads the rest: stop the code so the context is free again.
-    if (run_) interrupt();
-  }
-
   // DELETE or daemon shutdown: the kernel is asked to exit, then signalled.
   void shut_down() {
-    if (run_ && run_->stream) {
-      run_->stream->event(jp::error_event("ContextDeleted", "the code context was deleted", {}, unix_ms()));
+    if (run_) {
+      run_->sink.event(jp::error_event("ContextDeleted", "the code context was deleted", {}, unix_ms()));
       finish_run("aborted");
     }
-    run_.reset();
     fail_waiters("the code context was deleted");
     if (!cmd_) {
       state_ = State::stopped;
@@ -287,11 +286,9 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
       return;
     }
     if (run_) {
-      if (run_->stream) {
-        std::vector<std::string> tb{reason};
-        if (!tail.empty()) tb.push_back(tail);
-        run_->stream->event(jp::error_event("KernelDied", reason, tb, unix_ms()));
-      }
+      std::vector<std::string> tb{reason};
+      if (!tail.empty()) tb.push_back(tail);
+      run_->sink.event(jp::error_event("KernelDied", reason, tb, unix_ms()));
       finish_run("died");
     }
   }
@@ -354,7 +351,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     pty::CommandLimits limits;
     limits.kill_grace_ms = reg_.ctx.config.kill_grace_ms;
     started_ = uv_now(reg_.ctx.loop);
-    cmd_ = pty::Command::start(reg_.ctx.loop, *reg_.ctx.reaper, *reg_.ctx.containment, opts, limits, this, error);
+    cmd_ = pty::Command::start(reg_.runtime, opts, limits, this, error);
     if (!cmd_) {
       remove_connection_file();
       state_ = State::stopped;
@@ -407,8 +404,8 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
         }
         return;
       case State::ready:
-        if (now - last_heartbeat_ > heartbeat_timeout_ms()) {
-          death_reason_ = "the kernel stopped answering heartbeats for " + std::to_string(heartbeat_timeout_ms()) + " ms";
+        if (now - last_heartbeat_ > reg_.heartbeat_timeout_ms) {
+          death_reason_ = "the kernel stopped answering heartbeats for " + std::to_string(reg_.heartbeat_timeout_ms) + " ms";
           spdlog::warn("code context {}: {}", id_, death_reason_);
           kill();
           uv_timer_stop(&timer_);
@@ -445,18 +442,16 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   }
 
   void on_iopub(const std::string& type, const std::string& content_text) {
+    exec::RunSink& s = run_->sink;
     if (type == "stream") {
-      ExecutionStream* s = run_->stream.get();
-      if (!s) return;  // the client left; the kernel is being interrupted
       auto sc = jp::read_stream_content(content_text);
       if (!sc) return;
-      s->output(sc->is_stderr ? protocol::OutputStream::err : protocol::OutputStream::out,
-                reinterpret_cast<const uint8_t*>(sc->text.data()), sc->text.size());
+      s.output(sc->is_stderr ? exec::kStderr : exec::kStdout, reinterpret_cast<const uint8_t*>(sc->text.data()),
+               sc->text.size());
       return;
     }
     json c = json::parse(content_text, nullptr, false);
     if (!c.is_object()) return;
-    ExecutionStream* s = run_->stream.get();
     int64_t now = unix_ms();
     if (type == "status") {
       if (auto st = c.find("execution_state"); st != c.end() && *st == "idle") {
@@ -474,18 +469,17 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
       }
       return;
     }
-    if (!s) return;  // the client left; the kernel is being interrupted
     if (type == "execute_result") {
       if (auto n = c.find("execution_count"); n != c.end() && n->is_number_integer()) {
         run_->count = n->get<int64_t>();
-        s->event(jp::execution_count_event(*run_->count, now));
+        s.event(jp::execution_count_event(*run_->count, now));
       }
-      if (auto e = jp::result_event(c, now)) s->event(*e);
+      if (auto e = jp::result_event(c, now)) s.event(*e);
     } else if (type == "display_data" || type == "update_display_data") {
-      if (auto e = jp::result_event(c, now)) s->event(*e);
+      if (auto e = jp::result_event(c, now)) s.event(*e);
     } else if (type == "error") {
       run_->error_sent = true;
-      s->event(jp::error_event_from(c, now));
+      s.event(jp::error_event_from(c, now));
     }
   }
 
@@ -493,8 +487,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     if (!run_ || !run_->reply_seen || !run_->idle_seen) return;
     std::string status = "ok";
     if (auto st = run_->reply.find("status"); st != run_->reply.end() && st->is_string()) status = *st;
-    if (status == "error" && !run_->error_sent && run_->stream)
-      run_->stream->event(jp::error_event_from(run_->reply, unix_ms()));
+    if (status == "error" && !run_->error_sent) run_->sink.event(jp::error_event_from(run_->reply, unix_ms()));
     finish_run(status);
   }
 
@@ -505,24 +498,22 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   void end_run_without_reply() {
     spdlog::warn("code context {}: the kernel went idle without an execute reply{}", id_,
                  run_->interrupted ? " (interrupted as the code started)" : "");
-    if (ExecutionStream* s = run_->stream.get()) {
-      std::string why = run_->interrupted
-                            ? "the interrupt reached the kernel before the code ran; it sent no execute reply"
-                            : "the kernel went idle without an execute reply";
-      s->event(jp::error_event(run_->interrupted ? "KeyboardInterrupt" : "NoExecuteReply", why, {why}, unix_ms()));
-    }
+    std::string why = run_->interrupted
+                          ? "the interrupt reached the kernel before the code ran; it sent no execute reply"
+                          : "the kernel went idle without an execute reply";
+    run_->sink.event(jp::error_event(run_->interrupted ? "KeyboardInterrupt" : "NoExecuteReply", why, {why}, unix_ms()));
     finish_run("error");
   }
 
   void finish_run(const std::string& status) {
-    std::unique_ptr<CodeRun> run = std::move(run_);
-    if (ExecutionStream* s = run->stream.get()) {
-      jp::CodeOutcome o;
-      o.status = status;
-      o.execution_count = run->count;
-      o.execution_time_ms = run->sent ? unix_ms() - run->started_ms : 0;
-      s->finish_with(jp::complete_event(o, unix_ms()));
-    }
+    CodeRun* run = run_.get();
+    if (!run) return;
+    run_.cut();
+    protocol::ExecutionResult r;
+    r.status = status;
+    r.execution_count = run->count;
+    r.execution_time_ms = run->sent ? unix_ms() - run->started_ms : 0;
+    run->sink.finish(std::move(r));
   }
 
   void fail_start(const std::string& reason) {
@@ -532,7 +523,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     fail_waiters(reason);
     if (drop) return reg_.remove(id_);
     if (run_) {
-      if (run_->stream) run_->stream->event(jp::error_event("KernelStartFailed", reason, {reason}, unix_ms()));
+      run_->sink.event(jp::error_event("KernelStartFailed", reason, {reason}, unix_ms()));
       finish_run("start_failed");
     }
   }
@@ -551,9 +542,9 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     jp::WireMessage reply = jp::make_request("input_reply", random_uuid(), session_, "{\"value\":\"\"}");
     reply.parent_header = request.header;
     channels_->send(KernelChannel::stdin_, reply);
-    if (run_ && run_->stream) {
+    if (run_) {
       static const char note[] = "execd: this kernel asked for input, which /code cannot give; it got an empty line\n";
-      run_->stream->output(protocol::OutputStream::err, reinterpret_cast<const uint8_t*>(note), sizeof note - 1);
+      run_->sink.output(exec::kStderr, reinterpret_cast<const uint8_t*>(note), sizeof note - 1);
     }
   }
 
@@ -592,26 +583,15 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   uv_timer_t timer_;
   uint64_t started_ = 0, last_info_sent_ = 0, last_heartbeat_ = 0, last_ping_ = 0, stop_started_ = 0;
   bool shell_ready_ = false, iopub_seen_ = false, term_sent_ = false, ever_ready_ = false;
-  std::unique_ptr<CodeRun> run_;
+  Link<CodeRun> run_;
   std::vector<std::unique_ptr<ReadyWaiter>> waiters_;
 };
 
-void CodeRun::client_gone() { ctx.client_gone(); }
-
-void CodeRun::output_overflow(const std::string& reason) {
-  // The client hears why its output ends here, after everything before it;
-  // the kernel is interrupted so that the context becomes free again.
-  if (ExecutionStream* s = stream.get()) {
-    std::string message = "execd: " + reason + "; the execution was interrupted";
-    int64_t now = unix_ms();
-    s->event(jp::error_event("OutputOverflow", message, {message}, now));
-    jp::CodeOutcome o;
-    o.status = "output_overflow";
-    o.execution_count = count;
-    o.execution_time_ms = sent ? now - started_ms : 0;
-    s->finish_with(jp::complete_event(o, now));
-  }
-  ctx.client_gone();
+bool CodeRun::interrupt() {
+  CodeContext* c = context.get();
+  if (!c) return false;
+  c->interrupt();
+  return true;
 }
 
 CodeContext& CodeRegistryImpl::create(const std::string& language, const pty::KernelSpec& spec,
@@ -646,7 +626,8 @@ void CodeRegistryImpl::forget(CodeContext* c) {
 
 // ---------------------------------------------------------------------------
 
-CodeRegistry::CodeRegistry(Context& ctx) : impl_(std::make_unique<CodeRegistryImpl>(ctx)) {}
+CodeRegistry::CodeRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions)
+    : impl_(std::make_unique<CodeRegistryImpl>(ctx, runtime, executions)) {}
 
 CodeRegistry::~CodeRegistry() = default;
 
@@ -713,7 +694,7 @@ void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
     return ex.respond_error(400, codes::kInvalidRequestBody,
                             "error parsing request, MAYBE invalid body format. " + err->message);
   auto& req = std::get<jp::CreateContextRequest>(decoded);
-  if (reg.ctx.shutting_down) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
+  if (!reg.executions.accepting()) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
   if (req.language.empty()) req.language = "python";
   const pty::KernelSpec* spec = reg.spec_for(req.language);
   if (!spec)
@@ -734,7 +715,7 @@ void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
     return ex.respond_error(400, codes::kInvalidRequestBody,
                             "invalid request, validation error " + err->message);
   auto& req = std::get<jp::RunCodeRequest>(decoded);
-  if (reg.ctx.shutting_down) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
+  if (!reg.executions.accepting()) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
   CodeContext* c = nullptr;
   if (!req.context_id.empty()) {
     c = reg.find(req.context_id);
@@ -754,15 +735,21 @@ void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
   }
   if (c->busy())
     return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
-  auto run = std::make_unique<CodeRun>(*c);
-  run->code = std::move(req.code);
-  auto stream = std::make_unique<ExecutionStream>(ex, framing_for(reg.ctx, ex));
-  ExecutionStream& s = *stream;
-  s.encoder().set_split_lines(false);
-  s.spill_to(reg.ctx.loop, reg.ctx.config.state_dir, static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
-  ex.attach(std::move(stream));
-  s.start(*run, c->id());
-  c->begin_run(std::move(run));
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::code_run;
+  spec.content = req.code;
+  spec.owner = c->id();
+  spec.language = c->language();
+  spec.fingerprint = "code-run";
+  spec.cwd = c->cwd();
+  exec::Execution& e =
+      reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
+  auto run = std::make_unique<CodeRun>(e, std::move(req.code));
+  ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original,
+                                                    framing_for(reg.ctx, ex), 0, 0,
+                                                    std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
+  c->begin_run(*run);
+  e.start(std::move(run));
 }
 
 void handle_list(CodeRegistryImpl& reg, http::Exchange& ex) {
@@ -786,7 +773,7 @@ void handle_delete_language(CodeRegistryImpl& reg, http::Exchange& ex) {
 
 }  // namespace
 
-void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandRegistry& commands, SessionRegistry& sessions) {
+void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands, SessionRegistry& sessions) {
   CodeRegistryImpl& reg = *code.impl();
   routes.add("POST", "/code", [&reg](http::Exchange& ex) { handle_run(reg, ex); });
   routes.add("DELETE", "/code", [&reg, &commands, &sessions](http::Exchange& ex) {

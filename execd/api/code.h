@@ -1,8 +1,10 @@
 // execd/api/code: code interpreting. A code context is one Jupyter kernel
 // (started from an installed kernelspec, spoken to over ZeroMQ through
-// execd/kernel_channels) with its working directory; /code runs code in one
-// and streams what the kernel publishes through an ExecutionStream, so both
-// framings behave as /command does. The registry owns every context, the
+// execd/kernel_channels) with its working directory; /code runs code in one.
+// Each run is an execution (execd/exec) whose runner speaks to the kernel,
+// so both framings behave as /command does, and a run has an id (the
+// EXECD-RUN-ID header), a status, retained output, resume, a record and a
+// journal entry like any command. The registry owns every context, the
 // default context per kernelspec, and the ZeroMQ context.
 //
 // One execution per context at a time: a second one gets 409 CONTEXT_BUSY at
@@ -15,7 +17,12 @@
 #include <cstddef>
 #include <memory>
 
+#include "execd/api/commands.h"
+#include "execd/api/sessions.h"
 #include "execd/context.h"
+#include "execd/exec/registry.h"
+#include "execd/routes.h"
+#include "pty/runtime.h"
 
 namespace execd::api {
 
@@ -23,7 +30,7 @@ class CodeRegistryImpl;
 
 class CodeRegistry {
  public:
-  explicit CodeRegistry(Context& ctx);
+  CodeRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions);
   ~CodeRegistry();
   CodeRegistry(const CodeRegistry&) = delete;
   CodeRegistry& operator=(const CodeRegistry&) = delete;
@@ -42,5 +49,7 @@ class CodeRegistry {
  private:
   std::unique_ptr<CodeRegistryImpl> impl_;
 };
+
+void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands, SessionRegistry& sessions);
 
 }  // namespace execd::api

@@ -18,6 +18,7 @@
 #include "execd/http/connection.h"
 #include "fs/expand.h"
 #include "fs/line_range.h"
+#include "protocol/query_values.h"
 #include "fs/paths.h"
 #include "protocol/errors.h"
 #include "protocol/range.h"
@@ -93,7 +94,7 @@ struct Prepared {
 };
 
 struct OpenWork : Awaitable {
-  uv_work_t work;
+  WorkGate::Ticket work;
   std::string path;
   std::optional<std::string> range;
   // results
@@ -173,7 +174,7 @@ void open_for_download(OpenWork& w) {
 class FileSender;
 
 struct ReadAhead {
-  uv_work_t work;
+  WorkGate::Ticket work;
   http::SharedFile file;
   uint64_t offset = 0, length = 0;
   Link<FileSender> sender;
@@ -181,8 +182,8 @@ struct ReadAhead {
 
 class FileSender final : public http::Source {
  public:
-  FileSender(Exchange& ex, uv_loop_t* loop, http::SharedFile file, uint64_t offset, uint64_t length)
-      : ex_(ex), loop_(loop), file_(std::move(file)), queued_(offset), prefetched_(offset), end_(offset + length) {}
+  FileSender(Exchange& ex, WorkGate& gate, uv_loop_t* loop, http::SharedFile file, uint64_t offset, uint64_t length)
+      : ex_(ex), gate_(gate), loop_(loop), file_(std::move(file)), queued_(offset), prefetched_(offset), end_(offset + length) {}
 
   void start() { feed(); }
   void proceed() override {
@@ -209,13 +210,13 @@ class FileSender final : public http::Source {
     }
     if (job || ex_.peer_gone() || prefetched_ - queued_ >= kWindowBytes || prefetched_ >= end_) return;
     auto* r = new ReadAhead;
-    r->work.data = r;
+    r->work.req.data = r;
     r->file = file_;
     r->offset = prefetched_;
     r->length = std::min(kWindowBytes, end_ - prefetched_);
     link(*r, r->sender, *this, job);
-    int rc = file_work().queue(
-        loop_, &r->work,
+    int rc = gate_.queue(
+        loop_, r->work,
         [](uv_work_t* w) {
           auto* r = static_cast<ReadAhead*>(w->data);
           // Pulls the window into the page cache so that sendfile on the loop
@@ -236,6 +237,7 @@ class FileSender final : public http::Source {
   }
 
   Exchange& ex_;
+  WorkGate& gate_;
   uv_loop_t* loop_;
   http::SharedFile file_;
   uint64_t queued_, prefetched_, end_;
@@ -250,7 +252,7 @@ void after_open(uv_work_t* work, int) {
   if (w->error) return send_reply(*ex, *w->error);
   Prepared& p = w->prepared;
   ex->begin_sized(p.status, std::move(p.headers));
-  auto sender = std::make_unique<FileSender>(*ex, work->loop, std::move(file), p.offset, p.length);
+  auto sender = std::make_unique<FileSender>(*ex, *w->work.gate, work->loop, std::move(file), p.offset, p.length);
   FileSender* s = sender.get();
   ex->attach(std::move(sender));
   s->start();
@@ -264,7 +266,7 @@ void after_open(uv_work_t* work, int) {
 class LineSender;
 
 struct LineJob {
-  uv_work_t work;
+  WorkGate::Ticket work;
   std::unique_ptr<fs::LineRangeReader> reader;
   std::string chunk;
   std::optional<fs::Error> error;
@@ -274,18 +276,18 @@ struct LineJob {
 class LineSender final : public http::Source {
  public:
   static constexpr size_t kChunk = 256 * 1024;
-  LineSender(Exchange& ex, uv_loop_t* loop, std::unique_ptr<fs::LineRangeReader> reader)
-      : ex_(ex), loop_(loop), reader_(std::move(reader)) {}
+  LineSender(Exchange& ex, WorkGate& gate, uv_loop_t* loop, std::unique_ptr<fs::LineRangeReader> reader)
+      : ex_(ex), gate_(gate), loop_(loop), reader_(std::move(reader)) {}
   Link<LineJob> job;
 
   void read_next() {
     if (job || !reader_) return;
     auto* j = new LineJob;
-    j->work.data = j;
+    j->work.req.data = j;
     j->reader = std::move(reader_);
     link(*j, j->sender, *this, job);
-    int rc = file_work().queue(
-        loop_, &j->work,
+    int rc = gate_.queue(
+        loop_, j->work,
         [](uv_work_t* w) {
           auto* j = static_cast<LineJob*>(w->data);
           j->chunk.resize(kChunk);
@@ -324,25 +326,26 @@ class LineSender final : public http::Source {
   }
 
   Exchange& ex_;
+  WorkGate& gate_;
   uv_loop_t* loop_;
   std::unique_ptr<fs::LineRangeReader> reader_;
 };
 
 struct LineOpen : Awaitable {
-  uv_work_t work;
+  WorkGate::Ticket work;
   std::string path;
-  fs::LineRangeParams params;
+  protocol::LineRangeParams params;
   std::unique_ptr<fs::LineRangeReader> reader;
   std::optional<fs::Error> error;
 };
 
-void handle_line_download(Context& ctx, Exchange& ex, const std::string& path, fs::LineRangeParams params) {
+void handle_line_download(FileService& svc, Exchange& ex, const std::string& path, protocol::LineRangeParams params) {
   auto* w = new LineOpen;
-  w->work.data = w;
+  w->work.req.data = w;
   w->path = path;
   w->params = params;
-  int rc = file_work().queue(
-      ctx.loop, &w->work,
+  int rc = svc.gate.queue(
+      svc.ctx.loop, w->work,
       [](uv_work_t* work) {
         auto* w = static_cast<LineOpen*>(work->data);
         auto expanded = fs::expand_path(w->path, fs::process_env_lookup());
@@ -357,7 +360,7 @@ void handle_line_download(Context& ctx, Exchange& ex, const std::string& path, f
         if (!ex) return;
         if (w->error) return send_reply(*ex, FileReply::from(*w->error));
         ex->begin_chunked(200, {"Content-Type: text/plain; charset=utf-8"});
-        auto sender = std::make_unique<LineSender>(*ex, work->loop, std::move(w->reader));
+        auto sender = std::make_unique<LineSender>(*ex, *w->work.gate, work->loop, std::move(w->reader));
         LineSender* s = sender.get();
         ex->attach(std::move(sender));
         s->read_next();
@@ -374,20 +377,22 @@ std::optional<std::string_view> optional_query(const Exchange& ex, std::string_v
   return v ? std::optional<std::string_view>(*v) : std::nullopt;
 }
 
-void handle_download(Context& ctx, Exchange& ex) {
+void handle_download(FileService& svc, Exchange& ex) {
   const std::string* path = protocol::query_value(ex.query, "path");
   if (!path) return ex.respond_error(400, codes::kMissingQuery, "missing query parameter 'path'");
   const std::string* range_header = ex.header("range");
-  auto lines = fs::parse_line_range_params(optional_query(ex, "offset"), optional_query(ex, "limit"),
-                                           range_header ? std::optional<std::string_view>(*range_header) : std::nullopt);
-  if (!lines) return send_reply(ex, FileReply::from(lines.error()));
-  if (lines.value().requested) return handle_line_download(ctx, ex, *path, lines.value());
+  std::string error;
+  auto lines = protocol::parse_line_range_params(
+      optional_query(ex, "offset"), optional_query(ex, "limit"),
+      range_header ? std::optional<std::string_view>(*range_header) : std::nullopt, error);
+  if (!lines) return send_reply(ex, FileReply::from(fs::Error{fs::ErrorKind::bad_request, error}));
+  if (lines->requested) return handle_line_download(svc, ex, *path, *lines);
   auto* w = new OpenWork;
-  w->work.data = w;
+  w->work.req.data = w;
   w->path = *path;
   if (const std::string* range = ex.header("range")) w->range = *range;
-  int rc = file_work().queue(
-      ctx.loop, &w->work, [](uv_work_t* work) { open_for_download(*static_cast<OpenWork*>(work->data)); }, after_open);
+  int rc = svc.gate.queue(
+      svc.ctx.loop, w->work, [](uv_work_t* work) { open_for_download(*static_cast<OpenWork*>(work->data)); }, after_open);
   if (rc != 0) {
     delete w;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
@@ -397,8 +402,8 @@ void handle_download(Context& ctx, Exchange& ex) {
 
 }  // namespace
 
-void add_download_route(RouteTable& routes, Context& ctx) {
-  routes.add("GET", "/files/download", [&ctx](Exchange& ex) { handle_download(ctx, ex); });
+void add_download_route(RouteTable& routes, FileService& svc) {
+  routes.add("GET", "/files/download", [&svc](Exchange& ex) { handle_download(svc, ex); });
 }
 
 }  // namespace execd::api

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "protocol/errors.h"
-#include "pty/pool_job.h"
+#include "fs/pool_job.h"
 
 namespace execd::api {
 
@@ -56,24 +56,24 @@ void send_reply(http::Exchange& ex, const FileReply& reply) {
 namespace {
 // Owned by itself from uv_queue_work until its after-work callback.
 struct FileJob : Awaitable {
-  uv_work_t work;
+  WorkGate::Ticket work;
   std::function<FileReply()> job;
   std::function<void(const FileReply&)> done;
   FileReply reply;
   // Still waiting at the gate: it never takes a thread (the after-callback
   // runs now, with UV_ECANCELED, and frees the job).
-  void client_gone() override { file_work().cancel(&work); }
+  void client_gone() override { work.gate->cancel(work); }
 };
 }  // namespace
 
-void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()> job,
+void run_file_job(FileService& svc, http::Exchange& ex, std::function<FileReply()> job,
                   std::function<void(const FileReply&)> done) {
   auto* w = new FileJob;
   w->job = std::move(job);
   w->done = std::move(done);
-  w->work.data = w;
-  int rc = file_work().queue(
-      loop, &w->work,
+  w->work.req.data = w;
+  int rc = svc.gate.queue(
+      svc.ctx.loop, w->work,
       [](uv_work_t* work) {
         auto* w = static_cast<FileJob*>(work->data);
         try {
@@ -109,7 +109,7 @@ void run_blocking(uv_loop_t* loop, http::Exchange& ex, std::function<void()> blo
   job->blocking = std::move(blocking);
   job->then = std::move(then);
   await(ex, *job);
-  pty::queue_job<BlockingJob>(
+  fs::queue_job<BlockingJob>(
       loop, std::move(job), [](BlockingJob& j) { j.blocking(); },
       [](BlockingJob& j, int) {
         if (http::Exchange* ex = j.exchange()) j.then(*ex);

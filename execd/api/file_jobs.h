@@ -15,10 +15,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "execd/api/work_gate.h"
+#include "execd/context.h"
 #include "execd/http/exchange.h"
 #include "fs/error.h"
 
 namespace execd::api {
+
+class Journal;
+
+// What the /files, /directories, upload and download routes share: the
+// settings, the gate that caps their pool threads, and the journal their
+// changes go to.
+struct FileService {
+  const Context& ctx;
+  WorkGate& gate;
+  Journal& journal;
+};
 
 // The HTTP status and envelope code of a file system error kind.
 struct FileStatus {
@@ -40,11 +53,11 @@ struct FileReply {
   static FileReply from(const fs::Error& error);
 };
 
-// Runs `job` on the threadpool; its reply is sent if the client is still
+// Runs `job` on the threadpool (through the gate); its reply is sent if the client is still
 // there. `job` must only touch what it captured (no Connection, no loop).
 // `done`, if given, runs on the loop with the reply (whether or not the
 // client is still there).
-void run_file_job(uv_loop_t* loop, http::Exchange& ex, std::function<FileReply()> job,
+void run_file_job(FileService& svc, http::Exchange& ex, std::function<FileReply()> job,
                   std::function<void(const FileReply&)> done = nullptr);
 
 // Runs `blocking` on the threadpool, then `then` on the loop with the

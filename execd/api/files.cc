@@ -47,50 +47,50 @@ std::optional<nlohmann::json> require_json(Exchange& ex, const protocol::HttpReq
 FileReply reply_status(const fs::Status& s) { return s ? FileReply::empty() : FileReply::from(s.error()); }
 
 // The journal hears of a change once its job succeeded.
-void run_change_job(Context& ctx, Exchange& ex, std::string op, std::vector<std::string> paths,
+void run_change_job(FileService& svc, Exchange& ex, std::string op, std::vector<std::string> paths,
                     std::function<FileReply()> job) {
-  run_file_job(ctx.loop, ex, std::move(job), [&ctx, op = std::move(op), paths = std::move(paths)](const FileReply& r) {
-    if (r.status < 300) journal_file_change(ctx, op, paths);
+  run_file_job(svc, ex, std::move(job), [&svc, op = std::move(op), paths = std::move(paths)](const FileReply& r) {
+    if (r.status < 300) journal_file_change(svc.journal, op, paths);
   });
 }
 
-void handle_info(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
-  run_file_job(loop, ex, [paths = all_values(q, "path")] {
+void handle_info(FileService& svc, Exchange& ex, const QueryParams& q) {
+  run_file_job(svc, ex, [paths = all_values(q, "path")] {
     auto infos = fs::get_file_info(paths, fs::process_env_lookup());
     if (!infos) return FileReply::from(infos.error());
     return FileReply::json(fs::file_info_map_json(infos.value()));
   });
 }
 
-void handle_delete_files(Context& ctx, Exchange& ex, const QueryParams& q) {
-  run_change_job(ctx, ex, "rm", all_values(q, "path"), [paths = all_values(q, "path")] {
+void handle_delete_files(FileService& svc, Exchange& ex, const QueryParams& q) {
+  run_change_job(svc, ex, "rm", all_values(q, "path"), [paths = all_values(q, "path")] {
     return reply_status(fs::delete_files(paths, fs::process_env_lookup()));
   });
 }
 
-void handle_permissions(Context& ctx, Exchange& ex, const protocol::HttpRequest& req) {
+void handle_permissions(FileService& svc, Exchange& ex, const protocol::HttpRequest& req) {
   auto body = require_json(ex, req);
   if (!body) return;
   auto requests = fs::parse_permission_requests(*body);
   if (!requests) return send_reply(ex, FileReply::from(requests.error()));
   std::vector<std::string> paths;
   for (const auto& r : requests.value()) paths.push_back(r.path);
-  run_change_job(ctx, ex, "chmod", std::move(paths), [r = std::move(requests.value())] {
+  run_change_job(svc, ex, "chmod", std::move(paths), [r = std::move(requests.value())] {
     return reply_status(fs::set_permissions(r, fs::process_env_lookup()));
   });
 }
 
-void handle_make_directories(uv_loop_t* loop, Exchange& ex, const protocol::HttpRequest& req) {
+void handle_make_directories(FileService& svc, Exchange& ex, const protocol::HttpRequest& req) {
   auto body = require_json(ex, req);
   if (!body) return;
   auto requests = fs::parse_permission_requests(*body);
   if (!requests) return send_reply(ex, FileReply::from(requests.error()));
-  run_file_job(loop, ex, [r = std::move(requests.value())] {
+  run_file_job(svc, ex, [r = std::move(requests.value())] {
     return reply_status(fs::make_directories(r, fs::process_env_lookup()));
   });
 }
 
-void handle_move(Context& ctx, Exchange& ex, const protocol::HttpRequest& req) {
+void handle_move(FileService& svc, Exchange& ex, const protocol::HttpRequest& req) {
   auto body = require_json(ex, req);
   if (!body) return;
   auto requests = fs::parse_move_requests(*body);
@@ -100,12 +100,12 @@ void handle_move(Context& ctx, Exchange& ex, const protocol::HttpRequest& req) {
     paths.push_back(r.src);
     paths.push_back(r.dest);
   }
-  run_change_job(ctx, ex, "mv", std::move(paths), [r = std::move(requests.value())] {
+  run_change_job(svc, ex, "mv", std::move(paths), [r = std::move(requests.value())] {
     return reply_status(fs::move_files(r, fs::process_env_lookup()));
   });
 }
 
-void handle_replace(Context& ctx, Exchange& ex, const protocol::HttpRequest& req, const QueryParams& q) {
+void handle_replace(FileService& svc, Exchange& ex, const protocol::HttpRequest& req, const QueryParams& q) {
   auto body = require_json(ex, req);
   if (!body) return;
   auto requests = fs::parse_replace_requests(*body);
@@ -114,7 +114,7 @@ void handle_replace(Context& ctx, Exchange& ex, const protocol::HttpRequest& req
   bool detailed = verbose && *verbose == "true";
   std::vector<std::string> paths;
   for (const auto& r : requests.value()) paths.push_back(r.path);
-  run_change_job(ctx, ex, "replace", std::move(paths), [r = std::move(requests.value()), detailed] {
+  run_change_job(svc, ex, "replace", std::move(paths), [r = std::move(requests.value()), detailed] {
     auto outcomes = fs::replace_in_files(r, fs::process_env_lookup());
     if (!outcomes) return FileReply::from(outcomes.error());
     return detailed ? FileReply::json(fs::replace_outcomes_json(outcomes.value())) : FileReply::empty();
@@ -122,7 +122,7 @@ void handle_replace(Context& ctx, Exchange& ex, const protocol::HttpRequest& req
 }
 
 // A search streams its matches as one JSON array. Each step walks a bounded
-// slice of the tree on the pool (file_work()); the next step is queued only
+// slice of the tree on the pool (through the file gate); the next step is queued only
 // once the client has taken the last one, so a slow client holds no thread
 // and no growing buffer, and a client that leaves stops the walk at once
 // (the step in flight sees `cancelled`). A search that ends within its
@@ -130,7 +130,7 @@ void handle_replace(Context& ctx, Exchange& ex, const protocol::HttpRequest& req
 class SearchStream;
 
 struct SearchStep {
-  uv_work_t work;
+  WorkGate::Ticket work;
   std::unique_ptr<fs::SearchWalk> walk;
   std::atomic<bool> cancelled{false};
   std::string json;  // the step's matches, comma-separated
@@ -144,8 +144,8 @@ class SearchStream final : public http::Source {
   static constexpr size_t kFilesPerStep = 1000;
   static constexpr size_t kEntriesPerStep = 20000;
 
-  SearchStream(Exchange& ex, uv_loop_t* loop, std::unique_ptr<fs::SearchWalk> walk)
-      : ex_(ex), loop_(loop), walk_(std::move(walk)) {}
+  SearchStream(Exchange& ex, FileService& svc, std::unique_ptr<fs::SearchWalk> walk)
+      : ex_(ex), svc_(svc), walk_(std::move(walk)) {}
   ~SearchStream() override {
     if (SearchStep* s = step.get()) s->cancelled = true;
   }
@@ -153,10 +153,10 @@ class SearchStream final : public http::Source {
 
   void queue_step() {
     auto* s = new SearchStep;
-    s->work.data = s;
+    s->work.req.data = s;
     s->walk = std::move(walk_);
     link(*s, s->stream, *this, step);
-    int rc = file_work().queue(loop_, &s->work, run_step, step_done);
+    int rc = svc_.gate.queue(svc_.ctx.loop, s->work, run_step, step_done);
     if (rc != 0) {
       delete s;
       fail(std::string("cannot queue work: ") + uv_strerror(rc));
@@ -227,30 +227,32 @@ class SearchStream final : public http::Source {
 
   static constexpr std::string_view kJson = "application/json; charset=utf-8";
   Exchange& ex_;
-  uv_loop_t* loop_;
+  FileService& svc_;
   std::unique_ptr<fs::SearchWalk> walk_;
   bool head_sent_ = false, any_ = false, waiting_for_client_ = false;
 };
 
 // Opening the root (expanding, stat, the pattern) is itself disk work.
 struct SearchOpen : Awaitable {
-  uv_work_t work;
+  WorkGate::Ticket work;
+  FileService* svc;
   std::string root, pattern;
   std::unique_ptr<fs::SearchWalk> walk;
   std::optional<fs::Error> error;
-  void client_gone() override { file_work().cancel(&work); }
+  void client_gone() override { work.gate->cancel(work); }
 };
 
-void handle_search(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
+void handle_search(FileService& svc, Exchange& ex, const QueryParams& q) {
   const std::string* path = require_path(ex, q);
   if (!path) return;
   const std::string* pattern = protocol::query_value(q, "pattern");
   auto* o = new SearchOpen;
-  o->work.data = o;
+  o->work.req.data = o;
+  o->svc = &svc;
   o->root = *path;
   if (pattern) o->pattern = *pattern;
-  int rc = file_work().queue(
-      loop, &o->work,
+  int rc = svc.gate.queue(
+      svc.ctx.loop, o->work,
       [](uv_work_t* w) {
         auto* o = static_cast<SearchOpen*>(w->data);
         auto walk = fs::SearchWalk::start(o->root, o->pattern, fs::process_env_lookup());
@@ -262,7 +264,7 @@ void handle_search(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
         Exchange* ex = o->exchange();
         if (!ex || status != 0) return;
         if (o->error) return send_reply(*ex, FileReply::from(*o->error));
-        auto stream = std::make_unique<SearchStream>(*ex, w->loop, std::move(o->walk));
+        auto stream = std::make_unique<SearchStream>(*ex, *o->svc, std::move(o->walk));
         SearchStream* s = stream.get();
         ex->attach(std::move(stream));
         s->queue_step();
@@ -274,38 +276,37 @@ void handle_search(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
   await(ex, *o);
 }
 
-void handle_list(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
+void handle_list(FileService& svc, Exchange& ex, const QueryParams& q) {
   const std::string* path = require_path(ex, q);
   if (!path) return;
   const std::string* raw_depth = protocol::query_value(q, "depth");
   auto depth = fs::parse_list_depth(raw_depth ? std::optional<std::string_view>(*raw_depth) : std::nullopt);
   if (!depth) return send_reply(ex, FileReply::from(depth.error()));
-  run_file_job(loop, ex, [p = *path, d = depth.value()] {
+  run_file_job(svc, ex, [p = *path, d = depth.value()] {
     auto entries = fs::list_directory(p, d, fs::process_env_lookup());
     if (!entries) return FileReply::from(entries.error());
     return FileReply::json(nlohmann::json(entries.value()));
   });
 }
 
-void handle_remove_directories(uv_loop_t* loop, Exchange& ex, const QueryParams& q) {
-  run_file_job(loop, ex, [paths = all_values(q, "path")] {
+void handle_remove_directories(FileService& svc, Exchange& ex, const QueryParams& q) {
+  run_file_job(svc, ex, [paths = all_values(q, "path")] {
     return reply_status(fs::remove_directories(paths, fs::process_env_lookup()));
   });
 }
 
 }  // namespace
 
-void add_file_routes(RouteTable& routes, Context& ctx) {
-  uv_loop_t* loop = ctx.loop;
-  routes.add("GET", "/files/info", [loop](Exchange& ex) { handle_info(loop, ex, ex.query); });
-  routes.add("DELETE", "/files", [&ctx](Exchange& ex) { handle_delete_files(ctx, ex, ex.query); });
-  routes.add("POST", "/files/permissions", [&ctx](Exchange& ex) { handle_permissions(ctx, ex, ex.request()); });
-  routes.add("POST", "/files/mv", [&ctx](Exchange& ex) { handle_move(ctx, ex, ex.request()); });
-  routes.add("GET", "/files/search", [loop](Exchange& ex) { handle_search(loop, ex, ex.query); });
-  routes.add("POST", "/files/replace", [&ctx](Exchange& ex) { handle_replace(ctx, ex, ex.request(), ex.query); });
-  routes.add("GET", "/directories/list", [loop](Exchange& ex) { handle_list(loop, ex, ex.query); });
-  routes.add("POST", "/directories", [loop](Exchange& ex) { handle_make_directories(loop, ex, ex.request()); });
-  routes.add("DELETE", "/directories", [loop](Exchange& ex) { handle_remove_directories(loop, ex, ex.query); });
+void add_file_routes(RouteTable& routes, FileService& svc) {
+  routes.add("GET", "/files/info", [&svc](Exchange& ex) { handle_info(svc, ex, ex.query); });
+  routes.add("DELETE", "/files", [&svc](Exchange& ex) { handle_delete_files(svc, ex, ex.query); });
+  routes.add("POST", "/files/permissions", [&svc](Exchange& ex) { handle_permissions(svc, ex, ex.request()); });
+  routes.add("POST", "/files/mv", [&svc](Exchange& ex) { handle_move(svc, ex, ex.request()); });
+  routes.add("GET", "/files/search", [&svc](Exchange& ex) { handle_search(svc, ex, ex.query); });
+  routes.add("POST", "/files/replace", [&svc](Exchange& ex) { handle_replace(svc, ex, ex.request(), ex.query); });
+  routes.add("GET", "/directories/list", [&svc](Exchange& ex) { handle_list(svc, ex, ex.query); });
+  routes.add("POST", "/directories", [&svc](Exchange& ex) { handle_make_directories(svc, ex, ex.request()); });
+  routes.add("DELETE", "/directories", [&svc](Exchange& ex) { handle_remove_directories(svc, ex, ex.query); });
 }
 
 }  // namespace execd::api

@@ -18,7 +18,7 @@
 #include "fs/paths.h"
 #include "fs/small_file.h"
 #include "pty/digest.h"
-#include "pty/pool_job.h"
+#include "fs/pool_job.h"
 
 namespace execd::api {
 
@@ -30,8 +30,7 @@ namespace {
 std::string read_file(const std::string& path) { return fs::read_small_file(path, SIZE_MAX).value_or(std::string()); }
 }  // namespace
 
-Journal::Journal(Context& ctx) : ctx_(ctx) {
-  ctx.journal = this;
+Journal::Journal(const Context& ctx) : ctx_(ctx) {
   path_ = ctx.config.state_dir + "/journal.jsonl";
   rotated_path_ = ctx.config.state_dir + "/journal.1.jsonl";
   if (!ctx.config.journal) return;
@@ -69,10 +68,7 @@ Journal::Journal(Context& ctx) : ctx_(ctx) {
   if (fd_ < 0) spdlog::warn("cannot open the journal {}: {}; no journal kept", path_, strerror(errno));
 }
 
-Journal::~Journal() {
-  close();
-  ctx_.journal = nullptr;
-}
+Journal::~Journal() { close(); }
 
 void Journal::close() {
   if (fd_ < 0) return;
@@ -90,7 +86,7 @@ void Journal::rotate() {
   struct FlushJob {
     int fd;
   };
-  pty::queue_job<FlushJob>(
+  fs::queue_job<FlushJob>(
       ctx_.loop, std::make_unique<FlushJob>(FlushJob{fd_}),
       [](FlushJob& j) {
         fsync(j.fd);
@@ -197,7 +193,7 @@ class JournalReader final : public http::Source {
     job->after = last_;
     job->size_cap = journal_.current_size();
     job_ = job.get();
-    pty::queue_job<CollectJob>(journal_.loop(), std::move(job), collect, [](CollectJob& j, int) {
+    fs::queue_job<CollectJob>(journal_.loop(), std::move(job), collect, [](CollectJob& j, int) {
       if (j.reader) j.reader->caught(j);
     });
   }
@@ -325,7 +321,7 @@ void add_journal_routes(RouteTable& routes, Journal& journal) {
     job->size_cap = journal.current_size();
     job->head = journal.head();
     await(ex, *job);
-    pty::queue_job<VerifyJob>(journal.loop(), std::move(job), verify, [](VerifyJob& j, int) {
+    fs::queue_job<VerifyJob>(journal.loop(), std::move(job), verify, [](VerifyJob& j, int) {
       if (http::Exchange* ex = j.exchange()) ex->respond_json(200, j.answer);
     });
   });
@@ -336,7 +332,7 @@ void add_journal_routes(RouteTable& routes, Journal& journal) {
 
 namespace {
 struct FileChangeJob {
-  Context* ctx;
+  Journal* journal;
   std::string op;
   std::vector<std::string> paths;
   ojson extra;
@@ -380,18 +376,19 @@ void describe_files(FileChangeJob& job) {
 }
 }  // namespace
 
-void journal_file_change(Context& ctx, std::string op, std::vector<std::string> paths, ojson extra) {
-  if (!ctx.journal || !ctx.journal->enabled() || paths.empty()) return;
-  auto job = std::make_unique<FileChangeJob>(FileChangeJob{&ctx, std::move(op), std::move(paths), std::move(extra)});
-  pty::queue_job<FileChangeJob>(ctx.loop, std::move(job), describe_files, [](FileChangeJob& j, int) {
-    if (!j.ctx->journal) return;
+void journal_file_change(Journal& journal, std::string op, std::vector<std::string> paths, ojson extra) {
+  if (!journal.enabled() || paths.empty()) return;
+  auto job =
+      std::make_unique<FileChangeJob>(FileChangeJob{&journal, std::move(op), std::move(paths), std::move(extra)});
+  fs::queue_job<FileChangeJob>(journal.loop(), std::move(job), describe_files, [](FileChangeJob& j, int) {
+    if (!j.journal->enabled()) return;
     ojson e;
     e["type"] = "file";
     e["time"] = rfc3339_nano(unix_ns());
     e["op"] = j.op;
     for (auto it = j.extra.begin(); it != j.extra.end(); ++it) e[it.key()] = it.value();
     e["files"] = j.files;
-    j.ctx->journal->append(e);
+    j.journal->append(e);
   });
 }
 

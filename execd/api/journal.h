@@ -34,7 +34,7 @@ class JournalReader;
 
 class Journal {
  public:
-  explicit Journal(Context& ctx);
+  explicit Journal(const Context& ctx);
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
@@ -54,7 +54,7 @@ class Journal {
 
  private:
   void rotate();
-  Context& ctx_;
+  const Context& ctx_;
   std::string path_, rotated_path_;
   int fd_ = -1;
   uint64_t size_ = 0;
@@ -67,7 +67,7 @@ void add_journal_routes(RouteTable& routes, Journal& journal);
 // A file's state after a change made through the API, for the journal:
 // {"path", "exists", "size", "sha256", "mode"} (hashing on the threadpool).
 // `op` is upload|mv|rm|chmod|replace|mkdir; `paths` the files it touched.
-void journal_file_change(Context& ctx, std::string op, std::vector<std::string> paths,
+void journal_file_change(Journal& journal, std::string op, std::vector<std::string> paths,
                          nlohmann::ordered_json extra = nlohmann::ordered_json::object());
 
 }  // namespace execd::api

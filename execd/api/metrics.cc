@@ -9,7 +9,7 @@
 #include "execd/api/awaiter.h"
 #include "execd/http/connection.h"
 #include "protocol/metrics_json.h"
-#include "pty/pool_job.h"
+#include "fs/pool_job.h"
 
 namespace execd::api {
 
@@ -60,7 +60,7 @@ struct SampleJob {
 };
 }  // namespace
 
-MetricsService::MetricsService(Context& ctx) : ctx_(ctx) {
+MetricsService::MetricsService(const Context& ctx) : ctx_(ctx) {
   uv_timer_init(ctx.loop, &timer_);
   timer_.data = this;
 }
@@ -118,7 +118,7 @@ void MetricsService::on_timer() {
 void MetricsService::start_sampling(bool twice) {
   if (in_flight_ || closed_) return;
   in_flight_ = true;
-  pty::queue_job<SampleJob>(
+  fs::queue_job<SampleJob>(
       ctx_.loop, std::make_unique<SampleJob>(SampleJob{this, &sampler_, twice, {}}),
       [](SampleJob& j) {
         if (j.twice) {

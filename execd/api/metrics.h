@@ -31,7 +31,7 @@ class MetricsService {
   static constexpr uint64_t kInterestMs = 30000;
   static constexpr uint64_t kWatchIntervalMs = 2000;
 
-  explicit MetricsService(Context& ctx);
+  explicit MetricsService(const Context& ctx);
   ~MetricsService();
   void close();
 
@@ -46,7 +46,7 @@ class MetricsService {
   void sampled(pty::MetricsSample s);
   void on_timer();
 
-  Context& ctx_;
+  const Context& ctx_;
   pty::MetricsSampler sampler_;
   std::optional<pty::MetricsSample> latest_;
   uint64_t latest_ms_ = 0, last_interest_ms_ = 0;

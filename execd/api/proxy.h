@@ -27,11 +27,11 @@ namespace execd::api {
 
 class ProxyService {
  public:
-  explicit ProxyService(Context& ctx) : ctx_(ctx), pool_(ctx.loop) {}
+  explicit ProxyService(const Context& ctx) : ctx_(ctx), pool_(ctx.loop) {}
   // execd's own port: never proxied to (no loops).
   void set_own_port(int port) { own_port_ = port; }
   int own_port() const { return own_port_; }
-  Context& ctx() { return ctx_; }
+  const Context& ctx() const { return ctx_; }
   http::UpstreamPool& pool() { return pool_; }
   http::SplicePipes& pipes() { return pipes_; }
   uint64_t timeout_ms() const { return static_cast<uint64_t>(ctx_.config.proxy_timeout_ms); }
@@ -41,7 +41,7 @@ class ProxyService {
   }
 
  private:
-  Context& ctx_;
+  const Context& ctx_;
   http::UpstreamPool pool_;
   http::SplicePipes pipes_;
   int own_port_ = 0;

@@ -30,10 +30,11 @@ using http::Exchange;
 class PtyClient;
 
 struct PtyEntry final : pty::PtyListener {
-  PtyEntry(Context& ctx_, std::string id_)
-      : ctx(&ctx_),
+  PtyEntry(PtyRegistry& registry, std::string id_)
+      : reg(registry),
         id(std::move(id_)),
-        session(std::make_unique<pty::PtySession>(ctx_.loop, *ctx_.reaper, *ctx_.containment, static_cast<size_t>(ctx_.config.pty_replay_bytes))),
+        session(std::make_unique<pty::PtySession>(registry.runtime(),
+                                                  static_cast<size_t>(registry.ctx().config.pty_replay_bytes))),
         created_ns(unix_ns()) {
     session->set_listener(this);
     session->set_on_stdin_drained([this] { stdin_drained(); });
@@ -48,7 +49,7 @@ struct PtyEntry final : pty::PtyListener {
   // Sends `exit` and closes the client's WebSocket; the link is cut.
   void dismiss_client(int exit_code);
 
-  Context* ctx;
+  PtyRegistry& reg;
   std::string id, cwd, command;
   std::unique_ptr<pty::PtySession> session;
   int64_t created_ns;
@@ -102,7 +103,7 @@ void PtyEntry::dismiss_client(int exit_code) {
 }
 
 void PtyEntry::on_pty_exit(int exit_code) {
-  if (ctx->journal && ctx->journal->enabled()) {
+  if (reg.journal().enabled()) {
     nlohmann::ordered_json e;
     e["type"] = "pty_session";
     e["time"] = rfc3339_nano(unix_ns());
@@ -113,7 +114,7 @@ void PtyEntry::on_pty_exit(int exit_code) {
     e["started_at"] = rfc3339_nano(created_ns);
     e["finished_at"] = rfc3339_nano(unix_ns());
     e["result"] = {{"exit_code", exit_code}};
-    ctx->journal->append(e);
+    reg.journal().append(e);
   }
   dismiss_client(exit_code);
 }
@@ -161,12 +162,13 @@ void PtyClient::on_text(std::string& text) {
 // ---------------------------------------------------------------------------
 // Registry
 
-PtyRegistry::PtyRegistry(Context& ctx) : ctx_(ctx) {}
+PtyRegistry::PtyRegistry(const Context& ctx, pty::Runtime& runtime, Journal& journal)
+    : ctx_(ctx), runtime_(runtime), journal_(journal) {}
 PtyRegistry::~PtyRegistry() = default;
 
 PtyEntry* PtyRegistry::create() {
   std::string id = random_uuid();
-  auto e = std::make_unique<PtyEntry>(ctx_, id);
+  auto e = std::make_unique<PtyEntry>(*this, id);
   PtyEntry* raw = e.get();
   entries_[id] = std::move(e);
   return raw;
@@ -254,7 +256,7 @@ void handle_create(PtyRegistry& reg, Exchange& ex) {
       });
 }
 
-pty::SpawnOptions spawn_options(Context& ctx, PtyEntry& e, bool use_pty) {
+pty::SpawnOptions spawn_options(const Context& ctx, PtyEntry& e, bool use_pty) {
   pty::SpawnOptions o;
   o.program = ctx.shell;
   o.argv = {ctx.shell, "--norc", "--noprofile"};

@@ -11,16 +11,21 @@
 #include <vector>
 
 #include "execd/context.h"
+#include "execd/routes.h"
+#include "pty/runtime.h"
 
 namespace execd::api {
 
 struct PtyEntry;
+class Journal;
 
 class PtyRegistry {
  public:
-  explicit PtyRegistry(Context& ctx);
+  PtyRegistry(const Context& ctx, pty::Runtime& runtime, Journal& journal);
   ~PtyRegistry();
-  Context& ctx() { return ctx_; }
+  const Context& ctx() const { return ctx_; }
+  pty::Runtime& runtime() { return runtime_; }
+  Journal& journal() { return journal_; }
 
   PtyEntry* create();
   PtyEntry* find(const std::string& id);
@@ -35,9 +40,13 @@ class PtyRegistry {
   size_t live_clients() const;
 
  private:
-  Context& ctx_;
+  const Context& ctx_;
+  pty::Runtime& runtime_;
+  Journal& journal_;
   std::map<std::string, std::unique_ptr<PtyEntry>> entries_;
   std::vector<std::unique_ptr<PtyEntry>> dying_;
 };
+
+void add_pty_routes(RouteTable& routes, PtyRegistry& ptys);
 
 }  // namespace execd::api

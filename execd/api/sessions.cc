@@ -15,152 +15,31 @@
 #include <utility>
 #include <variant>
 
-#include "execd/api/api.h"
-#include "execd/api/execution_stream.h"
+#include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
+#include "execd/exec/reader.h"
+#include "execd/runners/session.h"
 #include "fs/paths.h"
 #include "protocol/envelope.h"
 #include "protocol/errors.h"
 #include "protocol/requests.h"
 #include "pty/bash_session.h"
-#include "pty/digest.h"
-#include "execd/api/journal.h"
-#include "execd/api/commands.h"
-#include <signal.h>
+
 
 namespace execd::api {
 
 namespace codes = protocol::codes;
 using http::Exchange;
 
-// One run of a session's shell; lives until the next run replaces it or the
-// session goes, so BashSession may call it until its last callback.
-class SessionRun final : public pty::BashListener, public ExecutionProducer {
- public:
-  explicit SessionRun(pty::BashSession* shell) : shell_(shell) {}
-  // For the journal.
-  Context* ctx = nullptr;
-  std::string session_id, command, cwd;
-  int64_t started_ns = 0;
+SessionRegistry::SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions)
+    : ctx_(ctx), runtime_(runtime), executions_(executions) {}
 
-  void on_run_output(pty::Stream s, const uint8_t* data, size_t len) override {
-    digest_[static_cast<int>(s)].update(data, len);
-    if (record) record->on_output(s, data, len);
-    if (ExecutionStream* st = stream.get()) st->output(static_cast<protocol::OutputStream>(s), data, len);
-  }
-
-  void on_run_finished(const pty::RunOutcome& o) override {
-    shell_ = nullptr;
-    ExecutionStream* st = stream.get();
-    protocol::ExecutionResult r;
-    r.exit_code = o.exit_code;
-    set_signal(r, o.signal);
-    r.timed_out = o.timed_out;
-    r.interrupted = o.interrupted;
-    r.execution_time_ms = o.duration_ms;
-    r.stdout_bytes = digest_[0].bytes();
-    r.stderr_bytes = digest_[1].bytes();
-    protocol::Sha256Digest sha[2] = {digest_[0].finish(), digest_[1].finish()};
-    r.stdout_sha256 = protocol::lower_hex(sha[0]);
-    r.stderr_sha256 = protocol::lower_hex(sha[1]);
-    journal(r);
-    if (record) {
-      pty::Outcome out;
-      out.exit_code = o.exit_code;
-      out.signal = o.signal;
-      out.timed_out = o.timed_out;
-      out.interrupted = o.interrupted;
-      out.duration_ms = o.duration_ms;
-      out.bytes[0] = r.stdout_bytes;
-      out.bytes[1] = r.stderr_bytes;
-      out.sha256[0] = sha[0];
-      out.sha256[1] = sha[1];
-      CommandRecord* rec = std::exchange(record, nullptr);
-      if (ctx && ctx->commands) ctx->commands->finish_external(rec, out);
-    }
-    if (st) st->finish(r);
-  }
-
-  void journal(const protocol::ExecutionResult& r) {
-    if (!ctx || !ctx->journal || !ctx->journal->enabled()) return;
-    nlohmann::ordered_json e;
-    e["type"] = "session_run";
-    e["time"] = rfc3339_nano(unix_ns());
-    e["session"] = session_id;
-    e["command"] = command;
-    e["cwd"] = cwd;
-    e["uid"] = getuid();
-    e["started_at"] = rfc3339_nano(started_ns);
-    e["finished_at"] = rfc3339_nano(unix_ns());
-    nlohmann::ordered_json out;
-    out["exit_code"] = r.exit_code ? nlohmann::ordered_json(*r.exit_code) : nlohmann::ordered_json();
-    out["signal"] = r.signal.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.signal);
-    out["timed_out"] = r.timed_out;
-    out["interrupted"] = r.interrupted;
-    out["execution_time_ms"] = r.execution_time_ms;
-    out["stdout_bytes"] = r.stdout_bytes;
-    out["stderr_bytes"] = r.stderr_bytes;
-    out["stdout_sha256"] = r.stdout_sha256;
-    out["stderr_sha256"] = r.stderr_sha256;
-    e["result"] = out;
-    ctx->journal->append(e);
-  }
-
-  void set_client_paused(bool paused) override {
-    if (shell_) shell_->set_paused(paused);
-  }
-  void client_gone() override {
-    // The run goes on. With a record, its output still goes there (for
-    // GET /session/{id}/stream): just stop waiting for the client.
-    if (record) {
-      if (shell_) shell_->set_paused(false);
-      return;
-    }
-    // Without, its output is dropped. (Detaching unpauses the shell,
-    // which may complete the run at once: forget the shell first.)
-    pty::BashSession* shell = shell_;
-    shell_ = nullptr;
-    if (shell) shell->detach_listener();
-  }
-  // The session is going away with the run: a record still open says it was killed.
-  void forget_shell() {
-    shell_ = nullptr;
-    if (CommandRecord* rec = std::exchange(record, nullptr)) {
-      pty::Outcome out;
-      out.signal = SIGKILL;
-      out.bytes[0] = rec->produced[0];
-      out.bytes[1] = rec->produced[1];
-      if (ctx && ctx->commands) ctx->commands->finish_external(rec, out);
-    }
-  }
-  // The run's command record (resumable by offset), until it finishes.
-  CommandRecord* record = nullptr;
-
- private:
-  pty::BashSession* shell_;
-  pty::OutputDigest digest_[2];
-};
-
-struct SessionEntry {
-  std::string id;
-  pty::BashSession* shell = nullptr;  // nullptr once destroyed
-  bool dead = false;
-  std::unique_ptr<SessionRun> run;
-  uint64_t runs = 0;
-  std::string last_run;  // command record id of the latest run
-};
-
-SessionRegistry::SessionRegistry(Context& ctx) : ctx_(ctx) {}
-
-SessionRegistry::~SessionRegistry() {
-  for (auto& [id, e] : entries_)
-    if (e->run) e->run->forget_shell();
-}
+SessionRegistry::~SessionRegistry() = default;
 
 SessionEntry* SessionRegistry::create(const std::string& cwd, std::string& error) {
   auto e = std::make_unique<SessionEntry>();
   e->id = random_uuid();
-  auto* shell = new pty::BashSession(ctx_.loop, *ctx_.reaper, *ctx_.containment, ctx_.config.state_dir, "session-" + e->id);
+  auto* shell = new pty::BashSession(runtime_, ctx_.config.state_dir, "session-" + e->id);
   if (!shell->start(ctx_.shell, ctx_.base_env, cwd, error)) {
     shell->destroy();
     return nullptr;
@@ -186,10 +65,8 @@ void SessionRegistry::remove(const std::string& id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   pty::BashSession* shell = it->second->shell;
-  if (shell && it->second->run) {
-    // The run stays registered with the shell until its last callback.
-    dying_runs_[shell] = std::move(it->second->run);
-  }
+  // A run still on stays registered with the shell until its last callback,
+  // which reports the shell's death.
   entries_.erase(it);
   if (!shell) return;
   // Everything the session started dies; the shell object goes once the
@@ -204,7 +81,6 @@ void SessionRegistry::gone(const std::string& id, pty::BashSession* shell) {
     it->second->dead = true;
   }
   dying_.erase(shell);
-  dying_runs_.erase(shell);
   shell->destroy();
 }
 
@@ -223,17 +99,13 @@ void SessionRegistry::kill_all() {
 
 void SessionRegistry::clear() {
   std::map<pty::BashSession*, bool> shells = std::move(dying_);
-  for (auto& [id, e] : entries_) {
-    if (e->run) e->run->forget_shell();
+  for (auto& [id, e] : entries_)
     if (e->shell) shells[e->shell] = true;
-  }
-  for (auto& [shell, run] : dying_runs_) run->forget_shell();
   for (auto& [shell, unused] : shells) {
     shell->set_on_gone(nullptr);
     shell->destroy();
   }
   entries_.clear();
-  dying_runs_.clear();
 }
 
 namespace {
@@ -304,31 +176,26 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
         // The session may have gone or become busy while the job ran.
         if (refuse_run(reg, ex, id)) return;
         SessionEntry* e = reg.find(id);
-        auto run = std::make_unique<SessionRun>(e->shell);
-        run->ctx = &reg.ctx();
-        run->session_id = id;
-        run->command = command;
-        run->cwd = cwd;
-        run->started_ns = unix_ns();
-        std::string run_id = id + "." + std::to_string(++e->runs);
-        if (reg.ctx().commands) run->record = reg.ctx().commands->create_external(run_id, command);
+        exec::ExecutionSpec spec;
+        spec.kind = exec::Kind::session_run;
+        spec.id = id + "." + std::to_string(++e->runs);
+        spec.content = command;
+        spec.fingerprint = "session-run";
+        spec.cwd = cwd;
+        spec.owner = id;
+        exec::Execution& run = reg.executions().create(std::move(spec));
+        auto runner = std::make_unique<runners::SessionRunner>(run, *e->shell);
         std::string err;
-        auto status = e->shell->run(std::exchange(job->prepared, {}), cwd, timeout_ms, run.get(), err);
+        auto status = e->shell->run(std::exchange(job->prepared, {}), cwd, timeout_ms, runner.get(), err);
         if (status != pty::BashSession::RunStatus::started) {
-          if (run->record) {
-            run->record->start_error = err;
-            CommandRecord* rec = std::exchange(run->record, nullptr);
-            rec->final_result = std::make_unique<protocol::ExecutionResult>(rec->result());
-            reg.ctx().commands->finished(rec);
-          }
+          run.fail_start(err);
           return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
         }
-        if (run->record) e->last_run = run_id;
-        e->run = std::move(run);
-        auto stream = std::make_unique<ExecutionStream>(ex, framing_for(reg.ctx(), ex));
-        ExecutionStream& s = *stream;
-        ex.attach(std::move(stream));
-        s.start(*e->run, id, {"EXECD-RUN-ID: " + run_id});
+        e->last_run = run.id();
+        ex.attach(std::make_unique<exec::ExecutionReader>(ex, run, exec::ExecutionReader::Role::original,
+                                                          framing_for(reg.ctx(), ex), 0, 0,
+                                                          std::vector<std::string>{"EXECD-RUN-ID: " + run.id()}));
+        run.start(std::move(runner));
       });
 }
 

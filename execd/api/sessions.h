@@ -1,7 +1,7 @@
 // execd/api/sessions: the /session API on top of pty::BashSession (one
 // long-lived bash per session). The registry owns every SessionEntry from
-// POST /session until DELETE, and each entry owns its current run: the run
-// outlives the HTTP response that streams it and is linked to it.
+// POST /session until DELETE; each run is an execution (execd/exec) with a
+// SessionRunner, linked to its entry.
 #pragma once
 
 #include <map>
@@ -9,6 +9,9 @@
 #include <string>
 
 #include "execd/context.h"
+#include "execd/exec/registry.h"
+#include "execd/routes.h"
+#include "pty/runtime.h"
 
 namespace execd::pty {
 class BashSession;
@@ -16,39 +19,51 @@ class BashSession;
 
 namespace execd::api {
 
-struct SessionEntry;
-class SessionRun;
+struct SessionEntry {
+  std::string id;
+  pty::BashSession* shell = nullptr;  // nullptr once destroyed
+  bool dead = false;
+  uint64_t runs = 0;
+  std::string last_run;  // execution id of the latest run
+};
 
 enum class InterruptResult { not_found, not_running, interrupted };
 
 class SessionRegistry {
  public:
-  explicit SessionRegistry(Context& ctx);
+  SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions);
   ~SessionRegistry();
-  Context& ctx() { return ctx_; }
+  const Context& ctx() const { return ctx_; }
+  pty::Runtime& runtime() { return runtime_; }
+  exec::Registry& executions() { return executions_; }
 
   SessionEntry* create(const std::string& cwd, std::string& error);
   SessionEntry* find(const std::string& id);
-  // The command record id of the session's latest run ("" if none).
+  // The execution id of the session's latest run ("" if none).
   std::string latest_run(const std::string& id);
-  // Kills everything the session started; the shell object goes once reaped.
+  // Kills everything the session started; the shell object goes once reaped
+  // (a running run then ends with the shell's death).
   void remove(const std::string& id);
   // DELETE /command?id=<session id>: stops the session's current run (the Go
   // daemon deleted the whole session).
   InterruptResult interrupt_run(const std::string& id);
   // SIGKILL to every process of every session (daemon exit).
   void kill_all();
-  // Lets go of every shell (daemon exit, after kill_all).
+  // Lets go of every shell (daemon exit, after kill_all); runs still on end
+  // as killed (the shells tell them).
   void clear();
 
  private:
   void gone(const std::string& id, pty::BashSession* shell);
 
-  Context& ctx_;
+  const Context& ctx_;
+  pty::Runtime& runtime_;
+  exec::Registry& executions_;
   std::map<std::string, std::unique_ptr<SessionEntry>> entries_;
+  // Shells of deleted sessions, until they are gone.
   std::map<pty::BashSession*, bool> dying_;
-  // Runs of deleted sessions, kept until their shell is gone.
-  std::map<pty::BashSession*, std::unique_ptr<SessionRun>> dying_runs_;
 };
+
+void add_session_routes(RouteTable& routes, SessionRegistry& sessions);
 
 }  // namespace execd::api

@@ -17,10 +17,11 @@
 //   removes every temp file and every directory the upload created.
 // * A rejected upload is answered only once its body has been read.
 //
-// Ownership: an UploadBody (the exchange's Source) links the exchange to the
-// Upload. While the client is there the link owns the Upload; once it is cut
-// (client gone, response sent) the Upload owns itself until its last pool
-// job has completed (a job in flight touches it from another thread).
+// Ownership: the Upload is the exchange's Source and goes with it. What the
+// pool touches (the files being written, DiskState) travels with each write
+// job and comes back to the upload through a Link; an upload that goes (its
+// client left) while a job is out leaves that job to throw away what was
+// written, on the pool, once it is done. Nothing owns itself.
 #include <uv.h>
 
 #include "execd/api/api.h"
@@ -40,6 +41,7 @@
 #include "execd/api/file_jobs.h"
 #include "execd/api/work_gate.h"
 #include "fs/atomic_file.h"
+#include "fs/pool_job.h"
 #include "fs/paths.h"
 #include "fs/permissions.h"
 #include "protocol/errors.h"
@@ -182,28 +184,42 @@ struct DiskState {
 
 class Upload;
 
-// The exchange's end of an upload.
-class UploadBody final : public http::Source {
- public:
-  explicit UploadBody(Exchange& ex) : ex_(ex) {}
-  ~UploadBody() override;
-  void on_body(const char* data, size_t len) override;
-  void stop() override;
-  Exchange& exchange() { return ex_; }
+// One pool job: the upload's write steps, in order, with the disk state.
+struct WriteJob {
+  WorkGate::Ticket work;
   Link<Upload> upload;
-
- private:
-  Exchange& ex_;
+  std::unique_ptr<DiskState> disk;
+  std::vector<WriteOp> ops;
+  size_t bytes = 0;
 };
 
-class Upload {
+// What an upload that went leaves behind: thrown away on the pool.
+void abort_on_pool(uv_loop_t* loop, std::unique_ptr<DiskState> disk) {
+  if (!disk || disk->entries.empty()) return;
+  struct AbortJob {
+    std::unique_ptr<DiskState> disk;
+  };
+  fs::queue_job<AbortJob>(
+      loop, std::make_unique<AbortJob>(AbortJob{std::move(disk)}),
+      [](AbortJob& j) {
+        WriteOp op = WriteOp::make(WriteOp::abort);
+        j.disk->run(op);
+      },
+      [](AbortJob&, int) {});
+}
+
+class Upload final : public http::Source {
  public:
-  explicit Upload(uv_loop_t* loop) : loop_(loop) {}
-  Link<UploadBody> client;
-  Context* ctx = nullptr;                 // for the journal
+  Upload(FileService& svc, Exchange& ex) : svc_(svc), ex_(ex), disk_(std::make_unique<DiskState>()) {}
+  ~Upload() override {
+    // The client left before the end: what was written goes. A job still
+    // out does that itself once it is back (it holds the disk state).
+    if (!committed_) abort_on_pool(svc_.ctx.loop, std::move(disk_));
+  }
   std::vector<std::string> journal_paths;  // as given
 
-  Exchange* conn() { return client ? &client->exchange() : nullptr; }
+  void on_body(const char* data, size_t len) override { body(data, len); }
+  void stop() override { job_.cut(); }
 
   void begin(const HttpRequest& req) {
     const std::string* type = req.header("content-type");
@@ -240,15 +256,6 @@ class Upload {
     }
     if (!failure_) enqueue(WriteOp::make(WriteOp::commit));
     maybe_respond();
-    release_if_done();  // may free this
-  }
-
-  // The client's side is gone (it left, or the response was sent): from now
-  // on the upload owns itself and goes once no pool job is running.
-  void client_gone() {
-    if (!responded_ && !failure_) fail(FileReply::error(400, codes::kInvalidFile, "client disconnected"));
-    responded_ = true;
-    release_if_done();
   }
 
  private:
@@ -345,85 +352,81 @@ class Upload {
     for (auto& op : queue_) waiting_bytes_ -= op.data.size();
     queue_.clear();
     enqueue(WriteOp::make(WriteOp::abort));
-    if (paused_ && conn()) {
+    if (paused_) {
       paused_ = false;
-      conn()->resume_body();
+      ex_.resume_body();
     }
   }
 
   void enqueue(WriteOp op) {
     waiting_bytes_ += op.data.size();
     queue_.push_back(std::move(op));
-    if (!paused_ && conn() && waiting_bytes_ > kPauseAbove && !failure_) {
+    if (!paused_ && waiting_bytes_ > kPauseAbove && !failure_) {
       paused_ = true;
-      conn()->pause_body();
+      ex_.pause_body();
     }
     kick();
   }
 
   // Hands everything queued to one pool job, unless one is running.
   void kick() {
-    if (in_flight_ || queue_.empty()) return;
-    auto* job = new Job{{}, this, {}, 0};
-    job->work.data = job;
+    if (job_ || queue_.empty()) return;
+    auto* job = new WriteJob;
+    job->work.req.data = job;
+    job->disk = std::move(disk_);
     for (auto& op : queue_) {
       job->bytes += op.data.size();
       job->ops.push_back(std::move(op));
     }
     queue_.clear();
-    in_flight_ = true;
-    file_work().queue(
-        loop_, &job->work,
+    link(*job, job->upload, *this, job_);
+    svc_.gate.queue(
+        svc_.ctx.loop, job->work,
         [](uv_work_t* w) {
-          auto* job = static_cast<Job*>(w->data);
-          for (auto& op : job->ops) {
-            job->self->disk_.run(op);
-            // op.data goes back to the loop for reuse (job_done)
-          }
+          auto* job = static_cast<WriteJob*>(w->data);
+          for (auto& op : job->ops) job->disk->run(op);  // op.data goes back to the loop for reuse
         },
         [](uv_work_t* w, int) {
-          std::unique_ptr<Job> job(static_cast<Job*>(w->data));
-          job->self->job_done(*job);
+          std::unique_ptr<WriteJob> job(static_cast<WriteJob*>(w->data));
+          Upload* up = job->upload.get();
+          if (!up) {
+            // The upload went while this was out: throw away what it wrote,
+            // unless this very job committed it.
+            bool committed = !job->ops.empty() && job->ops.back().kind == WriteOp::commit && !job->disk->error;
+            if (!committed) abort_on_pool(w->loop, std::move(job->disk));
+            return;
+          }
+          job->upload.cut();
+          up->job_done(*job);
         });
   }
 
-  struct Job {
-    uv_work_t work;
-    Upload* self;
-    std::vector<WriteOp> ops;
-    size_t bytes;
-  };
-
-  void job_done(Job& job) {
-    in_flight_ = false;
-    for (auto& op : job.ops)
+  void job_done(WriteJob& job) {
+    disk_ = std::move(job.disk);
+    for (auto& op : job.ops) {
+      if (op.kind == WriteOp::commit && !disk_->error) committed_ = true;
+      if (op.kind == WriteOp::abort) committed_ = true;  // nothing left to throw away
       if (op.data.allocated() && spare_.size() < kSpareChunks) spare_.push_back(std::move(op.data));
+    }
     waiting_bytes_ -= job.bytes;
-    if (disk_.error && !failure_) fail(*disk_.error);
-    if (paused_ && waiting_bytes_ < kResumeBelow && conn()) {
+    if (disk_->error && !failure_) fail(*disk_->error);
+    if (paused_ && waiting_bytes_ < kResumeBelow) {
       paused_ = false;
-      conn()->resume_body();
+      ex_.resume_body();
     }
     kick();
     maybe_respond();
-    release_if_done();  // may free this
   }
 
   void maybe_respond() {
-    if (!body_done_ || in_flight_ || !queue_.empty() || responded_) return;
+    if (!body_done_ || job_ || !queue_.empty() || responded_) return;
     responded_ = true;
-    if (!failure_ && ctx) journal_file_change(*ctx, "upload", journal_paths);
-    Exchange* ex = conn();
-    if (!ex) return;
-    client.cut();
-    send_reply(*ex, failure_ ? *failure_ : FileReply::empty());
+    if (!failure_) journal_file_change(svc_.journal, "upload", journal_paths);
+    send_reply(ex_, failure_ ? *failure_ : FileReply::empty());
   }
 
-  void release_if_done() {
-    if (!client && responded_ && !in_flight_ && queue_.empty()) delete this;
-  }
-
-  uv_loop_t* loop_;
+  FileService& svc_;
+  Exchange& ex_;
   std::unique_ptr<protocol::MultipartParser> parser_;
   std::optional<FileReply> failure_;
   Part part_ = Part::none;
@@ -433,43 +436,25 @@ class Upload {
   std::vector<Chunk> spare_;
   std::deque<WriteOp> queue_;
   size_t waiting_bytes_ = 0;  // file data queued or being written
-  bool in_flight_ = false, paused_ = false, body_done_ = false, responded_ = false;
-  DiskState disk_;
+  bool paused_ = false, body_done_ = false, responded_ = false;
+  bool committed_ = false;  // renamed into place (or thrown away): nothing to undo
+  std::unique_ptr<DiskState> disk_;  // with the job while one is out
+  Link<WriteJob> job_;               // the write job out
 };
 
-UploadBody::~UploadBody() { stop(); }
-
-void UploadBody::on_body(const char* data, size_t len) {
-  if (upload) upload->body(data, len);
-}
-
-void UploadBody::stop() {
-  if (Upload* u = upload.get()) {
-    upload.cut();
-    u->client_gone();
-  }
-}
-
-void upload_head(Context& ctx, Exchange& ex) {
-  auto body = std::make_unique<UploadBody>(ex);
-  auto* up = new Upload(ctx.loop);
-  up->ctx = &ctx;
-  link(*body, body->upload, *up, up->client);
-  ex.attach(std::move(body));
-  up->begin(ex.request());
-}
-
-void upload_complete(Exchange& ex) {
-  auto* body = static_cast<UploadBody*>(ex.source());
-  if (Upload* up = body ? body->upload.get() : nullptr) up->body_complete();
-  else ex.respond_error(500, codes::kRuntimeError, "upload state lost");
+void upload_head(FileService& svc, Exchange& ex) {
+  auto up = std::make_unique<Upload>(svc, ex);
+  Upload& u = *up;
+  ex.attach(std::move(up));
+  ex.on_complete = [&u](Exchange&) { u.body_complete(); };
+  u.begin(ex.request());
 }
 
 }  // namespace
 
-void add_upload_route(RouteTable& routes, Context& ctx) {
+void add_upload_route(RouteTable& routes, FileService& svc) {
   routes.add_streaming(
-      "POST", "/files/upload", [&ctx](Exchange& ex) { upload_head(ctx, ex); }, upload_complete);
+      "POST", "/files/upload", [&svc](Exchange& ex) { upload_head(svc, ex); }, [](Exchange&) {});
 }
 
 }  // namespace execd::api

@@ -5,60 +5,46 @@
 
 namespace execd::api {
 
-WorkGate& file_work() {
-  // One pool per process, so one gate for its file work.
-  static auto* gate = new WorkGate(kPoolThreads / 2);
-  return *gate;
-}
-
-int WorkGate::queue(uv_loop_t* loop, uv_work_t* req, uv_work_cb work, uv_after_work_cb after) {
-  Pending p{loop, req, work, after};
+int WorkGate::queue(uv_loop_t* loop, Ticket& t, uv_work_cb work, uv_after_work_cb after) {
+  t.gate = this;
+  t.loop = loop;
+  t.work = work;
+  t.after = after;
   if (running_ >= cap_) {
-    waiting_.push_back(p);
+    waiting_.push_back(&t);
     return 0;
   }
-  return start(p);
+  return start(t);
 }
 
-std::unordered_map<uv_work_t*, WorkGate::Started>& WorkGate::started() {
-  static auto* map = new std::unordered_map<uv_work_t*, Started>;
-  return *map;
-}
-
-int WorkGate::start(const Pending& p) {
-  started()[p.req] = Started{this, p.after};
-  int rc = uv_queue_work(p.loop, p.req, p.work, &WorkGate::finished);
-  if (rc != 0) {
-    started().erase(p.req);
-    return rc;
-  }
-  ++running_;
-  return 0;
+int WorkGate::start(Ticket& t) {
+  int rc = uv_queue_work(t.loop, &t.req, t.work, &WorkGate::finished);
+  if (rc == 0) ++running_;
+  return rc;
 }
 
 void WorkGate::finished(uv_work_t* req, int status) {
-  auto it = started().find(req);
-  Started s = it->second;
-  started().erase(it);
-  --s.gate->running_;
-  s.gate->start_waiting();  // before `after`, which may free `req` or queue more
-  s.after(req, status);
+  Ticket& t = *reinterpret_cast<Ticket*>(req);
+  WorkGate& gate = *t.gate;
+  --gate.running_;
+  uv_after_work_cb after = t.after;
+  gate.start_waiting();  // before `after`, which may free the ticket or queue more
+  after(req, status);
 }
 
 void WorkGate::start_waiting() {
   while (running_ < cap_ && !waiting_.empty()) {
-    Pending p = waiting_.front();
+    Ticket* t = waiting_.front();
     waiting_.pop_front();
-    if (start(p) != 0) p.after(p.req, UV_ENOMEM);
+    if (start(*t) != 0) t->after(&t->req, UV_ENOMEM);
   }
 }
 
-void WorkGate::cancel(uv_work_t* req) {
-  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](const Pending& p) { return p.req == req; });
+void WorkGate::cancel(Ticket& t) {
+  auto it = std::find(waiting_.begin(), waiting_.end(), &t);
   if (it == waiting_.end()) return;
-  uv_after_work_cb after = it->after;
   waiting_.erase(it);
-  after(req, UV_ECANCELED);
+  t.after(&t.req, UV_ECANCELED);
 }
 
 }  // namespace execd::api

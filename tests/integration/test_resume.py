@@ -143,7 +143,21 @@ def test_attach_to_a_background_command(execd):
     assert events[-1]["type"] == "execution_complete" and events[-1]["exit_code"] == 0
 
 
+def stdout_from(events: list[dict], offset: int) -> bytes:
+    """The stdout of exact-framing events that start at `offset`, checking
+    that the chunks are contiguous."""
+    out = bytearray()
+    for e in events:
+        if e["type"] == "stdout":
+            assert e["offset"] == offset + len(out), (e["offset"], offset, len(out))
+            out += e["text"].encode()
+    return bytes(out)
+
+
 def test_gap_event_after_init_when_the_offset_fell_out_of_the_log(execd_factory):
+    # The log keeps the newest --log-limit bytes: a reader from an offset that
+    # fell out gets one gap (after init, before any output), then every byte
+    # from the first retained one through the end, then the terminal event.
     ex = execd_factory("--log-limit", "1000")
     r = ex.run("head -c 100000 /dev/zero | tr '\\0' x", exact=True, id="gap-1")
     assert r.terminal["stdout_bytes"] == 100000
@@ -151,16 +165,21 @@ def test_gap_event_after_init_when_the_offset_fell_out_of_the_log(execd_factory)
     events = parse_stream(raw, True)
     assert [e["type"] for e in events[:3]] == ["init", "ping", "gap"]
     gap = events[2]
-    assert gap["stream"] == "stdout" and gap["requested"] == 5000 and gap["available_from"] == 100000
-    assert not [e for e in events if e["type"] == "stdout"]
-    assert events[-1]["type"] == "execution_complete"
-    # From a retained offset: the rest of the log, then the bytes past it are a gap.
-    st, h, raw = ex.request("GET", "/command/gap-1/stream?stdout=900")
+    first = gap["available_from"]
+    assert gap["stream"] == "stdout" and gap["requested"] == 5000 and 99000 <= first < 100000, gap
+    assert stdout_from(events, first) == b"x" * (100000 - first)
+    assert [e for e in events if e["type"] == "gap"] == [gap]
+    assert events[-1]["type"] == "execution_complete" and events[-1]["stdout_bytes"] == 100000
+    # From a retained offset: no gap, the rest of the output.
+    st, h, raw = ex.request("GET", "/command/gap-1/stream?stdout=99900")
     events = parse_stream(raw, True)
-    assert [e["type"] for e in events if e["type"] in ("stdout", "gap")][0] == "stdout"
-    assert events[2]["offset"] == 900
-    gaps = [e for e in events if e["type"] == "gap"]
-    assert gaps == [{**gaps[0], "requested": 1000, "available_from": 100000}]
+    assert not [e for e in events if e["type"] == "gap"]
+    assert stdout_from(events, 99900) == b"x" * 100
+    # /logs keeps its cursor meaning for what is retained: the tail, from the
+    # first retained byte at most --log-limit of it.
+    st, h, body = ex.logs("gap-1")
+    assert st == 200 and body == b"x" * (100000 - first) and len(body) <= 1000
+    assert h.get("execd-commands-log-truncated") == "true"
 
 
 def test_bad_offsets_and_unknown_ids(execd):

@@ -75,59 +75,6 @@ std::string read_lines(const std::string& path, uint64_t offset, uint64_t limit,
 
 }  // namespace
 
-TEST_CASE("parse_line_range_params: Go's validation and messages") {
-  using std::nullopt;
-  SUBCASE("absent or empty values: a plain download") {
-    auto p = parse_line_range_params(nullopt, nullopt, nullopt);
-    REQUIRE(p.ok());
-    CHECK_FALSE(p.value().requested);
-    p = parse_line_range_params("", "", "bytes=0-1");
-    REQUIRE(p.ok());
-    CHECK_FALSE(p.value().requested);
-  }
-  SUBCASE("defaults: offset 1, no limit") {
-    auto p = parse_line_range_params("3", nullopt, nullopt);
-    REQUIRE(p.ok());
-    CHECK(p.value().requested);
-    CHECK(p.value().offset == 3);
-    CHECK(p.value().limit == 0);
-    p = parse_line_range_params(nullopt, "2", "");
-    REQUIRE(p.ok());
-    CHECK(p.value().offset == 1);
-    CHECK(p.value().limit == 2);
-    p = parse_line_range_params("+7", "007", nullopt);  // ParseInt takes a sign and leading zeros
-    REQUIRE(p.ok());
-    CHECK(p.value().offset == 7);
-    CHECK(p.value().limit == 7);
-    p = parse_line_range_params("9223372036854775807", nullopt, nullopt);
-    REQUIRE(p.ok());
-    CHECK(p.value().offset == 9223372036854775807ull);
-  }
-  SUBCASE("with a Range header") {
-    auto p = parse_line_range_params("1", nullopt, "bytes=0-10");
-    REQUIRE_FALSE(p.ok());
-    CHECK(p.error().kind == ErrorKind::bad_request);
-    CHECK(p.error().message ==
-          "line-based reading (offset/limit) and byte range (Range header) are mutually exclusive");
-    // The conflict is reported before the values are looked at.
-    CHECK(parse_line_range_params("abc", nullopt, "bytes=0-1").error().message.find("mutually exclusive") !=
-          std::string::npos);
-  }
-  SUBCASE("bad values") {
-    for (const char* bad : {"0", "-1", "abc", "1.5", " 1", "1 ", "0x10", "1_000", "+", "-",
-                            "9223372036854775808", "99999999999999999999"}) {
-      CAPTURE(bad);
-      auto p = parse_line_range_params(bad, nullopt, nullopt);
-      REQUIRE_FALSE(p.ok());
-      CHECK(p.error().kind == ErrorKind::bad_request);
-      CHECK(p.error().message == std::string("invalid query parameter 'offset': ") + bad);
-      auto q = parse_line_range_params("1", bad, nullopt);
-      REQUIRE_FALSE(q.ok());
-      CHECK(q.error().message == std::string("invalid query parameter 'limit': ") + bad);
-    }
-  }
-}
-
 TEST_CASE("LineRangeReader: upstream line semantics") {
   TempDir dir;
   auto check = [&](const std::string& content, uint64_t offset, uint64_t limit, const std::string& expected) {

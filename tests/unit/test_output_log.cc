@@ -1,78 +1,155 @@
-// Unit tests for execd/api/output_log on a real libuv loop (its writes go
-// through the threadpool): the bytes read back in order, and a log that has
-// caught up with the disk holding no buffer memory, since a finished record
-// keeps its log for the whole retention time.
+// Unit tests for execd/exec/output_log on a real libuv loop (its writes and
+// reads go through the threadpool): bytes read back in order across
+// segments, only the newest kept, a drop guard that holds segments a reader
+// still needs, a failing disk that stores nothing it cannot, and a log that
+// has caught up with the disk holding no descriptor and no buffer.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
-#include "execd/api/output_log.h"
+#include "execd/exec/output_log.h"
 #include "loop_scratch.h"
 
-using execd::api::OutputLog;
+using execd::exec::OutputLog;
 
-TEST_CASE_FIXTURE(LoopScratch, "output log: written in order, then no buffer memory kept") {
+namespace {
+
+std::string pattern(size_t n, size_t seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (seed + i) % 26);
+  return s;
+}
+
+void append(OutputLog& log, uint8_t channel, const std::string& s) {
+  log.append(channel, reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+std::string read_all(LoopScratch& l, OutputLog& log, uint64_t from, size_t max = 1 << 30) {
+  std::string got;
+  bool done = false;
+  log.read(from, max, [&](int err, std::string data) {
+    CHECK(err == 0);
+    got = std::move(data);
+    done = true;
+  });
+  l.run_until([&] { return done; });
+  REQUIRE(done);
+  return got;
+}
+
+size_t files_in(const std::string& dir) {
+  size_t n = 0;
+  std::string cmd;
+  for (const char* ext : {".output", ".index"})
+    for (int k = -1; k < 64; ++k) {
+      struct stat st {};
+      std::string p = dir + "/f" + ext + (k < 0 ? "" : "." + std::to_string(k));
+      n += stat(p.c_str(), &st) == 0;
+    }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: written in order, read across segments, then no buffer kept") {
   {
     OutputLog log(&loop, path, 64 << 20);
     std::string expected;
-    // Several batches: appends while a write is in flight gather in pending_.
+    // Several batches: appends while a write is in flight wait in memory.
     for (int round = 0; round < 4; ++round) {
       for (int i = 0; i < 64; ++i) {
-        std::string piece(16 * 1024 + i, static_cast<char>('a' + (round * 64 + i) % 26));
+        std::string piece = pattern(16 * 1024 + i, round * 64 + i);
         expected += piece;
-        log.append(reinterpret_cast<const uint8_t*>(piece.data()), piece.size());
+        append(log, i % 2, piece);
       }
       uv_run(&loop, UV_RUN_NOWAIT);
     }
     CHECK(log.buffer_capacity() >= 16 * 1024);
-    run_until([&] { return !log.busy() && log.pending_bytes() == 0; });
-    REQUIRE_FALSE(log.busy());
-    CHECK(log.readable_bytes() == expected.size());
-    CHECK(log.buffer_capacity() < 64);  // only what an empty std::string holds inline
-    std::string got;
-    bool done = false;
-    log.read(0, expected.size(), [&](int err, std::string data) {
-      CHECK(err == 0);
-      got = std::move(data);
-      done = true;
-    });
-    run_until([&] { return done; });
-    CHECK(got == expected);
+    CHECK(read_all(*this, log, 0) == expected);  // waits for every byte offered before it
+    CHECK(log.index().end() == expected.size());
+    CHECK(log.index().stored(0) + log.index().stored(1) == expected.size());
+    log.seal();
+    run_until([&] { return log.settled(); });
+    CHECK(log.settled());
+    CHECK_FALSE(log.holds_descriptor());
+    CHECK(log.buffer_capacity() == 0);
+    CHECK(read_all(*this, log, 1000) == expected.substr(1000));
     log.remove();
     run_until([&] { return !log.busy(); });
   }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(files_in(dir) == 0);
 }
 
-TEST_CASE_FIXTURE(LoopScratch, "output log: sealed, it closes its file once written, and reads still see every byte") {
-  {
-    OutputLog log(&loop, path, 64 << 20);
-    std::string expected(300 * 1024, 'x');
-    for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<char>('a' + i % 26);
-    log.append(reinterpret_cast<const uint8_t*>(expected.data()), expected.size());
-    log.seal();  // the write is still in flight: the file closes after it
-    CHECK(log.busy());
-    const char more[] = "after the seal";
-    log.append(reinterpret_cast<const uint8_t*>(more), sizeof more - 1);  // counted, not stored
-    run_until([&] { return !log.busy() && !log.holds_descriptor(); });
-    CHECK_FALSE(log.holds_descriptor());
-    CHECK(log.readable_bytes() == expected.size());
-    CHECK(log.total_bytes() == expected.size() + sizeof more - 1);
-    std::string got;
-    int reads = 0;
-    // Two reads at once, from the middle on: each opens and closes its own.
-    for (uint64_t at : {uint64_t{0}, uint64_t{1000}})
-      log.read(at, expected.size(), [&, at](int err, std::string data) {
-        CHECK(err == 0);
-        CHECK(data == expected.substr(at));
-        ++reads;
-      });
-    run_until([&] { return reads == 2; });
-    CHECK(reads == 2);
-    CHECK_FALSE(log.holds_descriptor());
-    log.remove();
-    run_until([&] { return !log.busy(); });
+TEST_CASE_FIXTURE(LoopScratch, "output log: the newest bytes are kept, in segments of a quarter of the limit") {
+  OutputLog log(&loop, path, 4000);
+  std::string all;
+  for (int i = 0; i < 50; ++i) {
+    std::string piece = pattern(700, i);
+    all += piece;
+    append(log, 0, piece);
   }
+  CHECK(log.end() == all.size());
+  CHECK(log.end() - log.first() <= 4000);
+  CHECK(log.end() - log.first() >= 3000);
+  CHECK(log.index().start(0) == log.first());
+  CHECK(read_all(*this, log, log.first()) == all.substr(log.first()));
+  // Before the first retained byte there is nothing to read.
+  CHECK(read_all(*this, log, 0).empty());
+  log.seal();
+  run_until([&] { return log.settled(); });
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(files_in(dir) <= 2 * 5);  // 4 or 5 segments, each a data and an index file
+  // Restart: the segments left behind are read back.
+  std::vector<std::string> names;
+  for (int k = -1; k < 64; ++k) {
+    std::string stem = std::string("f.output") + (k < 0 ? "" : "." + std::to_string(k));
+    struct stat st {};
+    if (stat((dir + "/" + stem).c_str(), &st) == 0) names.push_back(stem);
+  }
+  OutputLog again(&loop, path, 4000);
+  REQUIRE(again.adopt(names));
+  CHECK(again.first() == log.first());
+  CHECK(again.end() == log.end());
+  CHECK(read_all(*this, again, again.first()) == all.substr(again.first()));
+  log.remove();
+  run_until([&] { return !log.busy(); });
+}
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: a drop guard keeps what a reader needs; trim() lets it go later") {
+  OutputLog log(&loop, path, 1000);
+  uint64_t reader_at = 0;
+  log.set_drop_guard([&](uint64_t upto) { return reader_at >= upto; });
+  for (int i = 0; i < 10; ++i) append(log, 1, pattern(250, i));
+  CHECK(log.first() == 0);  // the reader at 0 needs everything
+  CHECK(log.over_limit());
+  reader_at = 2000;
+  log.trim();
+  CHECK_FALSE(log.over_limit());
+  CHECK(log.first() >= 1500);
+  CHECK(log.first() <= 2000);
+  log.remove();
+  run_until([&] { return !log.busy(); });
+}
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: a write that fails stores nothing from there on") {
+  // A base path in a directory that does not exist: the first write fails.
+  OutputLog log(&loop, dir + "/missing/f", 1 << 20);
+  bool written = false;
+  log.set_on_written([&] { written = true; });
+  append(log, 0, "hello");
+  run_until([&] { return written; });
+  CHECK(log.failed());
+  CHECK(log.failed_at() == 0);
+  CHECK(log.end() == 0);  // the index no longer claims the bytes
+  append(log, 0, "more");  // not stored either
+  CHECK(log.end() == 0);
+  CHECK(read_all(*this, log, 0).empty());
+  log.remove();
+  run_until([&] { return !log.busy(); });
 }

@@ -1,4 +1,4 @@
-// pty::queue_job on a real libuv loop and threadpool: the work runs on a
+// fs::queue_job on a real libuv loop and threadpool: the work runs on a
 // pool thread, `done` on the loop thread after it, each job once, and every
 // job is freed after its `done` (none leaks, none is freed early).
 #include <doctest/doctest.h>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "pty/pool_job.h"
+#include "fs/pool_job.h"
 
 namespace {
 
@@ -38,7 +38,7 @@ TEST_CASE("queue_job runs work on the pool and done on the loop, then frees the 
     job->index = i;
     job->loop_thread = std::this_thread::get_id();
     job->done_order = &done_order;
-    execd::pty::queue_job<Job>(
+    execd::fs::queue_job<Job>(
         &loop, std::move(job),
         [](Job& j) {
           j.worked_on = std::this_thread::get_id();

@@ -1,15 +1,16 @@
 // tests/unit/test_resume.cc — the pure parts of resumable executions:
 // client ids, offsets, the per-stream output index, stdin retries
-// (protocol/resume), stored command records (protocol/command_record) and
+// (protocol/resume), stored execution records (protocol/execution_record) and
 // the journal chain (protocol/journal).
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-#include "protocol/command_record.h"
+#include "protocol/execution_record.h"
 #include "protocol/journal.h"
 #include "protocol/resume.h"
+#include "protocol/sha.h"
 
 using namespace execd::protocol;
 
@@ -90,25 +91,92 @@ TEST_CASE("output index: on disk, torn entries and a short log") {
   auto short_log = OutputIndex::decode(file, 120);
   CHECK(short_log.end() == 120);
   CHECK(short_log.stored(1) == 20);
-  // Garbage stream byte stops the walk.
+  // Garbage channel byte stops the walk.
   std::string bad = file;
   bad[9] = 7;
   CHECK(OutputIndex::decode(bad, 1150).end() == 100);
 }
 
-TEST_CASE("resume start: retained, gone, or live") {
-  auto r = plan_resume(10, 100, 100);
-  CHECK_FALSE(r.gap);
-  CHECK(r.from == 10);
-  r = plan_resume(150, 100, 300);  // bytes 100..300 were not kept
-  CHECK(r.gap);
-  CHECK(r.from == 300);
-  r = plan_resume(300, 100, 300);  // from the live edge
-  CHECK_FALSE(r.gap);
+TEST_CASE("output index: the newest bytes kept, events as a third channel") {
+  OutputIndex idx;
+  idx.add(0, 10);  // out 0..10  at 0..10
+  idx.add(2, 5);   // ev  0..5   at 10..15
+  idx.add(1, 10);  // err 0..10  at 15..25
+  idx.add(0, 10);  // out 10..20 at 25..35
+  idx.drop_before(12);
+  CHECK(idx.first() == 12);
+  CHECK(idx.start(0) == 10);  // stdout's first retained byte
+  CHECK(idx.start(1) == 0);
+  CHECK(idx.start(2) == 2);
+  CHECK(idx.locate(0, 3) == 12);   // let go of: the first retained byte
+  CHECK(idx.locate(0, 12) == 27);
+  CHECK(idx.locate(1, 4) == 19);
+  auto p = idx.pieces(0, 40);
+  REQUIRE(p.size() == 3);
+  CHECK(p[0].at == 12);
+  CHECK(p[0].stream == 2);
+  CHECK(p[0].stream_at == 2);
+  CHECK(p[0].len == 3);
+  auto at = idx.position_at(20);
+  CHECK(at.stream_at[0] == 10);
+  CHECK(at.stream_at[1] == 5);
+  CHECK(at.stream_at[2] == 5);
+  // A failed write: what was never stored goes from the end.
+  idx.truncate(30);
+  CHECK(idx.end() == 30);
+  CHECK(idx.stored(0) == 15);
+  CHECK(idx.stored(1) == 10);
 }
 
-TEST_CASE("stored command: round trip and checksum") {
-  StoredCommand c;
+TEST_CASE("output index: segment files with headers follow on, or stop at a hole") {
+  OutputIndex writer;
+  std::string seg0 = OutputIndex::encode_header(writer.position());
+  writer.add(0, 100);
+  seg0 += OutputIndex::encode_entry(0, 100);
+  std::string seg1 = OutputIndex::encode_header(writer.position());
+  writer.add(1, 40);
+  writer.add(0, 60);
+  seg1 += OutputIndex::encode_entry(1, 40) + OutputIndex::encode_entry(0, 60);
+  std::string seg2 = OutputIndex::encode_header(writer.position());
+  writer.add(0, 50);
+  seg2 += OutputIndex::encode_entry(0, 50);
+  // The oldest segment was let go of: the index starts at segment 1.
+  OutputIndex idx;
+  REQUIRE(idx.decode_segment(seg1, 100));
+  REQUIRE(idx.decode_segment(seg2, 50));
+  CHECK(idx.first() == 100);
+  CHECK(idx.start(0) == 100);
+  CHECK(idx.start(1) == 0);
+  CHECK(idx.end() == 250);
+  CHECK(idx.stored(0) == 210);
+  CHECK(idx.locate(0, 160) == 200);
+  // A segment whose data file came up short leaves a hole: the next one
+  // cannot be placed.
+  OutputIndex holed;
+  REQUIRE(holed.decode_segment(seg1, 70));
+  CHECK_FALSE(holed.decode_segment(seg2, 50));
+  CHECK(holed.end() == 170);
+}
+
+TEST_CASE("resume start: retained, let go of, never stored, or live") {
+  auto r = plan_resume(10, 0, 100, 100);
+  CHECK_FALSE(r.gap);
+  CHECK(r.from == 10);
+  r = plan_resume(150, 0, 100, 300);  // bytes 100..300 were not stored
+  CHECK(r.gap);
+  CHECK(r.from == 300);
+  r = plan_resume(300, 0, 100, 300);  // from the live edge
+  CHECK_FALSE(r.gap);
+  r = plan_resume(5, 40, 100, 100);  // the log keeps the newest: from the first it has
+  CHECK(r.gap);
+  CHECK(r.from == 40);
+  r = plan_resume(5, 100, 100, 100);  // nothing of it retained
+  CHECK(r.gap);
+  CHECK(r.from == 100);
+}
+
+TEST_CASE("stored execution: round trip and checksum") {
+  StoredExecution c;
   c.id = "job-1";
   c.content = "echo \"hi\"\n";
   c.fingerprint = "abc";
@@ -121,8 +189,8 @@ TEST_CASE("stored command: round trip and checksum") {
   c.result.stdout_bytes = 7;
   c.result.stdout_sha256 = "ff";
   c.output_total = 7;
-  std::string file = encode_stored_command(c);
-  auto back = decode_stored_command(file);
+  std::string file = encode_stored_execution(c);
+  auto back = decode_stored_execution(file);
   REQUIRE(back.has_value());
   CHECK(back->id == "job-1");
   CHECK(back->content == c.content);
@@ -130,14 +198,40 @@ TEST_CASE("stored command: round trip and checksum") {
   CHECK(back->pgid == 4242);
   CHECK(back->start_ticks == 99);
   CHECK(back->finished);
+  CHECK(back->kind == "command");
+  // A code run keeps what makes its terminal event and status.
+  c.kind = "code_run";
+  c.owner = "ctx-1";
+  c.language = "python";
+  c.uid = 1000;
+  c.result.status = "error";
+  c.result.execution_count = 4;
+  auto code = decode_stored_execution(encode_stored_execution(c));
+  REQUIRE(code.has_value());
+  CHECK(code->kind == "code_run");
+  CHECK(code->owner == "ctx-1");
+  CHECK(code->uid == 1000u);
+  CHECK(code->result.status == "error");
+  CHECK(code->result.execution_count == 4);
+  // A record written before executions had kinds reads as a command.
+  std::string old_line =
+      R"({"v":1,"id":"o","content":"c","fingerprint":"f","background":false,"tty":false,"stdin":false,)"
+      R"("started_ns":1,"finished_ns":2,"pgid":0,"boot_id":"b","start_ticks":0,"finished":true,"lost":false,)"
+      R"("result":{"exit_code":0,"signal":"","signal_text":"","start_error":"","timed_out":false,)"
+      R"("interrupted":false,"execution_time_ms":1,"stdout_bytes":0,"stderr_bytes":0,"stdout_sha256":"",)"
+      R"("stderr_sha256":"","user_cpu_ms":0,"system_cpu_ms":0,"max_rss_kib":0},"output_total":0})";
+  auto old = decode_stored_execution(old_line + "\nsha256:" + sha256_hex(old_line) + "\n");
+  REQUIRE(old.has_value());
+  CHECK(old->kind == "command");
+  CHECK(old->result.exit_code == 0);
   // Torn anywhere, or edited: rejected.
   for (size_t cut : {size_t(0), size_t(10), file.size() / 2, file.size() - 2}) {
     CAPTURE(cut);
-    CHECK_FALSE(decode_stored_command(file.substr(0, cut)).has_value());
+    CHECK_FALSE(decode_stored_execution(file.substr(0, cut)).has_value());
   }
   std::string edited = file;
   edited[edited.find("job-1")] = 'J';
-  CHECK_FALSE(decode_stored_command(edited).has_value());
+  CHECK_FALSE(decode_stored_execution(edited).has_value());
 }
 
 TEST_CASE("request fingerprint: same request, same print") {

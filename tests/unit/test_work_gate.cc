@@ -16,7 +16,7 @@ std::atomic<int> g_running{0};
 std::atomic<int> g_peak{0};
 
 struct Item {
-  uv_work_t req;
+  WorkGate::Ticket ticket;
   int index;
   int status = 1;  // 1 = after-callback not called yet
   bool ran = false;
@@ -43,7 +43,7 @@ void after(uv_work_t* w, int status) {
 
 }  // namespace
 
-TEST_CASE("WorkGate: at most cap on threads, cancellable while waiting") {
+TEST_CASE("WorkGate: at most cap on threads, cancellable while waiting, two gates apart") {
   uv_loop_t loop;
   REQUIRE(uv_loop_init(&loop) == 0);
   g_running = 0;
@@ -53,16 +53,16 @@ TEST_CASE("WorkGate: at most cap on threads, cancellable while waiting") {
   std::vector<Item> items(12);
   for (int i = 0; i < 12; ++i) {
     items[i].index = i;
-    items[i].req.data = &items[i];
+    items[i].ticket.req.data = &items[i];
     items[i].finished = &finished;
-    REQUIRE(gate.queue(&loop, &items[i].req, work, after) == 0);
+    REQUIRE(gate.queue(&loop, items[i].ticket, work, after) == 0);
   }
   CHECK(gate.running() == 2);
   CHECK(gate.waiting() == 10);
-  gate.cancel(&items[5].req);  // waiting: withdrawn at once
+  gate.cancel(items[5].ticket);  // waiting: withdrawn at once
   CHECK(items[5].status == UV_ECANCELED);
   CHECK(gate.waiting() == 9);
-  gate.cancel(&items[0].req);  // on a thread: runs to its end
+  gate.cancel(items[0].ticket);  // on a thread: runs to its end
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK(g_peak.load() <= 2);
   CHECK(gate.running() == 0);
@@ -74,5 +74,18 @@ TEST_CASE("WorkGate: at most cap on threads, cancellable while waiting") {
     CHECK(items[i].status == 0);
   }
   CHECK(finished.size() == 12);
+  // A second gate keeps its own count: no state is shared between gates.
+  WorkGate other(1);
+  std::vector<Item> more(3);
+  for (int i = 0; i < 3; ++i) {
+    more[i].index = 100 + i;
+    more[i].ticket.req.data = &more[i];
+    more[i].finished = &finished;
+    REQUIRE(other.queue(&loop, more[i].ticket, work, after) == 0);
+  }
+  CHECK(other.running() == 1);
+  CHECK(gate.running() == 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(finished.size() == 15);
   uv_loop_close(&loop);
 }

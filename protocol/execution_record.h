@@ -1,8 +1,9 @@
-// protocol/command_record: a command record as it is kept on disk, so a
-// restarted execd still knows every command within retention. A record is
-// one JSON line and a second line "sha256:<hex of the first line>"; execd
-// appends them to its records log (execd/api/commands), and one whose
-// checksum does not match (torn, edited) is rejected on load.
+// protocol/execution_record: an execution's record as it is kept on disk, so
+// a restarted execd still knows every execution (command, session run, code
+// run) within retention. A record is one JSON line and a second line
+// "sha256:<hex of the first line>"; execd appends them to its records log
+// (execd/exec/record_store), and one whose checksum does not match (torn,
+// edited) is rejected on load.
 // Also the fingerprint that tells a retried start from a different one.
 #pragma once
 
@@ -16,10 +17,16 @@
 
 namespace execd::protocol {
 
-struct StoredCommand {
+struct StoredExecution {
+  std::string kind = "command";  // command | session_run | code_run
   std::string id;
   std::string content;
   std::string fingerprint;  // of the request that started it
+  std::string cwd;
+  std::optional<uint32_t> uid, gid;
+  std::string owner;     // the session or code context it ran in
+  std::string language;  // code runs
+  uint64_t stdin_accepted = 0;
   bool background = false;
   bool tty = false;
   bool stdin_open = false;
@@ -36,9 +43,9 @@ struct StoredCommand {
   uint64_t output_total = 0;  // bytes of output produced (stored or not)
 };
 
-std::string encode_stored_command(const StoredCommand& r);
+std::string encode_stored_execution(const StoredExecution& r);
 // nullopt: not a record (bad checksum, torn, unknown shape).
-std::optional<StoredCommand> decode_stored_command(std::string_view file);
+std::optional<StoredExecution> decode_stored_execution(std::string_view file);
 
 // Same fingerprint = the same start request (command, cwd, env, user,
 // limits, flags); field order and defaults do not matter.

@@ -1,5 +1,7 @@
-// pty/pool_job: the one shape of work handed to libuv's threadpool, for
-// every module (here, in the runtime, because pty/ uses it too). A job is a
+// fs/pool_job: the one shape of blocking work handed to libuv's threadpool.
+// Every user of the pool does file work (the output log, records, the
+// journal, cgroup directories, /proc scans, the /files API), so it lives
+// with the file operations, where pty/ and execd/ both reach it. A job is a
 // plain struct the caller fills; `work` runs on a pool thread and touches
 // only what the job holds; `done` runs on the loop afterwards, with the
 // status libuv gives (UV_ECANCELED: never ran). The job is freed right after
@@ -7,14 +9,14 @@
 // callback, and `work` is never null here.
 //
 // Work that must be withdrawable before it starts goes through
-// api::WorkGate instead, which needs the uv_work_t itself.
+// execd/api/work_gate's WorkGate instead, which needs the uv_work_t itself.
 #pragma once
 
 #include <uv.h>
 
 #include <memory>
 
-namespace execd::pty {
+namespace execd::fs {
 
 template <class Job>
 void queue_job(uv_loop_t* loop, std::unique_ptr<Job> job, void (*work)(Job&), void (*done)(Job&, int status)) {
@@ -34,4 +36,4 @@ void queue_job(uv_loop_t* loop, std::unique_ptr<Job> job, void (*work)(Job&), vo
       });
 }
 
-}  // namespace execd::pty
+}  // namespace execd::fs

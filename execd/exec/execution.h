@@ -1,0 +1,247 @@
+// execd/exec/execution: one run of anything execd runs for a client (a
+// command, a bash session run, code in a kernel), from the moment its id is
+// reserved until its retention expires. Every kind of run plugs in through
+// one small interface, the Runner; everything a run produces is the
+// Execution's:
+//
+//  * the retained output (exec/output_log: stdout, stderr and structured
+//    events, newest bytes kept) and what proves it (byte counts, SHA-256);
+//  * every HTTP stream of it (exec/reader: the original response, retried
+//    starts, resume readers), each pulled at its own pace, and the one
+//    decision of when the runner must pause: while a reader that must not
+//    lose bytes is behind (the original stream of a pausable run, or any
+//    reader the log would otherwise have to let go of), or the disk is
+//    behind. A run that cannot pause (a kernel) is never waited for: its
+//    readers catch up from the log, and an original stream the log cannot
+//    keep up for ends with a structured OutputOverflow;
+//  * stdin (exec/stdin): the offset accepted so far, EOF, the one write in
+//    progress;
+//  * the outcome: the terminal event (protocol/envelope builds it from the
+//    ExecutionResult), the status document, the record that survives a
+//    restart (exec/record_store) and the journal entry, each built here once
+//    for every kind of run.
+//
+// A Runner knows nothing of HTTP, records or the journal: it starts,
+// reports bytes (output), events (event) and its end (finish), takes stdin,
+// pauses, and stops when asked. Adding a kind of run means writing one.
+//
+// Ownership: the registry (exec/registry) owns every Execution; the
+// Execution owns its runner and its log. Readers and a stdin write are
+// Sources of their exchanges and reach the Execution through Links; pool
+// jobs that point at it pin it (in_use()), and the registry never frees a
+// pinned one. Loop thread only.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "execd/exec/output_log.h"
+#include "execd/link.h"
+#include "protocol/execution_record.h"
+#include "protocol/envelope.h"
+#include "protocol/errors.h"
+#include "pty/digest.h"
+
+namespace execd::exec {
+
+class Execution;
+class ExecutionReader;
+class StdinBody;
+class Registry;
+
+// The kinds of run, as the journal and the records name them.
+enum class Kind : uint8_t { command, session_run, code_run };
+const char* kind_name(Kind k);
+std::optional<Kind> kind_from_name(std::string_view name);
+
+// Output channels of the retained log.
+enum Channel : uint8_t { kStdout = 0, kStderr = 1, kEvents = 2 };
+
+// What a runner calls while it runs (the Execution).
+class RunSink {
+ public:
+  virtual ~RunSink() = default;
+  virtual void output(Channel c, const uint8_t* data, size_t len) = 0;
+  // A structured event (a compact JSON object): kernel results and errors.
+  virtual void event(std::string_view json_object) = 0;
+  // The last call: how it ended. Byte counts and digests are the sink's.
+  virtual void finish(protocol::ExecutionResult result) = 0;
+  // stdin: everything queued was taken; the process closed its stdin.
+  virtual void stdin_drained() = 0;
+  virtual void stdin_closed(int err) = 0;
+};
+
+// A kind of run.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  // A process writing to a pipe can be paused; a kernel's iopub cannot (not
+  // reading it would make ZeroMQ drop messages).
+  virtual bool pausable() const = 0;
+  virtual void set_paused(bool paused) {}
+  // DELETE: stops the run, or what it left running. False if nothing runs.
+  virtual bool interrupt() = 0;
+  // Daemon shutdown: TERM to what runs, later KILL.
+  virtual void signal(int sig) {}
+  // No stream wants the rest of the output (the original client left and
+  // nobody else reads): a kernel run stops then; a process runs on.
+  virtual void unwatched() {}
+  // Status fields of what still runs (processes_running).
+  virtual void describe(nlohmann::ordered_json& status) const {}
+  // stdin, for runs started with it open.
+  virtual bool has_stdin() const { return false; }
+  virtual void stdin_write(const char* data, size_t len) {}
+  virtual size_t stdin_queued() const { return 0; }
+  // EOF: a pipe closes once drained; a terminal gets ^D and stays.
+  virtual void stdin_close() {}
+  // The pid whose process group a restarted execd ends if the run was lost.
+  virtual int64_t pgid() const { return 0; }
+};
+
+// What a new execution is.
+struct ExecutionSpec {
+  Kind kind = Kind::command;
+  std::string id;          // empty: a fresh random one
+  std::string content;     // the command or the code
+  std::string fingerprint; // of the start request (retried starts attach)
+  std::string cwd;
+  std::optional<uint32_t> uid, gid;
+  bool background = false, tty = false, stdin_open = false;
+  std::string owner;       // the session or code context it ran in
+  std::string language;    // code runs
+};
+
+class Execution final : public RunSink {
+ public:
+  Execution(Registry& registry, ExecutionSpec spec, uint64_t log_limit);
+  // Reloaded from its record (exec/record_store).
+  Execution(Registry& registry, const protocol::StoredExecution& stored, std::unique_ptr<OutputLog> log);
+  ~Execution() override;
+  Execution(const Execution&) = delete;
+  Execution& operator=(const Execution&) = delete;
+
+  // --- the run ---------------------------------------------------------
+  // The runner has started it.
+  void start(std::unique_ptr<Runner> runner);
+  // It could not start: the result is final (a 200 stream with init, then
+  // the error, for the original reader).
+  void fail_start(const std::string& error);
+  // Reserved but refused before it ran (a client that left, shutdown):
+  // every waiting reader gets `why`; the registry forgets it.
+  void discard(const protocol::ApiError& why);
+  bool starting() const { return state_ == State::reserved; }
+  bool running() const { return state_ == State::running; }
+  bool done() const { return state_ >= State::finished; }
+  bool lost() const { return state_ == State::lost; }
+  bool reloaded() const { return reloaded_; }
+  // DELETE /command.
+  bool interrupt() { return runner_ && runner_->interrupt(); }
+  void signal(int sig) {
+    if (runner_ && running()) runner_->signal(sig);
+  }
+  // Daemon exit: lets go of the runner (its process is left to be reaped).
+  void close() { runner_.reset(); }
+
+  // RunSink
+  void output(Channel c, const uint8_t* data, size_t len) override;
+  void event(std::string_view json_object) override;
+  void finish(protocol::ExecutionResult result) override;
+  void stdin_drained() override;
+  void stdin_closed(int err) override;
+
+  // --- what it is and how it went --------------------------------------
+  const std::string& id() const { return spec_.id; }
+  const ExecutionSpec& spec() const { return spec_; }
+  Kind kind() const { return spec_.kind; }
+  bool pausable() const { return !runner_ || runner_->pausable(); }
+  // Bytes produced per channel (stored or not).
+  uint64_t produced(int channel) const { return produced_[channel]; }
+  // The result so far (final once done()).
+  protocol::ExecutionResult result() const;
+  std::string status_json() const;
+  protocol::StoredExecution stored() const;
+  nlohmann::ordered_json journal_entry() const;
+  int64_t finished_ns() const { return finished_ns_; }
+  const OutputLog* log() const { return log_.get(); }
+  OutputLog* log() { return log_.get(); }
+
+  // --- readers (exec/reader) -------------------------------------------
+  void attach(ExecutionReader& r, Link<Execution>& reader_end);
+  // A reader fell behind, caught up, or moved on: re-decide pausing, and
+  // let the log drop what nobody needs any more.
+  void readers_changed();
+
+  // --- stdin (exec/stdin) ----------------------------------------------
+  bool stdin_open() const { return spec_.stdin_open; }
+  uint64_t stdin_accepted() const { return stdin_accepted_; }
+  bool stdin_eof() const { return stdin_eof_; }
+  // Whether a write can go to the process now (open, not at EOF).
+  bool stdin_writable() const { return runner_ && runner_->has_stdin() && !stdin_eof_ && running(); }
+  bool stdin_busy() const { return static_cast<bool>(stdin_body_); }
+  void attach_stdin(StdinBody& body, Link<Execution>& body_end);
+  // Queues bytes for the process; false when the write ended (closed).
+  void stdin_write(const char* data, size_t len);
+  size_t stdin_queued() const { return runner_ ? runner_->stdin_queued() : 0; }
+  void stdin_close();
+
+  // --- for the registry and the record store ---------------------------
+  // Pool work or a record write points at it: not to be freed.
+  bool in_use() const;
+  struct PersistState {
+    bool queued = false, writing = false, dirty = false;
+  };
+  PersistState& persist_state() { return persist_; }
+  // Set by the record store once the first record write has read it.
+  void set_start_ticks(uint64_t ticks) {
+    if (!start_ticks_) start_ticks_ = ticks;
+  }
+
+ private:
+  enum class State : uint8_t { reserved, running, finished, lost };
+  friend class ExecutionReader;
+  template <class Fn>
+  void each_reader(Fn fn);
+  void update_pause();
+  bool may_drop(uint64_t upto);
+  void end_readers();
+  void finished_now();
+
+  Registry& registry_;
+  ExecutionSpec spec_;
+  State state_ = State::reserved;
+  bool reloaded_ = false;
+  std::unique_ptr<Runner> runner_;
+  std::unique_ptr<OutputLog> log_;
+  std::list<Link<ExecutionReader>> readers_;
+  pty::OutputDigest digest_[2];
+  uint64_t produced_[3] = {0, 0, 0};
+  int64_t started_ns_ = 0, finished_ns_ = 0;
+  bool paused_ = false;
+  bool watched_ = false;  // an original stream was attached and may still be
+  // Final once done(): what the runner reported plus counts and digests, or
+  // what the record said.
+  std::unique_ptr<protocol::ExecutionResult> result_;
+  std::string last_error_;  // start error of a run that never ran
+  // stdin
+  Link<StdinBody> stdin_body_;
+  uint64_t stdin_accepted_ = 0;
+  bool stdin_eof_ = false;
+  // persistence
+  PersistState persist_;
+  int64_t pgid_ = 0;
+  uint64_t start_ticks_ = 0;
+  std::string other_boot_id_;  // a reloaded record of another boot
+};
+
+// Fills `signal` ("SIGKILL") and `signal_text` ("killed").
+void set_signal(protocol::ExecutionResult& r, int signal);
+
+}  // namespace execd::exec

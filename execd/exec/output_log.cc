@@ -1,0 +1,431 @@
+// execd/exec/output_log: see header.
+#include "execd/exec/output_log.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "fs/pool_job.h"
+#include "fs/small_file.h"
+
+namespace execd::exec {
+
+namespace {
+
+// Writes `len` bytes at `offset`; 0 or an errno.
+int pwrite_all(int fd, const char* data, size_t len, uint64_t offset) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pwrite(fd, data + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// Closing a file can wait on the disk, so it goes to the pool, and so do
+// unlinks (a burst of commands ends hundreds of logs at once).
+void close_on_pool(uv_loop_t* loop, int fd) {
+  if (fd < 0) return;
+  struct CloseJob {
+    int fd;
+  };
+  fs::queue_job<CloseJob>(
+      loop, std::make_unique<CloseJob>(CloseJob{fd}), [](CloseJob& j) { ::close(j.fd); }, [](CloseJob&, int) {});
+}
+
+void unlink_on_pool(uv_loop_t* loop, std::vector<std::string> paths) {
+  struct UnlinkJob {
+    std::vector<std::string> paths;
+  };
+  fs::queue_job<UnlinkJob>(
+      loop, std::make_unique<UnlinkJob>(UnlinkJob{std::move(paths)}),
+      [](UnlinkJob& j) {
+        for (const auto& p : j.paths) ::unlink(p.c_str());
+      },
+      [](UnlinkJob&, int) {});
+}
+
+}  // namespace
+
+// One write of a segment's waiting bytes and index entries, on the pool.
+// The writer's in-flight buffers stay untouched by the loop until `done`.
+struct OutputLog::WriteJob {
+  OutputLog* log;
+  Writer* writer;
+  std::string data_path, index_path;
+  int data_fd, index_fd;
+  bool create;
+  int err = 0;
+
+  static void run(WriteJob& j) {
+    Writer& w = *j.writer;
+    if (j.create) {
+      j.data_fd = ::open(j.data_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (j.data_fd < 0) return void(j.err = errno);
+      j.index_fd = ::open(j.index_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (j.index_fd < 0) return void(j.err = errno);
+    }
+    j.err = pwrite_all(j.data_fd, w.data_inflight.data(), w.data_inflight.size(), w.data_durable);
+    if (!j.err) j.err = pwrite_all(j.index_fd, w.index_inflight.data(), w.index_inflight.size(), w.index_durable);
+  }
+  static void done(WriteJob& j, int) { j.log->on_write_done(j); }
+};
+
+// A read, on the pool, by path (the writer's descriptors belong to its
+// write jobs alone), of consecutive pieces of one or more segment files. A
+// file let go meanwhile ends the read there.
+struct OutputLog::ReadJob {
+  struct Piece {
+    std::string path;
+    uint64_t offset;  // within the file
+    size_t len;
+  };
+  OutputLog* log;
+  std::vector<Piece> pieces;
+  std::string buf;
+  ReadFn fn;
+  int err = 0;
+
+  static void run(ReadJob& r) {
+    size_t total = 0;
+    for (const auto& p : r.pieces) total += p.len;
+    r.buf.resize(total);
+    size_t got = 0;
+    for (const auto& p : r.pieces) {
+      int fd = ::open(p.path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        if (errno != ENOENT) r.err = -errno;
+        break;
+      }
+      size_t done = 0;
+      while (done < p.len) {
+        ssize_t k = ::pread(fd, r.buf.data() + got + done, p.len - done, static_cast<off_t>(p.offset + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) r.err = -errno;
+        if (k <= 0) break;
+        done += static_cast<size_t>(k);
+      }
+      ::close(fd);
+      got += done;
+      if (done < p.len || r.err) break;
+    }
+    r.buf.resize(got);
+  }
+  static void done(ReadJob& r, int) {
+    OutputLog& log = *r.log;
+    --log.ops_;
+    r.fn(r.err, r.err ? std::string() : std::move(r.buf));
+    if (log.removed_) log.remove();
+    else log.pump();
+  }
+};
+
+OutputLog::OutputLog(uv_loop_t* loop, std::string base, uint64_t limit)
+    : loop_(loop), base_(std::move(base)), limit_(limit), segment_bytes_(std::max<uint64_t>(1, limit / 4 + (limit % 4 != 0))) {}
+
+OutputLog::~OutputLog() {
+  for (auto& w : writers_) {
+    if (w->data_fd >= 0) ::close(w->data_fd);
+    if (w->index_fd >= 0) ::close(w->index_fd);
+  }
+}
+
+std::string OutputLog::data_path(uint32_t k) const {
+  return k == 0 ? base_ + ".output" : base_ + ".output." + std::to_string(k);
+}
+
+std::string OutputLog::index_path(uint32_t k) const {
+  return k == 0 ? base_ + ".index" : base_ + ".index." + std::to_string(k);
+}
+
+bool OutputLog::adopt(const std::vector<std::string>& names) {
+  // Which segments are there: "<id>.output" is 0, "<id>.output.<k>" is k.
+  std::string stem = base_.substr(base_.rfind('/') + 1) + ".output";
+  std::set<uint32_t> ks;
+  for (const auto& n : names) {
+    if (n == stem) ks.insert(0);
+    else if (n.size() > stem.size() + 1 && n.compare(0, stem.size() + 1, stem + ".") == 0) {
+      std::string rest = n.substr(stem.size() + 1);
+      if (!rest.empty() && rest.size() < 10 && std::all_of(rest.begin(), rest.end(), ::isdigit))
+        ks.insert(static_cast<uint32_t>(std::stoul(rest)));
+    }
+  }
+  sealed_ = true;
+  std::vector<std::string> stray;
+  bool broken = false;
+  for (uint32_t k : ks) {
+    struct stat st {};
+    std::string data = data_path(k);
+    if (broken || stat(data.c_str(), &st) != 0) {
+      stray.push_back(data);
+      stray.push_back(index_path(k));
+      continue;
+    }
+    uint64_t before = index_.end();
+    std::string idx = fs::read_small_file(index_path(k), SIZE_MAX).value_or(std::string());
+    if (!index_.decode_segment(idx, static_cast<uint64_t>(st.st_size))) {
+      broken = true;  // a hole: what follows cannot be placed
+      stray.push_back(data);
+      stray.push_back(index_path(k));
+      continue;
+    }
+    uint64_t start = segments_.empty() ? index_.first() : before;
+    segments_.push_back({k, start, index_.end() - start});
+    next_k_ = k + 1;
+  }
+  for (const auto& p : stray) ::unlink(p.c_str());
+  return !segments_.empty();
+}
+
+OutputLog::Writer& OutputLog::writer_for_new_bytes() {
+  if (segments_.empty() || segments_.back().size >= segment_bytes_) roll_over();
+  uint32_t k = segments_.back().k;
+  if (writers_.empty() || writers_.back()->k != k) {
+    auto w = std::make_unique<Writer>();
+    w->k = k;
+    w->index = protocol::OutputIndex::encode_header(index_.position());
+    writers_.push_back(std::move(w));
+  }
+  return *writers_.back();
+}
+
+void OutputLog::roll_over() { segments_.push_back({next_k_++, index_.end(), 0}); }
+
+void OutputLog::append(uint8_t channel, const uint8_t* data, size_t len) {
+  if (sealed_ || failed_ || removed_) return;
+  while (len > 0) {
+    if (segments_.empty() || segments_.back().size >= segment_bytes_) roll_over();
+    uint64_t take = std::min<uint64_t>(len, segment_bytes_ - segments_.back().size);
+    // Room for it: the oldest segments go, unless a reader still needs them.
+    while (retained() + take > limit_ && segments_.size() > 1) {
+      uint64_t upto = segments_[1].start;
+      if (guard_ && !guard_(upto)) break;
+      drop_oldest();
+    }
+    Writer& w = writer_for_new_bytes();
+    // Consecutive bytes of one channel share an index entry while it waits.
+    if (w.open_entry != std::string::npos && static_cast<uint8_t>(w.index[w.open_entry]) == channel) {
+      uint64_t merged = 0;
+      for (int i = 0; i < 8; ++i)
+        merged |= static_cast<uint64_t>(static_cast<uint8_t>(w.index[w.open_entry + 1 + i])) << (8 * i);
+      w.index.replace(w.open_entry, protocol::OutputIndex::kEntryBytes,
+                      protocol::OutputIndex::encode_entry(channel, merged + take));
+    } else {
+      w.open_entry = w.index.size();
+      w.index += protocol::OutputIndex::encode_entry(channel, take);
+    }
+    w.data.append(reinterpret_cast<const char*>(data), static_cast<size_t>(take));
+    index_.add(channel, take);
+    segments_.back().size += take;
+    waiting_ += take;
+    data += take;
+    len -= static_cast<size_t>(take);
+  }
+  pump();
+}
+
+void OutputLog::trim() {
+  while (retained() > limit_ && segments_.size() > 1) {
+    if (guard_ && !guard_(segments_[1].start)) return;
+    drop_oldest();
+  }
+}
+
+void OutputLog::drop_oldest() {
+  Segment s = segments_.front();
+  segments_.pop_front();
+  index_.drop_before(segments_.empty() ? index_.end() : segments_.front().start);
+  for (auto it = writers_.begin(); it != writers_.end(); ++it) {
+    if ((*it)->k != s.k) continue;
+    Writer& w = **it;
+    waiting_ -= w.data.size();
+    w.drop_waiting();
+    if (writing_ && it == writers_.begin()) {
+      unlink_when_written_.push_back(s.k);  // its write is out: after it
+      return;
+    }
+    close_writer(w);
+    writers_.erase(it);
+    break;
+  }
+  unlink_segment(s.k);
+}
+
+void OutputLog::unlink_segment(uint32_t k) { unlink_on_pool(loop_, {data_path(k), index_path(k)}); }
+
+void OutputLog::close_writer(Writer& w) {
+  close_on_pool(loop_, w.data_fd);
+  close_on_pool(loop_, w.index_fd);
+  w.data_fd = w.index_fd = -1;
+}
+
+void OutputLog::seal() {
+  sealed_ = true;
+  pump();
+}
+
+void OutputLog::pump() {
+  if (writing_ || removed_) return;
+  while (!writers_.empty()) {
+    Writer& w = *writers_.front();
+    if (!w.data.empty() || (!w.created && !w.index.empty())) {
+      w.data_inflight.swap(w.data);
+      w.index_inflight.swap(w.index);
+      w.data.clear();
+      w.index.clear();
+      w.open_entry = std::string::npos;
+      waiting_ -= w.data_inflight.size();
+      inflight_ += w.data_inflight.size();
+      writing_ = true;
+      ++ops_;
+      bool create = !w.created;
+      w.created = true;
+      fs::queue_job<WriteJob>(loop_,
+                              std::make_unique<WriteJob>(WriteJob{this, &w, create ? data_path(w.k) : std::string(),
+                                                                  create ? index_path(w.k) : std::string(), w.data_fd,
+                                                                  w.index_fd, create}),
+                              WriteJob::run, WriteJob::done);
+      return;
+    }
+    // Caught up. A writer that takes no more appends closes its files; the
+    // current one keeps them (and gives back its buffers' memory).
+    bool current = !sealed_ && !segments_.empty() && segments_.back().k == w.k;
+    std::string().swap(w.data_inflight);
+    std::string().swap(w.index_inflight);
+    if (current) {
+      std::string().swap(w.data);
+      std::string().swap(w.index);
+      return;
+    }
+    close_writer(w);
+    writers_.pop_front();
+  }
+}
+
+void OutputLog::on_write_done(WriteJob& job) {
+  --ops_;
+  writing_ = false;
+  Writer& w = *job.writer;
+  if (job.create) {
+    w.data_fd = job.data_fd;
+    w.index_fd = job.index_fd;
+  }
+  inflight_ -= w.data_inflight.size();
+  if (job.err) {
+    // Not durable: the bytes of this write and everything after it. The
+    // file may hold part of them; readers never look past the durable end.
+    uint64_t seg_start = 0;
+    for (const auto& s : segments_)
+      if (s.k == w.k) seg_start = s.start;
+    if (!failed_) {
+      spdlog::warn("output log {}: writing failed ({}); output from byte {} on is not retained", base_,
+                   strerror(job.err), seg_start + w.data_durable);
+    }
+    failed_ = true;
+    failed_at_ = std::max(index_.first(), seg_start + w.data_durable);
+    index_.truncate(failed_at_);
+    while (!segments_.empty() && segments_.back().start > failed_at_ && segments_.size() > 1) segments_.pop_back();
+    if (!segments_.empty()) segments_.back().size = failed_at_ - segments_.back().start;
+    for (auto& other : writers_) other->drop_waiting();
+    waiting_ = 0;
+  } else {
+    w.data_durable += w.data_inflight.size();
+    w.index_durable += w.index_inflight.size();
+  }
+  w.data_inflight.clear();
+  w.index_inflight.clear();
+  // Segments let go while this write was out.
+  for (uint32_t k : unlink_when_written_) {
+    for (auto it = writers_.begin(); it != writers_.end(); ++it)
+      if ((*it)->k == k) {
+        close_writer(**it);
+        writers_.erase(it);
+        break;
+      }
+    unlink_segment(k);
+  }
+  unlink_when_written_.clear();
+  if (removed_) return remove();
+  pump();
+  run_waiting_reads();
+  if (on_written_) on_written_();
+}
+
+void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {
+  if (!removed_ && !failed_ && durable_end() < index_.end()) {
+    waiting_reads_.push_back({index_.end(), offset, max, std::move(fn)});
+    return;
+  }
+  read_now(offset, max, std::move(fn));
+}
+
+void OutputLog::run_waiting_reads() {
+  if (waiting_reads_.empty()) return;
+  std::vector<WaitingRead> ready, still;
+  for (auto& w : waiting_reads_)
+    (removed_ || failed_ || durable_end() >= w.needed ? ready : still).push_back(std::move(w));
+  waiting_reads_ = std::move(still);
+  for (auto& w : ready) read_now(w.offset, w.max, std::move(w.fn));
+}
+
+void OutputLog::read_now(uint64_t offset, size_t max, ReadFn fn) {
+  uint64_t durable = removed_ ? 0 : durable_end();
+  if (offset < index_.first() || offset >= durable) return fn(0, {});
+  std::vector<ReadJob::Piece> pieces;
+  uint64_t at = offset, end = std::min<uint64_t>(durable, offset + max);
+  for (const auto& s : segments_) {
+    if (at >= end) break;
+    if (at < s.start || at >= s.start + s.size) continue;
+    uint64_t n = std::min(end, s.start + s.size) - at;
+    pieces.push_back({data_path(s.k), at - s.start, static_cast<size_t>(n)});
+    at += n;
+  }
+  if (pieces.empty()) return fn(0, {});
+  ++ops_;
+  fs::queue_job<ReadJob>(loop_, std::make_unique<ReadJob>(ReadJob{this, std::move(pieces), {}, std::move(fn)}),
+                         ReadJob::run, ReadJob::done);
+}
+
+bool OutputLog::settled() const { return sealed_ && writers_.empty() && ops_ == 0 && waiting_reads_.empty(); }
+
+bool OutputLog::holds_descriptor() const {
+  for (const auto& w : writers_)
+    if (w->data_fd >= 0 || w->index_fd >= 0) return true;
+  return false;
+}
+
+size_t OutputLog::buffer_capacity() const {
+  size_t n = 0;
+  for (const auto& w : writers_)
+    n += w->data.capacity() + w->index.capacity() + w->data_inflight.capacity() + w->index_inflight.capacity();
+  return n;
+}
+
+void OutputLog::remove() {
+  removed_ = true;
+  on_written_ = nullptr;
+  guard_ = nullptr;
+  for (auto& w : writers_) w->drop_waiting();
+  waiting_ = 0;
+  run_waiting_reads();
+  if (ops_ > 0) return;  // finished by the last completion
+  std::vector<std::string> paths;
+  for (auto& w : writers_) close_writer(*w);
+  writers_.clear();
+  for (const auto& s : segments_) {
+    paths.push_back(data_path(s.k));
+    paths.push_back(index_path(s.k));
+  }
+  segments_.clear();
+  if (!paths.empty()) unlink_on_pool(loop_, std::move(paths));
+}
+
+}  // namespace execd::exec

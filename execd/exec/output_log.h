@@ -1,0 +1,155 @@
+// execd/exec/output_log: an execution's retained output (stdout, stderr and
+// structured events in the order execd took them) on disk under the state
+// directory, readable by combined offset while the execution runs and for
+// --retention after it ended, across restarts too.
+//
+// Newest bytes win: the log is a run of segment files (`<id>.output`, then
+// `<id>.output.<k>`), each a quarter of the limit, each with its index file
+// (`<id>.index[.<k>]`, protocol/resume's format). When the retained bytes
+// would pass the limit the oldest segment goes, unless the owner's drop guard
+// says a reader still needs it (the owner then pauses its producer, see
+// exec/execution). What a reader asked for and the log let go is a gap.
+//
+// Writing: one pool job at a time writes the data and its index entries
+// (appends arriving meanwhile wait in memory, and what waits is part of the
+// producer's backpressure), so durable bytes are always a prefix. A write
+// that fails (a full disk) is not durable: the log stops storing, keeps what
+// was durable before it, and says from where it failed; the index in memory
+// is cut back to match.
+//
+// Ownership: the execution owns its log. Pool jobs in flight point at it, so
+// the owner must not destroy it while busy(); remove() unlinks every file
+// with requests that need nothing of the log. A sealed, settled log holds no
+// descriptor and no buffer: reads open, read and close in one pool job.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol/resume.h"
+
+namespace execd::exec {
+
+class OutputLog {
+ public:
+  // Bytes waiting for the disk past which the producer is paused.
+  static constexpr size_t kPendingBudget = 1 << 20;
+
+  // `base`: "<state dir>/<id>"; `limit`: bytes retained at most.
+  OutputLog(uv_loop_t* loop, std::string base, uint64_t limit);
+  ~OutputLog();
+  OutputLog(const OutputLog&) = delete;
+  OutputLog& operator=(const OutputLog&) = delete;
+
+  // The segments an earlier execd left for `base` (file names in the state
+  // directory, as listed by the caller): read back, sealed. False if there
+  // is nothing usable (the log is then empty).
+  bool adopt(const std::vector<std::string>& names_in_dir);
+
+  // Appends `len` bytes of `channel` (0 stdout, 1 stderr, 2 events).
+  void append(uint8_t channel, const uint8_t* data, size_t len);
+  // No more appends: the files close once written.
+  void seal();
+  const protocol::OutputIndex& index() const { return index_; }
+  uint64_t first() const { return index_.first(); }
+  uint64_t end() const { return index_.end(); }
+  // Storing stopped (a failed write): nothing from failed_at() on is kept.
+  bool failed() const { return failed_; }
+  uint64_t failed_at() const { return failed_at_; }
+  // Asked before the oldest segment is dropped: may [first(), upto) go?
+  using DropGuard = std::function<bool(uint64_t upto)>;
+  void set_drop_guard(DropGuard guard) { guard_ = std::move(guard); }
+  // Retained bytes past the limit because the guard said no.
+  bool over_limit() const { return retained() > limit_; }
+  // Drops what the limit and the guard allow now.
+  void trim();
+  bool over_budget() const { return waiting_ > kPendingBudget; }
+  uint64_t limit() const { return limit_; }
+  // Called whenever a write completes (a paused producer may resume).
+  void set_on_written(std::function<void()> fn) { on_written_ = std::move(fn); }
+
+  // Reads up to `max` bytes from `offset`, once every byte appended before
+  // the call is on disk: a reader sees all output execd had taken. Fewer (or
+  // none) when the durable end comes first or the log let go of them
+  // meanwhile.
+  using ReadFn = std::function<void(int err, std::string data)>;
+  void read(uint64_t offset, size_t max, ReadFn fn);
+
+  // File requests are in flight: the log must stay.
+  bool busy() const { return ops_ > 0; }
+  // Sealed, written, files closed: only reads can use it now.
+  bool settled() const;
+  bool holds_descriptor() const;
+  size_t buffer_capacity() const;
+  // Closes and unlinks every file (once outstanding I/O completes).
+  void remove();
+
+ private:
+  struct Segment {
+    uint32_t k;
+    uint64_t start;  // combined offset
+    uint64_t size;   // bytes stored in it
+  };
+  // The segment being written (the last one) while it has work: its files,
+  // what waits for them, and what the write in flight carries.
+  struct Writer {
+    uint32_t k;
+    int data_fd = -1, index_fd = -1;
+    bool created = false;
+    std::string data, index;                   // waiting
+    size_t open_entry = std::string::npos;     // the last entry in `index`, still growing
+    std::string data_inflight, index_inflight;  // in the write out
+    uint64_t data_durable = 0, index_durable = 0;
+    void drop_waiting() {
+      data.clear();
+      index.clear();
+      open_entry = std::string::npos;
+    }
+  };
+  struct WriteJob;
+  struct ReadJob;
+
+  std::string data_path(uint32_t k) const;
+  std::string index_path(uint32_t k) const;
+  uint64_t retained() const { return index_.end() - index_.first(); }
+  Writer& writer_for_new_bytes();
+  void roll_over();
+  void pump();
+  void on_write_done(WriteJob& job);
+  void drop_oldest();
+  void close_writer(Writer& w);
+  void read_now(uint64_t offset, size_t max, ReadFn fn);
+  void run_waiting_reads();
+  uint64_t durable_end() const { return index_.end() - waiting_ - inflight_; }
+  void unlink_segment(uint32_t k);
+
+  uv_loop_t* loop_;
+  std::string base_;
+  uint64_t limit_, segment_bytes_;
+  protocol::OutputIndex index_;
+  std::deque<Segment> segments_;
+  std::deque<std::unique_ptr<Writer>> writers_;  // oldest first; the last one takes appends
+  uint32_t next_k_ = 0;
+  uint64_t waiting_ = 0, inflight_ = 0;  // data bytes not on disk yet
+  bool writing_ = false, sealed_ = false, failed_ = false, removed_ = false;
+  uint64_t failed_at_ = 0;
+  int ops_ = 0;
+  DropGuard guard_;
+  std::function<void()> on_written_;
+  struct WaitingRead {
+    uint64_t needed;
+    uint64_t offset;
+    size_t max;
+    ReadFn fn;
+  };
+  std::vector<WaitingRead> waiting_reads_;
+  std::vector<uint32_t> unlink_when_written_;  // dropped while their write was out
+};
+
+}  // namespace execd::exec

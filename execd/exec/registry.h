@@ -1,0 +1,85 @@
+// execd/exec/registry: every execution execd knows, by id, and the sweep
+// that lets go of finished ones once --retention has passed (or when more
+// than --max-records finished ones are kept), never while something still
+// uses one (Execution::in_use). The registry owns its executions and their
+// record store (exec/record_store); the journal is handed to it at
+// construction. Executions reach both through it.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "execd/exec/execution.h"
+#include "execd/exec/record_store.h"
+#include "nlohmann/json.hpp"
+
+namespace execd::api {
+class Journal;
+}
+
+namespace execd::exec {
+
+struct RegistrySettings {
+  std::string state_dir;
+  int64_t retention_ms = 15 * 60 * 1000;
+  size_t max_records = 4096;
+  uint64_t log_limit = 64ull << 20;
+};
+
+class Registry {
+ public:
+  // Loads the records the state directory holds as finished executions.
+  Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal);
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Reserves an id (a fresh random one if spec.id is empty) for a run that
+  // starts now or after preparation; `log_limit` 0: the registry's.
+  Execution& create(ExecutionSpec spec, uint64_t log_limit = 0);
+  Execution* find(const std::string& id);
+  // Executions not finished yet (reserved or running).
+  size_t running() const { return running_; }
+  // Shutdown: `sig` to every running execution.
+  void signal_all(int sig);
+  // Refuses new starts from now on (shutdown).
+  void stop_accepting() { accepting_ = false; }
+  bool accepting() const { return accepting_; }
+  // Stops the sweep, lets go of every runner and writes the records that
+  // wait (daemon exit).
+  void close();
+
+  // --- for executions ---
+  uv_loop_t* loop() const { return loop_; }
+  const std::string& state_dir() const { return settings_.state_dir; }
+  const std::string& boot_id() const { return records_.boot_id(); }
+  RecordStore& records() { return records_; }
+  void journal_append(const nlohmann::ordered_json& entry);
+  void finished(Execution& e);
+  // A reserved execution that never ran: forgotten (frees it).
+  void forget(Execution& e);
+
+ private:
+  void sweep();
+
+  uv_loop_t* loop_;
+  RegistrySettings settings_;
+  api::Journal& journal_;
+  RecordStore records_;
+  std::map<std::string, std::unique_ptr<Execution>> executions_;
+  // Finished executions, oldest first, for the sweep (pointers: only the
+  // sweep erases a finished execution, from the front).
+  std::deque<Execution*> finished_order_;
+  size_t running_ = 0;
+  uint64_t sweep_period_ = 1000;
+  uv_timer_t sweep_timer_;
+  bool accepting_ = true;
+  bool closed_ = false;
+};
+
+}  // namespace execd::exec

@@ -1,0 +1,114 @@
+// execd/runners/command: see header.
+#include "execd/runners/command.h"
+
+#include <spdlog/spdlog.h>
+
+namespace execd::runners {
+
+std::unique_ptr<CommandRunner> CommandRunner::start(pty::Runtime& rt, const pty::SpawnOptions& opts,
+                                                    const pty::CommandLimits& limits, bool keep_stdin,
+                                                    exec::RunSink& sink, std::string& error) {
+  std::unique_ptr<CommandRunner> r(new CommandRunner(sink));
+  pty::SpawnOptions o = opts;
+  if (keep_stdin && !o.use_pty) o.pipe_stdin = true;
+  r->cmd_ = pty::Command::start(rt, o, limits, r.get(), error);
+  if (!r->cmd_) return nullptr;
+  r->pid_ = r->cmd_->pid();
+  r->tty_ = o.use_pty;
+  r->cgroup_ = r->cmd_->cgroup();
+  r->contained_ = r->cmd_->cgroup() != nullptr;
+  if (keep_stdin) {
+    // The pipe's write end is ours now: closed when the client says eof (or
+    // the command ends). With a PTY, eof is the terminal's ^D.
+    int fd = r->cmd_->take_stdin();
+    CommandRunner* self = r.get();
+    if (fd >= 0)
+      r->stdin_ = pty::FdWriter::open(
+          rt.loop, fd,
+          [self] {
+            self->sink_.stdin_drained();
+            if (self->stdin_eof_ && !self->tty_) self->close_stdin_now();
+          },
+          // Inside the writer's own callback: it is closed later, not here.
+          [self](int err) { self->sink_.stdin_closed(err); });
+  }
+  return r;
+}
+
+CommandRunner::~CommandRunner() {
+  if (cmd_) cmd_->release();
+  if (stdin_) stdin_->close();
+}
+
+void CommandRunner::on_output(pty::Stream s, const uint8_t* data, size_t len) {
+  sink_.output(s == pty::Stream::out ? exec::kStdout : exec::kStderr, data, len);
+}
+
+void CommandRunner::on_finished(const pty::Outcome& o) {
+  protocol::ExecutionResult r;
+  r.exit_code = o.exit_code;
+  exec::set_signal(r, o.signal);
+  r.timed_out = o.timed_out;
+  r.interrupted = o.interrupted;
+  r.execution_time_ms = o.duration_ms;
+  r.user_cpu_ms = o.user_cpu_ms;
+  r.system_cpu_ms = o.system_cpu_ms;
+  r.max_rss_kib = o.max_rss_kib;
+  r.leftover_processes = o.leftover_processes;
+  r.oom_killed = o.oom_killed;
+  r.pids_limit_hit = o.pids_limit_hit;
+  // The process is done with us: let go of it and of its stdin.
+  cmd_->release();
+  cmd_ = nullptr;
+  close_stdin_now();
+  sink_.finish(std::move(r));
+}
+
+void CommandRunner::set_paused(bool paused) {
+  if (cmd_) cmd_->set_paused(paused);
+}
+
+bool CommandRunner::interrupt() {
+  std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();
+  if ((!cmd_ || !cmd_->running()) && cg && cg->population() > 0) {
+    // The shell has exited; what it started (servers, `&` jobs) has not.
+    cg->kill_all();
+    return true;
+  }
+  if (!cmd_ || !cmd_->running()) return false;
+  // Returns at once; the stream reports how it ended.
+  cmd_->interrupt();
+  return true;
+}
+
+void CommandRunner::signal(int sig) {
+  if (cmd_ && cmd_->running()) cmd_->signal_group(sig);
+}
+
+void CommandRunner::describe(nlohmann::ordered_json& status) const {
+  if (!contained_) return;
+  std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();
+  int left = cg ? cg->population() : 0;  // gone: removed once empty
+  if (left >= 0) status["processes_running"] = left;
+}
+
+void CommandRunner::stdin_write(const char* data, size_t len) {
+  if (stdin_) stdin_->write(data, len);
+}
+
+void CommandRunner::stdin_close() {
+  if (!stdin_) return;
+  if (tty_) {
+    stdin_->write("\x04", 1);  // the terminal stays: the command may still print
+    return;
+  }
+  stdin_eof_ = true;
+  if (stdin_->queued() == 0) close_stdin_now();
+}
+
+void CommandRunner::close_stdin_now() {
+  if (stdin_) stdin_->close();
+  stdin_ = nullptr;
+}
+
+}  // namespace execd::runners

@@ -1,0 +1,116 @@
+// execd/runners/command_spawn: see header.
+#include "execd/runners/command_spawn.h"
+
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+
+#include "fs/expand.h"
+#include "fs/small_file.h"
+#include "protocol/errors.h"
+
+namespace execd::runners {
+
+using protocol::ApiError;
+namespace codes = protocol::codes;
+
+namespace {
+
+// EXECD_ENVS: KEY=VALUE lines, '#' comments and blank lines skipped, values
+// $VAR-expanded against execd's environment, no quote processing.
+void apply_env_file(const std::string& path, const std::vector<std::string>& base, std::vector<std::string>& env) {
+  const std::string text = fs::read_small_file(path).value_or(std::string());
+  for (size_t at = 0, end; at < text.size(); at = end + 1) {
+    end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos || eq <= start) continue;
+    std::string key = line.substr(start, eq - start);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    std::string value;
+    std::string err;
+    if (!fs::expand_vars(line.substr(eq + 1), [&](std::string_view n) { return env_lookup(base, n); }, value, err,
+                         /*allow_undefined=*/true))
+      continue;
+    pty::set_env(env, key, value);
+  }
+}
+
+}  // namespace
+
+std::optional<ApiError> prepare_spawn(const Context& ctx, const protocol::CommandRequest& req, pty::SpawnOptions& opts) {
+  std::vector<std::string> env = ctx.base_env;
+  if (const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS"); envs_file && *envs_file)
+    apply_env_file(envs_file, ctx.base_env, env);
+
+  if (req.uid) {
+    struct passwd pw, *found = nullptr;
+    std::vector<char> buf(16384);
+    getpwuid_r(*req.uid, &pw, buf.data(), buf.size(), &found);
+    gid_t gid = req.gid ? *req.gid : (found ? found->pw_gid : static_cast<gid_t>(*req.uid));
+    opts.uid = *req.uid;
+    opts.gid = gid;
+    if (found) {
+      int n = 64;
+      std::vector<gid_t> groups(static_cast<size_t>(n));
+      if (getgrouplist(found->pw_name, gid, groups.data(), &n) < 0) {
+        groups.resize(static_cast<size_t>(n));
+        getgrouplist(found->pw_name, gid, groups.data(), &n);
+      }
+      groups.resize(static_cast<size_t>(n));
+      opts.groups = groups;
+      pty::set_env(env, "HOME", found->pw_dir);
+      pty::set_env(env, "USER", found->pw_name);
+      pty::set_env(env, "LOGNAME", found->pw_name);
+    } else {
+      // No passwd entry: no supplementary groups, and never root's group by
+      // accident (the Go daemon ran such commands with gid 0).
+      opts.groups = {gid};
+      pty::set_env(env, "HOME", "/");
+    }
+  }
+  for (const auto& [k, v] : req.envs) pty::set_env(env, k, v);
+
+  if (!req.cwd.empty()) {
+    // Expanded with the same variables the command will see (the Go daemon
+    // validated with one set and ran with another).
+    std::string cwd, err;
+    auto lookup = [&](std::string_view n) { return env_lookup(env, n); };
+    if (!fs::expand_vars(req.cwd, lookup, cwd, err, false)) {
+      return ApiError{400, std::string(codes::kInvalidRequestBody), "invalid request, validation error: " + err};
+    }
+    if (!cwd.empty() && cwd[0] == '~' && (cwd.size() == 1 || cwd[1] == '/')) {
+      const char* home = env_lookup(ctx.base_env, "HOME");
+      cwd = std::string(home ? home : "/") + cwd.substr(1);
+    }
+    struct stat st;
+    if (stat(cwd.c_str(), &st) != 0) {
+      return ApiError{400, std::string(codes::kInvalidRequestBody),
+                      "invalid request, validation error: working directory does not exist: " + cwd};
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return ApiError{400, std::string(codes::kInvalidRequestBody),
+                      "invalid request, validation error: working directory is not a directory: " + cwd};
+    }
+    opts.cwd = cwd;
+  }
+  opts.program = ctx.shell;
+  opts.argv = {ctx.shell, "-c", req.command};
+  opts.env = std::move(env);
+  opts.use_pty = req.tty;
+  opts.rows = req.rows;
+  opts.cols = req.cols;
+  return std::nullopt;
+}
+
+// Needs the threadpool: a cwd to check, a user to look up, or an env file to read.
+bool needs_pool(const Context& ctx, const protocol::CommandRequest& req) {
+  const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS");
+  return req.uid || !req.cwd.empty() || (envs_file && *envs_file);
+}
+
+}  // namespace execd::runners

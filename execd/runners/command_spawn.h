@@ -1,0 +1,24 @@
+// execd/runners/command_spawn: what a POST /command request becomes before
+// it runs: the environment (execd's own minus its secrets, the EXECD_ENVS
+// file, the request's envs), the user with its groups and home, the working
+// directory ($VAR and ~ expanded with the command's own environment, then
+// checked) and the program (the shell with -c). prepare_spawn blocks
+// (passwd lookups, stat, the env file): run it on the threadpool when
+// needs_pool says so.
+#pragma once
+
+#include <optional>
+
+#include "execd/context.h"
+#include "protocol/errors.h"
+#include "protocol/requests.h"
+#include "pty/spawn.h"
+
+namespace execd::runners {
+
+std::optional<protocol::ApiError> prepare_spawn(const Context& ctx, const protocol::CommandRequest& req,
+                                                pty::SpawnOptions& opts);
+// A cwd to check, a user to look up, or an env file to read.
+bool needs_pool(const Context& ctx, const protocol::CommandRequest& req);
+
+}  // namespace execd::runners
