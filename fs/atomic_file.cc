@@ -1,6 +1,8 @@
 // fs/atomic_file.cc — temp-file + fsync + rename writer.
 #include "fs/atomic_file.h"
 
+#include <time.h>
+
 #include <fcntl.h>
 #include <sys/random.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // fs/error.h — the error and result types shared by every fs/ operation.
-// How a kind becomes an HTTP answer is decided by the handlers (execd/file_work).
+// How a kind becomes an HTTP answer is decided by the handlers (execd/api/file_jobs).
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-// fs/expand: the contract's path expansion (section 1.5): `$NAME` and `${NAME}`
+// fs/expand: the Go daemon's path expansion: `$NAME` and `${NAME}`
 // substituted from an environment lookup, then a leading `~` or `~/` replaced
 // by the home directory. Pure string work, no file system access.
 #pragma once

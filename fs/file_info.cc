@@ -95,25 +95,6 @@ unsigned mode_to_octal_digits(mode_t mode) {
   return digits;
 }
 
-Result<mode_t> mode_from_octal_digits(int64_t digits) {
-  if (digits < 0 || digits > 7777) {
-    return Error{ErrorKind::bad_request,
-                 "invalid mode " + std::to_string(digits) + ": expected up to four octal digits, e.g. 755"};
-  }
-  mode_t mode = 0;
-  mode_t shift = 0;
-  for (int64_t rest = digits; rest != 0; rest /= 10) {
-    int64_t digit = rest % 10;
-    if (digit > 7) {
-      return Error{ErrorKind::bad_request,
-                   "invalid mode " + std::to_string(digits) + ": digits must be octal (0-7)"};
-    }
-    mode |= static_cast<mode_t>(digit) << shift;
-    shift += 3;
-  }
-  return mode;
-}
-
 std::string format_rfc3339_nano(const timespec& ts) {
   tm local{};
   time_t seconds = ts.tv_sec;

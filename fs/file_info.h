@@ -1,4 +1,4 @@
-// fs/file_info.h — the FileInfo object (contract §8.1): lstat data, owner and
+// fs/file_info.h — the FileInfo object of the Go daemon's file API: lstat data, owner and
 // group names, RFC 3339 times, JSON serialisation. Also the thread-safe
 // uid/gid <-> name lookups used by permission changes.
 #pragma once
@@ -60,8 +60,6 @@ void to_json(nlohmann::json& out, const FileInfo& info);  // for nlohmann's ADL
 
 // 0755 -> 755, 04750 -> 4750.
 unsigned mode_to_octal_digits(mode_t mode);
-// 755 -> 0755; rejects negatives, digits 8/9 and values above 7777 (bad_request).
-Result<mode_t> mode_from_octal_digits(int64_t digits);
 
 // Go RFC3339Nano in the local zone: "2025-12-22T09:08:05.123456789Z",
 // trailing fractional zeros dropped, "+08:00"-style offsets elsewhere.

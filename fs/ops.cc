@@ -114,14 +114,6 @@ Result<struct stat> stat_existing(const std::string& path) {
   return st;
 }
 
-Result<std::optional<std::string>> optional_string_field(const nlohmann::json& object, const char* key,
-                                                         const std::string& context) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return std::optional<std::string>();
-  if (!it->is_string()) return Error{ErrorKind::bad_request, context + ": '" + key + "' must be a string"};
-  return std::optional<std::string>(it->get<std::string>());
-}
-
 Status remove_directory_contents(int dirfd, const std::string& display_path) {
   // A second pass catches entries created while the first one ran.
   for (int pass = 0; pass < 3; ++pass) {
@@ -209,17 +201,6 @@ Status delete_files(const std::vector<std::string>& paths, const EnvLookup& env)
 
 // ---- permissions / mkdir ----------------------------------------------------
 
-Result<std::vector<PermissionRequest>> parse_permission_requests(const nlohmann::json& body) {
-  if (!body.is_object()) return Error{ErrorKind::bad_request, "request body must be a JSON object"};
-  std::vector<PermissionRequest> out;
-  for (const auto& [path, value] : body.items()) {
-    auto spec = parse_permission_spec(value);
-    if (!spec) return Error{ErrorKind::bad_request, path + ": " + spec.error().message};
-    out.push_back(PermissionRequest{path, std::move(spec.value())});
-  }
-  return out;
-}
-
 Status set_permissions(const std::vector<PermissionRequest>& requests, const EnvLookup& env) {
   std::vector<std::pair<std::string, ResolvedPermissions>> prepared;
   for (const PermissionRequest& request : requests) {
@@ -275,22 +256,6 @@ Status make_directories(const std::vector<PermissionRequest>& requests, const En
 }
 
 // ---- move -------------------------------------------------------------------
-
-Result<std::vector<MoveRequest>> parse_move_requests(const nlohmann::json& body) {
-  if (!body.is_array()) return Error{ErrorKind::bad_request, "request body must be a JSON array"};
-  std::vector<MoveRequest> out;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const nlohmann::json& item = body[i];
-    std::string context = "item " + std::to_string(i);
-    if (!item.is_object()) return Error{ErrorKind::bad_request, context + " must be a JSON object"};
-    auto src = optional_string_field(item, "src", context);
-    if (!src) return src.error();
-    auto dest = optional_string_field(item, "dest", context);
-    if (!dest) return dest.error();
-    out.push_back(MoveRequest{src.value().value_or(""), dest.value().value_or("")});
-  }
-  return out;
-}
 
 Status move_files(const std::vector<MoveRequest>& requests, const EnvLookup& env) {
   // Validation simulates the moves: `overlay` records paths that earlier
@@ -432,20 +397,6 @@ Result<SearchResult> search_files(std::string_view root, std::string_view patter
 }
 
 // ---- replace ----------------------------------------------------------------
-
-Result<std::vector<ReplaceRequest>> parse_replace_requests(const nlohmann::json& body) {
-  if (!body.is_object()) return Error{ErrorKind::bad_request, "request body must be a JSON object"};
-  std::vector<ReplaceRequest> out;
-  for (const auto& [path, value] : body.items()) {
-    if (!value.is_object()) return Error{ErrorKind::bad_request, path + ": entry must be a JSON object"};
-    auto old_text = optional_string_field(value, "old", path);
-    if (!old_text) return old_text.error();
-    auto new_text = optional_string_field(value, "new", path);
-    if (!new_text) return new_text.error();
-    out.push_back(ReplaceRequest{path, old_text.value().value_or(""), new_text.value().value_or("")});
-  }
-  return out;
-}
 
 Result<uint64_t> stream_replace(int in_fd, std::string_view old_text, std::string_view new_text,
                                 const ByteSink& sink, size_t chunk_size) {

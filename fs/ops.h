@@ -1,11 +1,11 @@
 // fs/ops.h — the synchronous filesystem operations behind /files/* and
-// /directories (contract §8). Plain blocking calls meant for the libuv
+// /directories (the Go daemon's file API). Plain blocking calls meant for the libuv
 // threadpool: no shared mutable state, reentrant lookups only.
 //
 // Every multi-item operation validates all items first (path expansion,
 // existence, owner/group names, modes) and changes nothing if any is rejected.
 // Paths are the raw strings from the request; each op expands them itself
-// (ExpandAbs or Expand, as the contract says per route).
+// (ExpandAbs or Expand, per route as the Go daemon does).
 #pragma once
 
 #include <cstddef>
@@ -49,8 +49,6 @@ struct PermissionRequest {
   std::string path;  // as given
   PermissionSpec spec;
 };
-// Body {"<path>": {"owner","group","mode"}, ...}; processed in key order.
-Result<std::vector<PermissionRequest>> parse_permission_requests(const nlohmann::json& body);
 // chown/chmod (ExpandAbs, follows symlinks). Missing path -> not_found;
 // unknown owner/group -> bad_request; both before anything changes.
 Status set_permissions(const std::vector<PermissionRequest>& requests, const EnvLookup& env);
@@ -67,8 +65,6 @@ struct MoveRequest {
   std::string src;
   std::string dest;
 };
-// Body [{"src","dest"}, ...].
-Result<std::vector<MoveRequest>> parse_move_requests(const nlohmann::json& body);
 // In order (ExpandAbs both): src must exist (lstat; dangling symlinks can be
 // moved) else not_found; dest must not exist else conflict; dest's parent is
 // created (mkdir -p 0755); rename without clobbering (renameat2
@@ -129,8 +125,6 @@ struct ReplaceRequest {
   std::string old_text;
   std::string new_text;
 };
-// Body {"<path>": {"old","new"}, ...}; null strings read as "".
-Result<std::vector<ReplaceRequest>> parse_replace_requests(const nlohmann::json& body);
 struct ReplaceOutcome {
   std::string path;  // as given
   uint64_t replaced_count = 0;

@@ -1,4 +1,4 @@
-// fs/paths.h — user path handling for the filesystem API (contract §1.5):
+// fs/paths.h — user path handling for the filesystem API (as the Go daemon expands them):
 // Expand (variables via fs/expand.h, then leading ~), ExpandAbs (absolute
 // against execd's cwd + lexical clean), and small lexical path helpers.
 #pragma once

@@ -9,44 +9,6 @@
 #include "fs/file_info.h"
 
 namespace execd::fs {
-namespace {
-
-Result<std::optional<std::string>> optional_string(const nlohmann::json& object, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return std::optional<std::string>();
-  if (!it->is_string()) return Error{ErrorKind::bad_request, std::string("'") + key + "' must be a string"};
-  std::string value = it->get<std::string>();
-  if (value.empty()) return std::optional<std::string>();
-  return std::optional<std::string>(std::move(value));
-}
-
-}  // namespace
-
-Result<PermissionSpec> parse_permission_spec(const nlohmann::json& object) {
-  if (!object.is_object()) return Error{ErrorKind::bad_request, "permission entry must be a JSON object"};
-  PermissionSpec spec;
-  auto owner = optional_string(object, "owner");
-  if (!owner) return owner.error();
-  spec.owner = std::move(owner.value());
-  auto group = optional_string(object, "group");
-  if (!group) return group.error();
-  spec.group = std::move(group.value());
-
-  auto mode = object.find("mode");
-  if (mode != object.end() && !mode->is_null()) {
-    if (!mode->is_number_integer()) {
-      return Error{ErrorKind::bad_request, "'mode' must be an integer of octal digits, e.g. 755"};
-    }
-    int64_t digits = mode->is_number_unsigned() && mode->get<uint64_t>() > 7777
-                         ? int64_t{7778}
-                         : mode->get<int64_t>();
-    auto parsed = mode_from_octal_digits(digits);
-    if (!parsed) return parsed.error();
-    spec.mode = parsed.value();
-  }
-  return spec;
-}
-
 Result<ResolvedPermissions> resolve_permissions(const PermissionSpec& spec) {
   ResolvedPermissions resolved;
   resolved.mode = spec.mode;

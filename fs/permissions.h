@@ -1,14 +1,13 @@
 // fs/permissions.h — the {"owner","group","mode"} permission spec used by
-// /files/permissions, /directories and upload metadata: parsing, resolving
-// names to ids (before anything is touched), and applying chown + chmod.
+// /files/permissions, /directories and upload metadata (decoded by
+// protocol/file_requests): resolving names to ids (before anything is
+// touched), and applying chown + chmod.
 #pragma once
 
 #include <sys/types.h>
 
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "fs/error.h"
 
@@ -28,11 +27,6 @@ struct ResolvedPermissions {
   std::optional<mode_t> mode;
   bool changes_owner() const { return uid.has_value() || gid.has_value(); }
 };
-
-// Parses one spec object. `mode` must be an integer of octal digits (755,
-// 4755, 0); null/absent = untouched. `owner`/`group` must be strings or null.
-// Unknown keys (e.g. upload metadata's "path") are ignored. Errors: bad_request.
-Result<PermissionSpec> parse_permission_spec(const nlohmann::json& object);
 
 // Looks owner/group names up (numeric strings accepted as ids).
 // Unknown name -> bad_request "unknown user: x" / "unknown group: x".

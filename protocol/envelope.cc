@@ -272,7 +272,7 @@ void EventEncoder::terminal(std::string& out, const ExecutionResult& r, int64_t 
     out += "{\"type\":\"execution_complete\",\"execution_time\":";
     append_int(out, r.execution_time_ms);
   } else {
-    // The SDKs read the exit code from error.evalue (contract 3.4).
+    // The SDKs read the exit code from error.evalue (as the Go daemon sends it).
     std::string evalue, traceback;
     if (!r.start_error.empty()) {
       evalue = traceback = r.start_error;

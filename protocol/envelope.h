@@ -3,7 +3,7 @@
 //
 //  compat: what the OpenSandbox SDKs parse today: one compact JSON object per
 //          line followed by a blank line. stdout/stderr are split into lines by
-//          the Go daemon's rules (contract 4.4); invalid UTF-8 becomes U+FFFD.
+//          the Go daemon's rules; invalid UTF-8 becomes U+FFFD.
 //  exact:  NDJSON. Each output event carries `text` (valid UTF-8, never a split
 //          character) or `b64` (bytes that are not valid UTF-8) and `offset`,
 //          so concatenating decoded chunks reproduces the bytes exactly.

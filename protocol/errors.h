@@ -1,5 +1,5 @@
 // protocol/errors: the error model. Every failure answered before a stream
-// starts is an ApiError rendered as {"code":...,"message":...} (contract 1.4).
+// starts is an ApiError rendered as {"code":...,"message":...} (as the Go daemon renders them).
 #pragma once
 
 #include <string>
@@ -23,7 +23,7 @@ inline constexpr std::string_view kContextNotFound = "CONTEXT_NOT_FOUND";
 inline constexpr std::string_view kAlreadyConnected = "ALREADY_CONNECTED";
 inline constexpr std::string_view kConflict = "CONFLICT";
 inline constexpr std::string_view kUnknown = "UNKNOWN";
-// Filesystem API (contract 8.8 upload codes, plus statuses the Go daemon
+// Filesystem API (the Go daemon's upload codes, plus statuses the Go daemon
 // reported as 500 or not at all).
 inline constexpr std::string_view kInvalidFile = "INVALID_FILE";
 inline constexpr std::string_view kInvalidFileContent = "INVALID_FILE_CONTENT";

@@ -1,6 +1,8 @@
 // protocol/journal: see header.
 #include "protocol/journal.h"
 
+#include <simdjson.h>
+
 namespace execd::protocol {
 
 const char* const kJournalGenesis = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -22,13 +24,17 @@ struct Parsed {
 };
 Parsed parse_entry(std::string_view line) {
   Parsed p;
-  auto j = nlohmann::json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return p;
-  auto s = j.find("seq");
-  auto v = j.find("prev");
-  if (s == j.end() || !s->is_number_unsigned() || v == j.end() || !v->is_string()) return p;
-  p.seq = s->get<uint64_t>();
-  p.prev = v->get<std::string>();
+  thread_local simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  if (parser.parse(line.data(), line.size()).get(obj)) return p;
+  uint64_t seq = 0;
+  std::string_view prev;
+  simdjson::dom::element s;
+  if (obj["seq"].get(s) || !(s.is_uint64() || (s.is_int64() && int64_t(s.get_int64().value()) >= 0)) ||
+      s.get(seq) || obj["prev"].get(prev))
+    return p;
+  p.seq = seq;
+  p.prev = std::string(prev);
   p.ok = true;
   return p;
 }

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "protocol/json_text.h"
 #include "protocol/sha.h"
 
 namespace execd::protocol::jupyter {
@@ -30,9 +31,15 @@ std::string iso_now() {
   return buf;
 }
 
-std::string string_field(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+// One parser per thread: its buffers are reused from message to message.
+simdjson::dom::parser& parser() {
+  thread_local simdjson::dom::parser p;
+  return p;
+}
+
+std::string sfield(simdjson::dom::object obj, const char* key) {
+  std::string_view v;
+  return obj[key].get(v) ? std::string() : std::string(v);
 }
 
 }  // namespace
@@ -88,17 +95,19 @@ std::variant<WireMessage, WireError> decode(const std::vector<std::string>& fram
 }
 
 std::optional<Envelope> read_envelope(const WireMessage& m) {
-  json header = json::parse(m.header, nullptr, false);
-  json parent = json::parse(m.parent_header, nullptr, false);
-  if (!header.is_object() || !parent.is_object()) return std::nullopt;
-  return Envelope{string_field(header, "msg_type"), string_field(header, "msg_id"), string_field(parent, "msg_id")};
+  Envelope e;
+  simdjson::dom::object header, parent;
+  if (parser().parse(m.header).get(header)) return std::nullopt;
+  e.msg_type = sfield(header, "msg_type");
+  e.msg_id = sfield(header, "msg_id");
+  if (parser().parse(m.parent_header).get(parent)) return std::nullopt;
+  e.parent_msg_id = sfield(parent, "msg_id");
+  return e;
 }
 
 std::optional<StreamContent> read_stream_content(std::string_view content) {
-  // One parser per thread: its buffers are reused from message to message.
-  thread_local simdjson::dom::parser parser;
   simdjson::dom::object obj;
-  if (parser.parse(content.data(), content.size()).get(obj)) return std::nullopt;
+  if (parser().parse(content.data(), content.size()).get(obj)) return std::nullopt;
   auto name = obj["name"];
   std::string_view text;
   if (name.error() || obj["text"].get(text)) return std::nullopt;
@@ -138,20 +147,23 @@ std::string execute_request_content(std::string_view code) {
 // ---------------------------------------------------------------------------
 
 std::variant<RunCodeRequest, RequestError> decode_run_code(std::string_view body) {
-  json j = json::parse(body, nullptr, false);
-  if (!j.is_object()) return RequestError{"invalid JSON body"};
+  simdjson::dom::object j;
+  if (parser().parse(std::string(body)).get(j)) return RequestError{"invalid JSON body"};
   RunCodeRequest r;
-  auto code = j.find("code");
-  if (code == j.end() || !code->is_string()) return RequestError{"code is required and must be a string"};
-  r.code = code->get<std::string>();
+  std::string_view code;
+  if (j["code"].get(code)) return RequestError{"code is required and must be a string"};
+  r.code.assign(code);
   if (r.code.empty()) return RequestError{"code is required"};
-  if (auto ctx = j.find("context"); ctx != j.end() && !ctx->is_null()) {
-    if (!ctx->is_object()) return RequestError{"context must be an object"};
+  simdjson::dom::element ctx;
+  if (!j["context"].get(ctx) && !ctx.is_null()) {
+    simdjson::dom::object c;
+    if (ctx.get(c)) return RequestError{"context must be an object"};
     for (auto [key, field] : {std::pair{"id", &r.context_id}, std::pair{"language", &r.language}}) {
-      auto it = ctx->find(key);
-      if (it == ctx->end() || it->is_null()) continue;
-      if (!it->is_string()) return RequestError{std::string("context.") + key + " must be a string"};
-      *field = it->get<std::string>();
+      simdjson::dom::element v;
+      if (c[key].get(v) || v.is_null()) continue;
+      std::string_view sv;
+      if (v.get(sv)) return RequestError{std::string("context.") + key + " must be a string"};
+      field->assign(sv);
     }
   }
   return r;
@@ -160,35 +172,67 @@ std::variant<RunCodeRequest, RequestError> decode_run_code(std::string_view body
 std::variant<CreateContextRequest, RequestError> decode_create_context(std::string_view body) {
   CreateContextRequest r;
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return r;
-  json j = json::parse(body, nullptr, false);
-  if (!j.is_object()) return RequestError{"invalid JSON body"};
+  simdjson::dom::object j;
+  if (parser().parse(std::string(body)).get(j)) return RequestError{"invalid JSON body"};
   for (auto [key, field] : {std::pair{"language", &r.language}, std::pair{"cwd", &r.cwd}}) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) continue;
-    if (!it->is_string()) return RequestError{std::string(key) + " must be a string"};
-    *field = it->get<std::string>();
+    simdjson::dom::element v;
+    if (j[key].get(v) || v.is_null()) continue;
+    std::string_view sv;
+    if (v.get(sv)) return RequestError{std::string(key) + " must be a string"};
+    field->assign(sv);
   }
   return r;
 }
 
 // ---------------------------------------------------------------------------
 
-std::optional<std::string> result_event(const json& content, int64_t ts) {
-  auto data = content.find("data");
-  if (data == content.end() || !data->is_object()) return std::nullopt;
-  ojson results = ojson::object();
-  for (auto it = data->begin(); it != data->end(); ++it)
-    results[it.key() == "text/plain" ? std::string("text") : it.key()] = it.value();
-  ojson e;
-  e["type"] = "result";
-  e["results"] = std::move(results);
-  e["timestamp"] = ts;
-  if (auto md = content.find("metadata"); md != content.end() && md->is_object() && !md->empty())
-    e["metadata"] = *md;
-  if (auto t = content.find("transient"); t != content.end() && t->is_object()) {
-    if (auto id = t->find("display_id"); id != t->end() && id->is_string()) e["display_id"] = *id;
+std::optional<KernelContent> read_content(std::string_view content) {
+  simdjson::dom::object obj;
+  if (parser().parse(content.data(), content.size()).get(obj)) return std::nullopt;
+  KernelContent k;
+  k.status = sfield(obj, "status");
+  k.execution_state = sfield(obj, "execution_state");
+  int64_t n = 0;
+  if (!obj["execution_count"].get(n)) k.execution_count = n;
+  k.ename = sfield(obj, "ename");
+  k.evalue = sfield(obj, "evalue");
+  simdjson::dom::array tb;
+  if (!obj["traceback"].get(tb))
+    for (simdjson::dom::element line : tb) {
+      std::string_view t;
+      if (!line.get(t)) k.traceback.emplace_back(t);
+    }
+  return k;
+}
+
+std::optional<std::string> result_event(std::string_view content, int64_t ts) {
+  simdjson::dom::object obj, data;
+  if (parser().parse(content.data(), content.size()).get(obj) || obj["data"].get(data)) return std::nullopt;
+  // The bundle's values pass through as the kernel wrote them.
+  std::string e = "{\"type\":\"result\",\"results\":{";
+  bool first = true;
+  for (auto field : data) {
+    if (!first) e += ',';
+    first = false;
+    append_json_string_lossy(e, field.key == "text/plain" ? std::string_view("text") : field.key);
+    e += ':';
+    e += simdjson::minify(field.value);
   }
-  return e.dump(-1, ' ', false, kReplace);
+  e += "},\"timestamp\":";
+  e += std::to_string(ts);
+  simdjson::dom::object md;
+  if (!obj["metadata"].get(md) && md.size() > 0) {
+    e += ",\"metadata\":";
+    e += simdjson::minify(md);
+  }
+  simdjson::dom::object transient;
+  std::string_view display_id;
+  if (!obj["transient"].get(transient) && !transient["display_id"].get(display_id)) {
+    e += ",\"display_id\":";
+    append_json_string_lossy(e, display_id);
+  }
+  e += '}';
+  return e;
 }
 
 std::string execution_count_event(int64_t count, int64_t ts) {
@@ -205,22 +249,9 @@ std::string error_event(std::string_view ename, std::string_view evalue, const s
   return e.dump(-1, ' ', false, kReplace);
 }
 
-std::string error_event_from(const json& content, int64_t ts) {
-  std::vector<std::string> tb;
-  if (auto it = content.find("traceback"); it != content.end() && it->is_array())
-    for (const auto& line : *it)
-      if (line.is_string()) tb.push_back(line.get<std::string>());
-  return error_event(string_field(content, "ename"), string_field(content, "evalue"), tb, ts);
+std::string error_event_from(const KernelContent& content, int64_t ts) {
+  return error_event(content.ename, content.evalue, content.traceback, ts);
 }
 
-std::string complete_event(const CodeOutcome& o, int64_t ts) {
-  ojson e;
-  e["type"] = "execution_complete";
-  e["execution_time"] = o.execution_time_ms;
-  e["timestamp"] = ts;
-  e["status"] = o.status;
-  if (o.execution_count) e["execution_count"] = *o.execution_count;
-  return e.dump(-1, ' ', false, kReplace);
-}
 
 }  // namespace execd::protocol::jupyter

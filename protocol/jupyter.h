@@ -95,6 +95,18 @@ struct RequestError {
 std::variant<RunCodeRequest, RequestError> decode_run_code(std::string_view body);
 std::variant<CreateContextRequest, RequestError> decode_create_context(std::string_view body);
 
+// What execd reads of a reply's or an iopub message's content (absent
+// fields empty): execute_reply (status, execution_count, and the error
+// fields when status is error), status (execution_state), execute_input
+// and execute_result (execution_count), error (ename, evalue, traceback).
+struct KernelContent {
+  std::string status, execution_state;
+  std::optional<int64_t> execution_count;
+  std::string ename, evalue;
+  std::vector<std::string> traceback;
+};
+std::optional<KernelContent> read_content(std::string_view content);
+
 // ---------------------------------------------------------------------------
 // Stream events of a code execution (compact JSON objects without the
 // framing's terminator; the stream adds it).
@@ -102,20 +114,13 @@ std::variant<CreateContextRequest, RequestError> decode_create_context(std::stri
 // `result` from execute_result / display_data / update_display_data: the MIME
 // bundle with text/plain renamed `text`, as the SDKs read it. nullopt when
 // the content has no data object.
-std::optional<std::string> result_event(const nlohmann::json& content, int64_t ts_ms);
+std::optional<std::string> result_event(std::string_view content, int64_t ts_ms);
 std::string execution_count_event(int64_t count, int64_t ts_ms);
 std::string error_event(std::string_view ename, std::string_view evalue, const std::vector<std::string>& traceback,
                         int64_t ts_ms);
 // From an `error` iopub message or an execute_reply with status error.
-std::string error_event_from(const nlohmann::json& content, int64_t ts_ms);
-
-struct CodeOutcome {
-  std::string status;  // "ok", "error", "aborted", "interrupted", "died", "start_failed",
-                       // "output_overflow" (the client read too slowly, see --code-spill-limit)
-  std::optional<int64_t> execution_count;
-  int64_t execution_time_ms = 0;
-};
-// The terminal event, in both framings: execution_complete with the outcome.
-std::string complete_event(const CodeOutcome& o, int64_t ts_ms);
+std::string error_event_from(const KernelContent& content, int64_t ts_ms);
+// (The terminal event of a code run is protocol/envelope's, from the run's
+// ExecutionResult with its status and execution count.)
 
 }  // namespace execd::protocol::jupyter

@@ -1,4 +1,4 @@
-// OpenSandbox PTY WebSocket application protocol (contract 6.5/6.6): the JSON text
+// OpenSandbox PTY WebSocket application protocol (as the Go daemon 1.0.19 speaks it): the JSON text
 // frames the server sends, the binary channel prefixes and replay header, and the
 // parsing of client control frames. Payloads only; wrap them with the encoders in
 // protocol/websocket.h.

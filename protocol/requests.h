@@ -36,7 +36,7 @@ struct DecodeError {
   std::string message;
 };
 
-// Validation per contract 4.1: command non-empty, timeout >= 0, gid needs uid,
+// Validation as the Go daemon's: command non-empty, timeout >= 0, gid needs uid,
 // uid/gid unsigned 32-bit, envs an object of strings.
 std::variant<CommandRequest, DecodeError> decode_command_request(std::string_view body);
 

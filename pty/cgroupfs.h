@@ -1,7 +1,7 @@
 // pty/cgroupfs: where the cgroup hierarchies are mounted and where this
 // process sits in each, from the texts of /proc/self/mountinfo and
 // /proc/self/cgroup. Pure parsers (text in, no I/O), shared by pty/cgroup
-// (where commands' cgroups are made) and pty/metrics (which limits the
+// (where commands' cgroups are made) and execd/metrics (which limits the
 // sandbox has).
 #pragma once
 

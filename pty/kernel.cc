@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <simdjson.h>
+
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -68,32 +70,36 @@ std::vector<std::string> jupyter_data_dirs(const std::vector<std::string>& env) 
 
 bool parse_kernelspec(const std::string& name, const std::string& dir, const std::string& text, KernelSpec& out,
                       std::string& error) {
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object()) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object j;
+  if (parser.parse(text).get(j)) {
     error = "kernel.json is not a JSON object";
     return false;
   }
-  auto argv = j.find("argv");
-  if (argv == j.end() || !argv->is_array() || argv->empty()) {
+  simdjson::dom::array argv;
+  if (j["argv"].get(argv) || argv.size() == 0) {
     error = "kernel.json has no argv";
     return false;
   }
   out = KernelSpec{};
   out.name = name;
   out.dir = dir;
-  for (const auto& a : *argv) {
-    if (!a.is_string()) {
+  for (simdjson::dom::element a : argv) {
+    std::string_view v;
+    if (a.get(v)) {
       error = "kernel.json argv holds a non-string";
       return false;
     }
-    out.argv.push_back(a.get<std::string>());
+    out.argv.emplace_back(v);
   }
-  if (auto l = j.find("language"); l != j.end() && l->is_string()) out.language = l->get<std::string>();
-  if (auto d = j.find("display_name"); d != j.end() && d->is_string()) out.display_name = d->get<std::string>();
-  if (auto m = j.find("interrupt_mode"); m != j.end() && m->is_string()) out.interrupt_by_message = *m == "message";
-  if (auto e = j.find("env"); e != j.end() && e->is_object())
-    for (auto it = e->begin(); it != e->end(); ++it)
-      if (it->is_string()) out.env.emplace_back(it.key(), it->get<std::string>());
+  std::string_view v;
+  if (!j["language"].get(v)) out.language = std::string(v);
+  if (!j["display_name"].get(v)) out.display_name = std::string(v);
+  if (!j["interrupt_mode"].get(v)) out.interrupt_by_message = v == "message";
+  simdjson::dom::object env;
+  if (!j["env"].get(env))
+    for (auto field : env)
+      if (!field.value.get(v)) out.env.emplace_back(std::string(field.key), std::string(v));
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pty/command.h"
+#include "pty/fd_writer.h"
 #include "pty/runtime.h"
 #include "pty/reaper.h"
 #include "pty/replay_ring.h"
@@ -32,7 +33,6 @@ std::vector<pid_t> session_processes(pid_t sid);
 // shows up (a few passes), so children forked during the kill go too.
 void kill_session(pid_t sid, int sig);
 
-class FdWriter;
 
 class PtyListener {
  public:
@@ -97,29 +97,6 @@ class PtySession : public CommandSink {
   pid_t pid_ = -1;
   bool started_ = false, exited_ = false, pty_mode_ = true;
   int exit_code_ = 0;
-};
-
-// A non-blocking fd written from a queue on the event loop (uv_poll for
-// writability). Owns the fd; frees itself in the handle's close callback.
-class FdWriter {
- public:
-  static FdWriter* open(uv_loop_t* loop, int fd, std::function<void()> on_drained, std::function<void(int)> on_error);
-  void write(const char* data, size_t len);
-  size_t queued() const { return queue_.size() - head_; }
-  void close();
-
- private:
-  FdWriter() = default;
-  void flush();
-  static void on_poll(uv_poll_t* h, int status, int events);
-
-  uv_poll_t poll_;
-  int fd_ = -1;
-  bool polling_ = false, closing_ = false, failed_ = false;
-  std::string queue_;
-  size_t head_ = 0;
-  std::function<void()> on_drained_;
-  std::function<void(int)> on_error_;
 };
 
 }  // namespace execd::pty

@@ -114,7 +114,7 @@ class CodeRun final : public exec::Runner {
   bool interrupted = false;  // an interrupt reached the kernel during this run
   uint64_t idle_at = 0;      // loop ms of the run's idle status while no reply was in
   std::optional<int64_t> count;
-  json reply = json::object();
+  jp::KernelContent reply;  // of the execute_reply, once in
 };
 
 class CodeRegistryImpl {
@@ -196,7 +196,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   void interrupt() {
     if (run_ && run_->reply_seen) return;  // done executing; only its idle status is still to come
     if (run_ && !run_->sent) {
-      run_->reply["status"] = "aborted";
+      run_->reply.status = "aborted";
       finish_run("interrupted");
       return;
     }
@@ -305,11 +305,9 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
           shell_ready_ = true;
           maybe_ready();
         } else if (env->msg_type == "execute_reply" && run_ && run_->sent && env->parent_msg_id == run_->msg_id) {
-          json c = json::parse(m.content, nullptr, false);
-          if (c.is_object()) {
-            run_->reply = std::move(c);
-            if (auto n = run_->reply.find("execution_count"); n != run_->reply.end() && n->is_number_integer())
-              run_->count = n->get<int64_t>();
+          if (auto c = jp::read_content(m.content)) {
+            run_->reply = std::move(*c);
+            if (run_->reply.execution_count) run_->count = run_->reply.execution_count;
           }
           run_->reply_seen = true;
           maybe_finish_run();
@@ -386,7 +384,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     spdlog::info("code context {}: kernel ready after {} ms", id_, uv_now(reg_.ctx.loop) - started_);
     auto waiters = std::move(waiters_);
     for (auto& w : waiters)
-      if (http::Exchange* ex = w->exchange()) ex->respond_json(200, describe(true));
+      if (http::Exchange* ex = w->exchange()) ex->respond_json(200, describe(true).dump(-1, ' ', false, json::error_handler_t::replace));
     if (run_ && !run_->sent) send_execute();
   }
 
@@ -450,11 +448,15 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
                sc->text.size());
       return;
     }
-    json c = json::parse(content_text, nullptr, false);
-    if (!c.is_object()) return;
     int64_t now = unix_ms();
+    if (type == "display_data" || type == "update_display_data") {
+      if (auto e = jp::result_event(content_text, now)) s.event(*e);
+      return;
+    }
+    auto c = jp::read_content(content_text);
+    if (!c) return;
     if (type == "status") {
-      if (auto st = c.find("execution_state"); st != c.end() && *st == "idle") {
+      if (c->execution_state == "idle") {
         run_->idle_seen = true;
         if (!run_->reply_seen) run_->idle_at = uv_now(reg_.ctx.loop);
         maybe_finish_run();
@@ -462,7 +464,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
       return;
     }
     if (type == "execute_input") {
-      if (auto n = c.find("execution_count"); n != c.end() && n->is_number_integer()) run_->count = n->get<int64_t>();
+      if (c->execution_count) run_->count = c->execution_count;
       if (!run_->executing) {
         run_->executing = true;
         if (run_->interrupt_pending) deliver_interrupt();
@@ -470,23 +472,20 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
       return;
     }
     if (type == "execute_result") {
-      if (auto n = c.find("execution_count"); n != c.end() && n->is_number_integer()) {
-        run_->count = n->get<int64_t>();
+      if (c->execution_count) {
+        run_->count = c->execution_count;
         s.event(jp::execution_count_event(*run_->count, now));
       }
-      if (auto e = jp::result_event(c, now)) s.event(*e);
-    } else if (type == "display_data" || type == "update_display_data") {
-      if (auto e = jp::result_event(c, now)) s.event(*e);
+      if (auto e = jp::result_event(content_text, now)) s.event(*e);
     } else if (type == "error") {
       run_->error_sent = true;
-      s.event(jp::error_event_from(c, now));
+      s.event(jp::error_event_from(*c, now));
     }
   }
 
   void maybe_finish_run() {
     if (!run_ || !run_->reply_seen || !run_->idle_seen) return;
-    std::string status = "ok";
-    if (auto st = run_->reply.find("status"); st != run_->reply.end() && st->is_string()) status = *st;
+    std::string status = run_->reply.status.empty() ? "ok" : run_->reply.status;
     if (status == "error" && !run_->error_sent) run_->sink.event(jp::error_event_from(run_->reply, unix_ms()));
     finish_run(status);
   }
@@ -562,12 +561,12 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   }
 
  public:
-  std::string describe(bool with_cwd) const {
+  nlohmann::ordered_json describe(bool with_cwd) const {
     nlohmann::ordered_json j;
     j["id"] = id_;
     j["language"] = language_;
     if (with_cwd && !cwd_.empty()) j["cwd"] = cwd_;
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+    return j;
   }
 
  private:
@@ -757,7 +756,7 @@ void handle_list(CodeRegistryImpl& reg, http::Exchange& ex) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (auto& [id, c] : reg.contexts)
     if (!lang || lang->empty() || c->language() == *lang || c->kernel_name() == *lang)
-      out.push_back(nlohmann::ordered_json::parse(c->describe(false)));
+      out.push_back(c->describe(false));
   ex.respond_json(200, out.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
@@ -790,7 +789,7 @@ void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& com
     const std::string& id = ex.params.get("id");
     CodeContext* c = reg.find(id);
     if (!c) return context_not_found(ex, id);
-    ex.respond_json(200, c->describe(false));
+    ex.respond_json(200, c->describe(false).dump(-1, ' ', false, json::error_handler_t::replace));
   });
   routes.add("DELETE", "/code/contexts/:id", [&reg](http::Exchange& ex) {
     const std::string& id = ex.params.get("id");

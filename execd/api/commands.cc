@@ -67,7 +67,7 @@ void start_command(CommandService& svc, http::Exchange* ex, PrepareWork& w) {
   limits.resources.cpu_shares = w.req.limit_cpu_shares;
   std::string error;
   auto runner = runners::CommandRunner::start(svc.runtime, w.opts, limits, w.req.stdin_open, *e, error);
-  if (!runner) return e->fail_start(error);  // contract 3.4: a 200 stream with init, then an error
+  if (!runner) return e->fail_start(error);  // as the Go daemon: a 200 stream with init, then an error
   spdlog::info("command {} started: pid {}{}", e->id(), runner->pgid(), w.req.background ? " (background)" : "");
   e->start(std::move(runner));
 }

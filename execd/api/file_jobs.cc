@@ -130,18 +130,12 @@ std::string dump_json(const nlohmann::json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::optional<nlohmann::json> parse_json_body(std::string_view body, std::string& error) {
-  // operator>> parses one value and leaves the rest of the stream unread.
-  std::istringstream in{std::string(body)};
-  nlohmann::json value;
-  try {
-    in >> value;
-  } catch (const nlohmann::json::exception& e) {
-    error = body.find_first_not_of(" \t\r\n") == std::string_view::npos ? "request body is empty"
-                                                                            : std::string("invalid JSON: ") + e.what();
-    return std::nullopt;
-  }
-  return value;
+fs::PermissionSpec to_permission_spec(const protocol::FilePermissions& p) {
+  fs::PermissionSpec spec;
+  spec.owner = p.owner;
+  spec.group = p.group;
+  if (p.mode) spec.mode = static_cast<mode_t>(*p.mode);
+  return spec;
 }
 
 }  // namespace execd::api

@@ -1,8 +1,7 @@
 // execd/api/file_jobs: running one blocking filesystem job on the libuv
 // threadpool and answering the exchange with its result (if the client is
 // still there: the job is an Awaitable). Shared by the /files and
-// /directories handlers; owns the fs::Error -> HTTP response mapping and the
-// JSON body decoding they use.
+// /directories handlers; owns the fs::Error -> HTTP response mapping.
 #pragma once
 
 #include <uv.h>
@@ -19,6 +18,8 @@
 #include "execd/context.h"
 #include "execd/http/exchange.h"
 #include "fs/error.h"
+#include "fs/permissions.h"
+#include "protocol/file_requests.h"
 
 namespace execd::api {
 
@@ -79,9 +80,7 @@ void send_reply(http::Exchange& ex, const FileReply& reply);
 // Compact JSON; invalid UTF-8 in names becomes U+FFFD instead of throwing.
 std::string dump_json(const nlohmann::json& value);
 
-// Decodes a request body the way the Go daemon's streaming decoder does: the
-// first JSON value counts, trailing bytes are ignored; empty or invalid ->
-// error text for a 400 INVALID_REQUEST_BODY.
-std::optional<nlohmann::json> parse_json_body(std::string_view body, std::string& error);
+// The permissions a request asked for, as fs/ applies them.
+fs::PermissionSpec to_permission_spec(const protocol::FilePermissions& p);
 
 }  // namespace execd::api

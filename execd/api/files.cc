@@ -1,4 +1,4 @@
-// execd/api/files: the filesystem API (contract section 8) as routes:
+// execd/api/files: the filesystem API (the Go daemon's /files and /directories) as routes:
 // /files/info, DELETE /files, /files/permissions, /files/mv, /files/search,
 // /files/replace, /directories/list, POST /directories, DELETE /directories
 // here; /files/upload and /files/download stream (upload.cc, download.cc).
@@ -13,6 +13,7 @@
 #include "execd/api/journal.h"
 #include "fs/ops.h"
 #include "protocol/errors.h"
+#include "protocol/file_requests.h"
 
 namespace execd::api {
 
@@ -36,12 +37,23 @@ const std::string* require_path(Exchange& ex, const QueryParams& q) {
   return path;
 }
 
-// Parses a buffered JSON body, or sends 400 INVALID_REQUEST_BODY.
-std::optional<nlohmann::json> require_json(Exchange& ex, const protocol::HttpRequest& req) {
-  std::string error;
-  auto body = parse_json_body(req.body, error);
-  if (!body) ex.respond_error(400, codes::kInvalidRequestBody, error);
-  return body;
+// Decodes a buffered JSON body with `decode`, or sends 400
+// INVALID_REQUEST_BODY with the reason.
+template <class Decode>
+auto require_body(Exchange& ex, const protocol::HttpRequest& req, Decode decode)
+    -> std::optional<std::decay_t<decltype(std::get<0>(decode(std::string_view())))>> {
+  auto decoded = decode(std::string_view(req.body));
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) {
+    ex.respond_error(400, codes::kInvalidRequestBody, err->message);
+    return std::nullopt;
+  }
+  return std::move(std::get<0>(decoded));
+}
+
+std::vector<fs::PermissionRequest> permission_requests(const protocol::PermissionList& list) {
+  std::vector<fs::PermissionRequest> out;
+  for (const auto& [path, p] : list) out.push_back({path, to_permission_spec(p)});
+  return out;
 }
 
 FileReply reply_status(const fs::Status& s) { return s ? FileReply::empty() : FileReply::from(s.error()); }
@@ -69,52 +81,50 @@ void handle_delete_files(FileService& svc, Exchange& ex, const QueryParams& q) {
 }
 
 void handle_permissions(FileService& svc, Exchange& ex, const protocol::HttpRequest& req) {
-  auto body = require_json(ex, req);
-  if (!body) return;
-  auto requests = fs::parse_permission_requests(*body);
-  if (!requests) return send_reply(ex, FileReply::from(requests.error()));
+  auto list = require_body(ex, req, protocol::decode_permission_map);
+  if (!list) return;
   std::vector<std::string> paths;
-  for (const auto& r : requests.value()) paths.push_back(r.path);
-  run_change_job(svc, ex, "chmod", std::move(paths), [r = std::move(requests.value())] {
+  for (const auto& [path, p] : *list) paths.push_back(path);
+  run_change_job(svc, ex, "chmod", std::move(paths), [r = permission_requests(*list)] {
     return reply_status(fs::set_permissions(r, fs::process_env_lookup()));
   });
 }
 
 void handle_make_directories(FileService& svc, Exchange& ex, const protocol::HttpRequest& req) {
-  auto body = require_json(ex, req);
-  if (!body) return;
-  auto requests = fs::parse_permission_requests(*body);
-  if (!requests) return send_reply(ex, FileReply::from(requests.error()));
-  run_file_job(svc, ex, [r = std::move(requests.value())] {
+  auto list = require_body(ex, req, protocol::decode_permission_map);
+  if (!list) return;
+  run_file_job(svc, ex, [r = permission_requests(*list)] {
     return reply_status(fs::make_directories(r, fs::process_env_lookup()));
   });
 }
 
 void handle_move(FileService& svc, Exchange& ex, const protocol::HttpRequest& req) {
-  auto body = require_json(ex, req);
-  if (!body) return;
-  auto requests = fs::parse_move_requests(*body);
-  if (!requests) return send_reply(ex, FileReply::from(requests.error()));
+  auto items = require_body(ex, req, protocol::decode_move_list);
+  if (!items) return;
   std::vector<std::string> paths;
-  for (const auto& r : requests.value()) {
-    paths.push_back(r.src);
-    paths.push_back(r.dest);
+  std::vector<fs::MoveRequest> moves;
+  for (const auto& m : *items) {
+    paths.push_back(m.src);
+    paths.push_back(m.dest);
+    moves.push_back({m.src, m.dest});
   }
-  run_change_job(svc, ex, "mv", std::move(paths), [r = std::move(requests.value())] {
+  run_change_job(svc, ex, "mv", std::move(paths), [r = std::move(moves)] {
     return reply_status(fs::move_files(r, fs::process_env_lookup()));
   });
 }
 
 void handle_replace(FileService& svc, Exchange& ex, const protocol::HttpRequest& req, const QueryParams& q) {
-  auto body = require_json(ex, req);
-  if (!body) return;
-  auto requests = fs::parse_replace_requests(*body);
-  if (!requests) return send_reply(ex, FileReply::from(requests.error()));
+  auto items = require_body(ex, req, protocol::decode_replace_map);
+  if (!items) return;
   const std::string* verbose = protocol::query_value(q, "verbose");
   bool detailed = verbose && *verbose == "true";
   std::vector<std::string> paths;
-  for (const auto& r : requests.value()) paths.push_back(r.path);
-  run_change_job(svc, ex, "replace", std::move(paths), [r = std::move(requests.value()), detailed] {
+  std::vector<fs::ReplaceRequest> replaces;
+  for (const auto& r : *items) {
+    paths.push_back(r.path);
+    replaces.push_back({r.path, r.old_text, r.new_text});
+  }
+  run_change_job(svc, ex, "replace", std::move(paths), [r = std::move(replaces), detailed] {
     auto outcomes = fs::replace_in_files(r, fs::process_env_lookup());
     if (!outcomes) return FileReply::from(outcomes.error());
     return detailed ? FileReply::json(fs::replace_outcomes_json(outcomes.value())) : FileReply::empty();

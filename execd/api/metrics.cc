@@ -13,7 +13,7 @@
 
 namespace execd::api {
 
-std::string metrics_body(const pty::MetricsSample& s) {
+std::string metrics_body(const metrics::MetricsSample& s) {
   protocol::MetricsJson j;
   j.cpu_count = s.cpu_count;
   j.cpu_used_pct = s.cpu_used_pct;
@@ -32,7 +32,7 @@ class MetricsWatch final : public http::Source {
  public:
   MetricsWatch(http::Exchange& ex, MetricsService& svc) : ex_(ex), svc_(&svc) {}
   ~MetricsWatch() override { stop(); }
-  void offer(const pty::MetricsSample& s, uint64_t now) {
+  void offer(const metrics::MetricsSample& s, uint64_t now) {
     if (behind_ || now - last_sent_ms_ + 50 < MetricsService::kWatchIntervalMs) return;
     last_sent_ms_ = now;
     behind_ = !ex_.send(metrics_body(s) + "\n");
@@ -54,9 +54,9 @@ class MetricsWatch final : public http::Source {
 namespace {
 struct SampleJob {
   MetricsService* svc;
-  pty::MetricsSampler* sampler;
+  metrics::MetricsSampler* sampler;
   bool twice;
-  pty::MetricsSample result;
+  metrics::MetricsSample result;
 };
 }  // namespace
 
@@ -131,7 +131,7 @@ void MetricsService::start_sampling(bool twice) {
       [](SampleJob& j, int) { j.svc->sampled(j.result); });
 }
 
-void MetricsService::sampled(pty::MetricsSample s) {
+void MetricsService::sampled(metrics::MetricsSample s) {
   in_flight_ = false;
   latest_ = s;
   latest_ms_ = uv_now(ctx_.loop);

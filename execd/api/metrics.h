@@ -1,5 +1,5 @@
 // execd/api/metrics: GET /metrics and GET /metrics/watch (upstream's JSON
-// shape). The sandbox is measured by pty::MetricsSampler (the cgroup first,
+// shape). The sandbox is measured by metrics::MetricsSampler (the cgroup first,
 // /proc where no limit applies), always on the threadpool, one sample at a
 // time. While anyone is interested (a request in the last 30 s, or a
 // watcher) a sample is taken every second in the background, so /metrics
@@ -17,7 +17,7 @@
 #include "execd/context.h"
 #include "execd/http/exchange.h"
 #include "execd/link.h"
-#include "pty/metrics.h"
+#include "execd/metrics/sampler.h"
 
 namespace execd::api {
 
@@ -39,16 +39,16 @@ class MetricsService {
   void answer(http::Exchange& ex);
   void add_watcher(MetricsWatch& w);
   void remove_watcher(MetricsWatch& w);
-  const std::optional<pty::MetricsSample>& latest() const { return latest_; }
+  const std::optional<metrics::MetricsSample>& latest() const { return latest_; }
 
  private:
   void start_sampling(bool twice);
-  void sampled(pty::MetricsSample s);
+  void sampled(metrics::MetricsSample s);
   void on_timer();
 
   const Context& ctx_;
-  pty::MetricsSampler sampler_;
-  std::optional<pty::MetricsSample> latest_;
+  metrics::MetricsSampler sampler_;
+  std::optional<metrics::MetricsSample> latest_;
   uint64_t latest_ms_ = 0, last_interest_ms_ = 0;
   bool in_flight_ = false, closed_ = false;
   uv_timer_t timer_;
@@ -56,6 +56,6 @@ class MetricsService {
   std::vector<MetricsWatch*> watchers_;
 };
 
-std::string metrics_body(const pty::MetricsSample& s);
+std::string metrics_body(const metrics::MetricsSample& s);
 
 }  // namespace execd::api

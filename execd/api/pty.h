@@ -1,5 +1,5 @@
 // execd/api/pty: PTY sessions over the OpenSandbox WebSocket protocol
-// (contract section 6). The registry owns every PtyEntry from POST /pty until
+// (OpenSandbox's PTY protocol, as the Go daemon 1.0.19 speaks it). The registry owns every PtyEntry from POST /pty until
 // DELETE (and, if its process was still running, until that process has been
 // reaped); an entry owns its pty::PtySession and is linked to at most one
 // client (a WebSocket handler, owned by its WebSocket).

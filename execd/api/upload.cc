@@ -45,6 +45,7 @@
 #include "fs/paths.h"
 #include "fs/permissions.h"
 #include "protocol/errors.h"
+#include "protocol/file_requests.h"
 #include "protocol/multipart.h"
 
 namespace execd::api {
@@ -305,20 +306,14 @@ class Upload final : public http::Source {
   }
 
   void metadata_done() {
-    std::string error;
-    auto json = parse_json_body(metadata_text_, error);
-    if (!json || !json->is_object())
-      return fail(FileReply::error(400, codes::kInvalidFileMetadata,
-                                   "invalid metadata format. " + (json ? "metadata must be a JSON object" : error)));
-    auto path = json->find("path");
-    if (path == json->end() || !path->is_string() || path->get_ref<const std::string&>().empty())
-      return fail(FileReply::error(400, codes::kInvalidFileMetadata, "metadata path is empty"));
-    auto spec = fs::parse_permission_spec(*json);
-    if (!spec) return fail(FileReply::error(400, codes::kInvalidFileMetadata, spec.error().message));
+    auto decoded = protocol::decode_upload_metadata(metadata_text_);
+    if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
+      return fail(FileReply::error(400, codes::kInvalidFileMetadata, err->message));
+    auto& m = std::get<protocol::UploadMetadata>(decoded);
     WriteOp op = WriteOp::make(WriteOp::open, metadata_parts_++);
-    op.path = path->get<std::string>();
+    op.path = m.path;
     journal_paths.push_back(op.path);
-    op.spec = std::move(spec.value());
+    op.spec = to_permission_spec(m.permissions);
     enqueue(std::move(op));
   }
 

@@ -51,7 +51,8 @@ class Registry {
   void stop_accepting() { accepting_ = false; }
   bool accepting() const { return accepting_; }
   // Stops the sweep, lets go of every runner and writes the records that
-  // wait (daemon exit).
+  // wait (daemon exit). The registry may be destroyed once the loop has run
+  // dry after this (a record batch may still be out until then).
   void close();
 
   // --- for executions ---

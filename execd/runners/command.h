@@ -10,7 +10,7 @@
 
 #include "execd/exec/execution.h"
 #include "pty/command.h"
-#include "pty/pty_session.h"
+#include "pty/fd_writer.h"
 #include "pty/runtime.h"
 
 namespace execd::runners {

@@ -1,6 +1,5 @@
 """Bash sessions (/session): one long-lived shell per session, driven through
-the official OpenSandbox Python SDK built straight against execd (contract
-11.4), plus raw HTTP for the error paths the SDK hides.
+the official OpenSandbox Python SDK built straight against execd, plus raw HTTP for the error paths the SDK hides.
 
 Every persisted item of the issue gets its own proof: unexported variables,
 functions, aliases, cwd, `set -o` options and `unset`. Also: blank lines and a

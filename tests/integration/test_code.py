@@ -536,3 +536,70 @@ def test_client_resets_at_each_phase(tmp_path_factory):
         assert ex.ping() == 200
     finally:
         stop_and_check(ex)
+
+
+# ---------------------------------------------------------------------------
+# A code run is an execution like a command: id, status, logs, resume, record,
+# journal (the execution-model issue).
+
+
+def test_a_code_run_has_an_id_status_logs_resume_and_a_journal_entry(kx):
+    ctx = new_context(kx)
+    c, r = open_code(kx, {"code": "print('line one')\nprint('line two')\n6 * 7", "context": {"id": ctx}},
+                     exact=True)
+    run_id = r.getheader("EXECD-RUN-ID")
+    raw = r.read()
+    c.close()
+    assert run_id, "the run's id travels in EXECD-RUN-ID"
+    events = parse_stream(raw, True)
+    assert events[0]["text"] == ctx  # init still names the context, as before
+    done = terminal(events)
+    assert done["status"] == "ok" and done["stdout_bytes"] == len("line one\nline two\n")
+    st, js = kx.status(run_id)
+    assert st == 200 and js["kind"] == "code_run" and js["context"] == ctx
+    assert js["running"] is False and js["status"] == "ok" and js["exit_code"] == 0
+    assert js["stdout_sha256"] == done["stdout_sha256"]
+    st, h, body = kx.logs(run_id)
+    assert st == 200 and body == b"line one\nline two\n"  # structured events are not in /logs
+    # Resume from a byte offset: the rest of stdout, the result, the same end.
+    st, h, raw = kx.request("GET", f"/command/{run_id}/stream?stdout=9")
+    again = parse_stream(raw, True)
+    assert "".join(e["text"] for e in of(again, "stdout")) == "line two\n"
+    assert of(again, "stdout")[0]["offset"] == 9
+    assert of(again, "result")[0]["results"]["text"] == "42"
+    assert terminal(again)["status"] == "ok" and terminal(again)["execution_count"] == done["execution_count"]
+    # The journal has the run, with its code and how it ended.
+    st, h, jraw = kx.request("GET", "/journal")
+    entries = [json.loads(l) for l in jraw.split(b"\n") if l]
+    mine = [e for e in entries if e.get("id") == run_id]
+    assert len(mine) == 1 and mine[0]["type"] == "code_run" and mine[0]["context"] == ctx
+    assert mine[0]["code"].startswith("print('line one')") and mine[0]["result"]["status"] == "ok"
+    assert mine[0]["result"]["stdout_sha256"] == done["stdout_sha256"]
+
+
+def test_a_code_run_is_interrupted_by_its_run_id_and_survives_a_restart(tmp_path_factory):
+    ex = start_kernel_execd(tmp_path_factory)
+    try:
+        ctx = new_context(ex)
+        c, r = open_code(ex, {"code": "import time\nprint('started', flush=True)\ntime.sleep(300)",
+                              "context": {"id": ctx}})
+        run_id = r.getheader("EXECD-RUN-ID")
+        read_init(r)
+        wait_for_stdout(r, "started")
+        st, _, body = ex.request("DELETE", f"/command?id={run_id}")
+        assert st == 200, body
+        rest = r.read()
+        c.close()
+        events = [json.loads(b) for b in rest.split(b"\n\n") if b.strip()]
+        assert terminal(events)["status"] == "error"
+        assert any(e["error"]["ename"] == "KeyboardInterrupt" for e in of(events, "error"))
+    finally:
+        stop_and_check(ex)
+    again = start_execd(env=kernel_env(), state_dir=ex.state_dir)
+    try:
+        st, js = again.status(run_id)
+        assert st == 200 and js["kind"] == "code_run" and js["reloaded"] is True and js["status"] == "error"
+        st, h, body = again.logs(run_id)
+        assert body == b"started\n"
+    finally:
+        stop_and_check(again)

@@ -17,7 +17,7 @@ from execd_client import (PYTHON, SANITIZED, SLOW, children_of, decode_chunk, it
 
 MiB = 1024 * 1024
 # Compat traceback text for a signalled command is Go's ExitError text
-# (contract 3.4/3.5: "signal: killed", "signal: terminated").
+# (as the Go daemon words them: "signal: killed", "signal: terminated").
 GO_SIGNAL_TEXT = {"KILL": "signal: killed", "TERM": "signal: terminated",
                   "SEGV": "signal: segmentation fault"}
 

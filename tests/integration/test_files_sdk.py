@@ -1,5 +1,4 @@
-"""Filesystem API through the official OpenSandbox Python SDK (contract 11.1,
-11.4): the SDK's filesystem service is built straight against a real execd
+"""Filesystem API through the official OpenSandbox Python SDK: the SDK's filesystem service is built straight against a real execd
 (`execd` fixture from conftest.py) and every call is checked against the
 disk. Owns the SDK-level coverage of /files/* and /directories.
 """

@@ -1,4 +1,4 @@
-"""PTY sessions over the OpenSandbox WebSocket protocol (contract section 6),
+"""PTY sessions over the OpenSandbox WebSocket protocol (OpenSandbox's PTY protocol, as the Go daemon 1.0.19 speaks it),
 with the `websockets` client against a real execd.
 
 Covers: interactive echo, resize seen by `stty size`, SIGINT to the foreground

@@ -270,3 +270,29 @@ def test_bash_session_run_resumes_after_its_client_left(execd):
     st, h, raw = execd.request("GET", f"/session/{sid}/stream")
     assert reconstruct(parse_stream(raw, True))[0] == b"three\n"
     assert execd.request("GET", "/session/nope/stream")[0] == 404
+
+
+def test_a_session_run_is_an_execution_status_interrupt_and_journal(execd):
+    st, js = execd.json("POST", "/session", {})
+    sid = js["session_id"]
+    r = EventReader(execd, "POST", f"/session/{sid}/run", {"command": "echo begun; sleep 300"})
+    run_id = r.resp.getheader("EXECD-RUN-ID")
+    it = r.events()
+    while (ev := next(it))["type"] != "stdout":
+        pass
+    st, js = execd.status(run_id)
+    assert st == 200 and js["kind"] == "session_run" and js["session"] == sid and js["running"] is True
+    # DELETE by the run's own id stops it (the shell survives).
+    st, _, body = execd.request("DELETE", f"/command?id={run_id}")
+    assert st == 200, body
+    term = [e for e in it if e["type"] == "execution_complete"][0]
+    assert term["interrupted"] is True
+    r.close()
+    js = execd.wait_finished(run_id)
+    assert js["interrupted"] is True
+    res = execd.request("POST", f"/session/{sid}/run", {"command": "echo still here"})
+    assert res[0] == 200 and b"still here" in res[2]
+    st, h, jraw = execd.request("GET", "/journal")
+    runs = [json.loads(l) for l in jraw.split(b"\n") if l and json.loads(l).get("type") == "session_run"]
+    mine = [e for e in runs if e["id"] == run_id]
+    assert len(mine) == 1 and mine[0]["session"] == sid and mine[0]["result"]["interrupted"] is True

@@ -1,4 +1,4 @@
-"""The official OpenSandbox Python SDK pointed straight at execd (contract 11.4):
+"""The official OpenSandbox Python SDK pointed straight at execd:
 adapters built with AdapterFactory, no lifecycle server, default (compat) framing."""
 
 from __future__ import annotations

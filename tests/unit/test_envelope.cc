@@ -1,5 +1,5 @@
 // Unit tests for protocol/envelope and protocol/json_text: the compat line
-// rules of contract 4.4, exact framing's byte-exact reconstruction across
+// rules of the Go daemon, exact framing's byte-exact reconstruction across
 // arbitrary read boundaries, and escaping that no line splitter can break.
 #include <doctest/doctest.h>
 

@@ -250,8 +250,10 @@ TEST_CASE("execution: a stalled resume reader does not slow the run while the lo
     std::string s = pattern(64 << 10, i);
     all += s;
     w.out(e, exec::kStdout, s);
-    uv_run(&w.loop, UV_RUN_NOWAIT);
-    CHECK_FALSE(runner->paused);  // the log takes what the reader cannot
+    // Only the disk may hold the run back, never the stalled reader: once
+    // the log has caught up, the run goes on.
+    w.run_until([&] { return !e.log()->over_budget() && !runner->paused; });
+    CHECK_FALSE(runner->paused);
   }
   e.finish({});
   slow.open_up();
@@ -299,7 +301,6 @@ TEST_CASE("execution: an original stream of a run that cannot pause ends with Ou
   CHECK(ev[ev.size() - 2]["error"]["ename"] == "OutputOverflow");
   CHECK(ev.back()["status"] == "output_overflow");
   CHECK(runner->interrupts >= 1);
-  CHECK_FALSE(runner->paused);
   e.finish({});
 }
 
@@ -420,6 +421,7 @@ TEST_CASE("execution: records that cannot be written never pin an execution, and
   w.run_until([&] { return c.ended(); });
   CHECK(stdout_of(c.events(), 0) == "x");
   reg.close();
+  w.run_until([&] { return !uv_loop_alive(&w.loop); });  // its last record batch
 }
 
 TEST_CASE("execution: output the disk could not keep is a gap to a reader that needed it") {
@@ -447,4 +449,5 @@ TEST_CASE("execution: output the disk could not keep is a gap to a reader that n
   CHECK(ev[2]["available_from"] == 6);
   CHECK(ev[3]["stdout_sha256"] == protocol::sha256_hex("abcdef"));
   reg.close();
+  w.run_until([&] { return !uv_loop_alive(&w.loop); });  // its last record batch
 }

@@ -119,24 +119,32 @@ TEST_CASE("jupyter: /code request bodies") {
 
 TEST_CASE("jupyter: result events keep the whole MIME bundle, text/plain as text") {
   std::string png(70000, 'A');
-  json content = {{"data", {{"text/plain", "<Figure>"}, {"image/png", png}}},
+  json content = {{"data", {{"text/plain", "<Figure>"}, {"image/png", png}, {"application/json", {{"a", 1.5}}}}},
                   {"metadata", json::object()},
                   {"transient", {{"display_id", "d1"}}}};
-  auto e = result_event(content, 5);
+  auto e = result_event(content.dump(), 5);
   REQUIRE(e);
   json j = json::parse(*e);
   CHECK(j["type"] == "result");
   CHECK(j["results"]["text"] == "<Figure>");
   CHECK(j["results"]["image/png"].get<std::string>() == png);
+  CHECK(j["results"]["application/json"]["a"] == 1.5);
   CHECK(j["display_id"] == "d1");
-  CHECK_FALSE(result_event(json{{"metadata", json::object()}}, 5));
-  json err = json::parse(error_event_from({{"ename", "ValueError"}, {"evalue", "x"}, {"traceback", {"a", "b"}}}, 7));
+  CHECK_FALSE(j.contains("metadata"));  // empty: left out
+  CHECK_FALSE(result_event(R"({"metadata":{}})", 5));
+  CHECK_FALSE(result_event("not json", 5));
+  auto c = read_content(R"({"ename":"ValueError","evalue":"x","traceback":["a","b"],"status":"error","execution_count":4})");
+  REQUIRE(c);
+  CHECK(c->status == "error");
+  CHECK(c->execution_count == 4);
+  json err = json::parse(error_event_from(*c, 7));
   CHECK(err["error"]["ename"] == "ValueError");
   CHECK(err["error"]["traceback"].size() == 2);
-  json done = json::parse(complete_event({"ok", 3, 12}, 9));
-  CHECK(done["type"] == "execution_complete");
-  CHECK(done["execution_time"] == 12);
-  CHECK(done["execution_count"] == 3);
+  auto idle = read_content(R"({"execution_state":"idle"})");
+  REQUIRE(idle);
+  CHECK(idle->execution_state == "idle");
+  CHECK_FALSE(idle->execution_count);
+  CHECK_FALSE(read_content("[1]"));
 }
 
 TEST_CASE("jupyter: stream content read with simdjson") {

@@ -12,11 +12,11 @@
 #include "fs/atomic_file.h"
 #include "fs/ops.h"
 #include "protocol/metrics_json.h"
-#include "pty/metrics.h"
+#include "execd/metrics/sampler.h"
 
-using execd::pty::MetricSource;
-using execd::pty::MetricsSample;
-using execd::pty::MetricsSampler;
+using execd::metrics::MetricSource;
+using execd::metrics::MetricsSample;
+using execd::metrics::MetricsSampler;
 
 namespace {
 
@@ -248,7 +248,7 @@ TEST_CASE("metrics: no cgroup information at all") {
   CHECK(s.cpu_count == 4);
   CHECK(s.cpu_used_source == MetricSource::proc);
   CHECK(s.mem_used_source == MetricSource::proc);
-  CHECK(std::string(execd::pty::metric_source_name(s.mem_used_source)) == "proc");
+  CHECK(std::string(execd::metrics::metric_source_name(s.mem_used_source)) == "proc");
 }
 
 TEST_CASE("metrics: the real machine answers something sane") {

@@ -5,6 +5,7 @@
 #include <string>
 #include <variant>
 
+#include "protocol/file_requests.h"
 #include "protocol/requests.h"
 #include "protocol/router.h"
 #include "protocol/token.h"
@@ -59,7 +60,7 @@ TEST_CASE("bad command requests are rejected with a reason") {
   CHECK(decode_error(R"({"command":"x","envs":{"A=B":"1"}})").find("environment") != std::string::npos);
   CHECK(decode_error(R"({"command":"x","background":"yes"})").find("'background'") != std::string::npos);
   CHECK(decode_error(R"({"command":"x","rows":0})").find("'rows'") != std::string::npos);
-  CHECK(decode_error(R"({"command":"   "})").empty());  // whitespace-only is accepted (contract 4.1)
+  CHECK(decode_error(R"({"command":"   "})").empty());  // whitespace-only is accepted, as by the Go daemon
 }
 
 TEST_CASE("token comparison") {
@@ -160,4 +161,64 @@ TEST_CASE("per-command limits decode and are validated") {
   CHECK(decode_error(R"({"command":"x","limits":{"pids":"5"}})").find("limits.pids") != std::string::npos);
   CHECK(decode_error(R"({"command":"x","limits":{"memory_bytes":-1}})").find("limits.memory_bytes") != std::string::npos);
   CHECK(decode_error(R"({"command":"x","limits":{"cpu":1}})").find("not a limit") != std::string::npos);
+}
+
+// ---- the file API's bodies (protocol/file_requests) -------------------------
+
+TEST_CASE("file requests: permissions, in key order, with octal-digit modes") {
+  using execd::protocol::decode_permission_map;
+  using execd::protocol::mode_from_octal_digits;
+  using execd::protocol::PermissionList;
+  std::string err;
+  CHECK(mode_from_octal_digits(755, err) == 0755u);
+  CHECK(mode_from_octal_digits(4755, err) == 04755u);
+  CHECK(mode_from_octal_digits(0, err) == 0u);
+  for (int64_t bad : {758, -1, 17777}) CHECK_FALSE(mode_from_octal_digits(bad, err));
+  auto ok = decode_permission_map(R"({"/b":{"mode":600,"owner":"root"},"/a":{},"/c":{"mode":null,"group":""}})");
+  REQUIRE(std::holds_alternative<PermissionList>(ok));
+  auto& list = std::get<PermissionList>(ok);
+  REQUIRE(list.size() == 3);
+  CHECK(list[0].first == "/a");
+  CHECK(list[1].first == "/b");
+  CHECK(list[1].second.mode == 0600u);
+  CHECK(list[1].second.owner == "root");
+  CHECK_FALSE(list[2].second.mode);
+  CHECK_FALSE(list[2].second.group);  // "" leaves it alone
+  auto zero = decode_permission_map(R"({"/z":{"mode":0}})");
+  CHECK(std::get<PermissionList>(zero)[0].second.mode == 0u);  // an explicit 0 is a real mode
+  // Go's decoder reads the first value and ignores what follows it.
+  CHECK(std::holds_alternative<PermissionList>(decode_permission_map(R"(  {"/a":{}} trailing {)")));
+  for (const char* bad : {R"({"/a":{"mode":758}})", R"({"/a":{"mode":-1}})", R"({"/a":{"mode":"755"}})",
+                          R"({"/a":{"mode":7.5}})", R"({"/a":{"mode":18446744073709551615}})",
+                          R"({"/a":{"owner":5}})", R"({"/a":[]})", "[]", "", "   ", "{", R"({"/a":)"}) {
+    CAPTURE(bad);
+    CHECK(std::holds_alternative<execd::protocol::DecodeError>(decode_permission_map(bad)));
+  }
+  CHECK(std::get<execd::protocol::DecodeError>(decode_permission_map("")).message == "request body is empty");
+}
+
+TEST_CASE("file requests: moves, replacements and upload metadata") {
+  using namespace execd::protocol;
+  auto moves = decode_move_list(R"([{"src":"/a","dest":"/b"},{"src":"/c"}])");
+  REQUIRE(std::holds_alternative<std::vector<MoveItem>>(moves));
+  auto& m = std::get<std::vector<MoveItem>>(moves);
+  REQUIRE(m.size() == 2);
+  CHECK(m[0].dest == "/b");
+  CHECK(m[1].dest.empty());
+  CHECK(std::get<DecodeError>(decode_move_list(R"([1])")).message == "item 0 must be a JSON object");
+  CHECK(std::get<DecodeError>(decode_move_list(R"([{"src":1}])")).message == "item 0: 'src' must be a string");
+  CHECK(std::get<DecodeError>(decode_move_list(R"({})")).message == "request body must be a JSON array");
+  auto rep = decode_replace_map(R"({"/f":{"old":"a","new":null}})");
+  REQUIRE(std::holds_alternative<std::vector<ReplaceItem>>(rep));
+  CHECK(std::get<std::vector<ReplaceItem>>(rep)[0].old_text == "a");
+  CHECK(std::get<std::vector<ReplaceItem>>(rep)[0].new_text.empty());
+  CHECK(std::get<DecodeError>(decode_replace_map(R"({"/f":1})")).message == "/f: entry must be a JSON object");
+  auto meta = decode_upload_metadata(R"({"path":"/x","mode":644,"owner":"root"})");
+  REQUIRE(std::holds_alternative<UploadMetadata>(meta));
+  CHECK(std::get<UploadMetadata>(meta).path == "/x");
+  CHECK(std::get<UploadMetadata>(meta).permissions.mode == 0644u);
+  CHECK(std::get<DecodeError>(decode_upload_metadata(R"({"path":""})")).message == "metadata path is empty");
+  CHECK(std::holds_alternative<DecodeError>(decode_upload_metadata(R"({"path":"/x","mode":9})")));
+  CHECK(std::get<DecodeError>(decode_upload_metadata("[]")).message ==
+        "invalid metadata format. metadata must be a JSON object");
 }

@@ -1,5 +1,5 @@
-// pty/metrics: see header.
-#include "pty/metrics.h"
+// execd/metrics/sampler: see header.
+#include "execd/metrics/sampler.h"
 
 #include "fs/small_file.h"
 #include "pty/cgroupfs.h"
@@ -16,7 +16,12 @@
 #include <string_view>
 #include <vector>
 
-namespace execd::pty {
+namespace execd::metrics {
+
+using pty::CgroupMembership;
+using pty::CgroupMount;
+using pty::parse_cgroup_memberships;
+using pty::parse_cgroup_mounts;
 
 const char* metric_source_name(MetricSource source) {
   switch (source) {
@@ -372,4 +377,4 @@ MetricsSample MetricsSampler::sample() {
   return s;
 }
 
-}  // namespace execd::pty
+}  // namespace execd::metrics

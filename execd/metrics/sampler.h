@@ -1,4 +1,4 @@
-// pty/metrics.h — CPU and memory of the sandbox for GET /metrics and
+// execd/metrics/sampler — CPU and memory of the sandbox for GET /metrics and
 // GET /metrics/watch, read from the process's own cgroup (v1 or v2), with
 // /proc only where no cgroup limit applies.
 //
@@ -53,7 +53,7 @@
 #include <functional>
 #include <string>
 
-namespace execd::pty {
+namespace execd::metrics {
 
 enum class MetricSource {
   none,       // could not be read (the value is 0)
@@ -121,4 +121,4 @@ class MetricsSampler {
   double prev_total_ = 0;        // cgroup: wall seconds; proc: total ticks
 };
 
-}  // namespace execd::pty
+}  // namespace execd::metrics
