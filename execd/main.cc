@@ -200,13 +200,18 @@ int main(int argc, char** argv) {
     execd::Daemon daemon(loop, std::move(ctx));
     int rc = daemon.listen();
     const execd::Config& cfg = daemon.ctx().config;
+    // "HOST:PORT", "vsock:N" or both (the tests read the TCP port from this line).
+    auto where = [&](int tcp_port) {
+      std::string w = cfg.tcp ? cfg.host + ":" + std::to_string(tcp_port) : "";
+      if (cfg.vsock_port) w += (w.empty() ? "vsock:" : " and vsock:") + std::to_string(cfg.vsock_port);
+      return w;
+    };
     if (rc != 0) {
-      fprintf(stderr, "execd: cannot listen on %s:%d: %s\n", cfg.host.c_str(), cfg.port, uv_strerror(rc));
+      fprintf(stderr, "execd: cannot listen on %s: %s\n", where(cfg.port).c_str(), uv_strerror(rc));
       return 1;
     }
-    spdlog::info("execd {} listening on {}:{} (state dir {}, framing {}{})", EXECD_VERSION, cfg.host,
-                 daemon.bound_port(), cfg.state_dir, cfg.exact_framing ? "exact" : "compat",
-                 cfg.init_mode ? ", init mode" : "");
+    spdlog::info("execd {} listening on {} (state dir {}, framing {}{})", EXECD_VERSION, where(daemon.bound_port()), cfg.state_dir,
+                 cfg.exact_framing ? "exact" : "compat", cfg.init_mode ? ", init mode" : "");
     daemon.run();
     if (ephemeral_state) remove_dir_files(cfg.state_dir);
   }
