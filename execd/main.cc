@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <sys/file.h>
+#include <sys/reboot.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "execd/config.h"
 #include "execd/context.h"
 #include "execd/daemon.h"
+#include "fs/small_file.h"
 #include "protocol/json_text.h"
 #include "pty/spawn.h"
 
@@ -122,6 +124,28 @@ void remove_dir_files(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
+// PID 1 of a whole (virtual) machine: the kernel panics when init exits, so
+// execd powers the machine off instead. Only in the initial PID namespace,
+// where PID 2 is the kernel's kthreadd (PF_KTHREAD in its flags): as PID 1
+// of a container, reboot() would end the container by SIGINT instead of
+// the exit status 0 its runtime expects.
+void power_off_if_machine_init() {
+  if (getpid() != 1) return;
+  std::optional<std::string> stat = execd::fs::read_small_file("/proc/2/stat", 4096);
+  if (!stat) return;
+  size_t paren = stat->rfind(')');
+  if (paren == std::string::npos) return;
+  unsigned long flags = 0;
+  // After ") ": state ppid pgrp session tty_nr tpgid flags
+  if (sscanf(stat->c_str() + paren + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1) return;
+  constexpr unsigned long kPfKthread = 0x00200000;
+  if (!(flags & kPfKthread)) return;
+  spdlog::info("execd was the machine's init: powering off");
+  sync();
+  reboot(RB_POWER_OFF);
+  spdlog::error("power off failed: {}", strerror(errno));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -217,5 +241,6 @@ int main(int argc, char** argv) {
   }
   uv_loop_close(loop);
   spdlog::info("execd stopped");
+  power_off_if_machine_init();
   return 0;
 }
