@@ -408,6 +408,10 @@ class Execd:
             self.proc.wait()
             raise AssertionError("execd did not exit within %ss of SIGTERM" % timeout)
         self.pump.join(5)
+        if self.prefix:
+            # Remote: the state dir is on the machine's tmpfs (RAM), and retained
+            # output adds up over a suite.
+            MACHINE.run(f"rm -rf -- '{self.state_dir}'")
         return rc
 
 
