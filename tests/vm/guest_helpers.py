@@ -4,10 +4,9 @@ the guest."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import shlex
-import socket
-import struct
 import time
 
 from websockets.exceptions import ConnectionClosed
@@ -98,8 +97,9 @@ class Pty:
     def __init__(self, vm, sid: str, **query):
         q = "&".join(f"{k}={v}" for k, v in query.items())
         url = f"ws://127.0.0.1:{vm.port}/pty/{sid}/ws" + (f"?{q}" if q else "")
-        self.ws = connect(url, additional_headers={"X-EXECD-ACCESS-TOKEN": vm.token}, max_size=None,
-                          open_timeout=30)
+        self._stack = contextlib.ExitStack()
+        self.ws = self._stack.enter_context(connect(url, additional_headers={"X-EXECD-ACCESS-TOKEN": vm.token},
+                                                    max_size=None, open_timeout=30))
         self.out = bytearray()
         self.replay = bytearray()
         self.texts: list[dict] = []
@@ -126,6 +126,6 @@ class Pty:
 
     def close(self):
         try:
-            self.ws.close()
+            self._stack.close()
         except (OSError, ConnectionClosed):
             pass
