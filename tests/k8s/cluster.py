@@ -194,10 +194,14 @@ state = "{c}/state"
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": False, "maxPods": 40,
             "nodeStatusUpdateFrequency": "2s", "syncFrequency": "5s",
+            "podLogsDir": str(self.state / "pod-logs"),
         }))
 
     def up(self, images: list[Path]):
         t0 = time.monotonic()
+        # What exists before, so that down() removes only what this cluster made.
+        self.netns_before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+        self.cgroups_before = set(Path("/sys/fs/cgroup").glob("*/kubepods"))
         for d in ("logs",):
             (self.state / d).mkdir(parents=True, exist_ok=True)
         self.create_netns()
@@ -290,6 +294,22 @@ state = "{c}/state"
                 pass
         for p in (self.state / "kubelet" / "root", self.state / "containerd"):
             _unmount_under(p)
+        # The pods' network namespaces (containerd names them cni-*) and the
+        # kubelet's cgroups, now empty.
+        if os.path.isdir("/run/netns"):
+            for n in set(os.listdir("/run/netns")) - getattr(self, "netns_before", set()):
+                if n.startswith("cni-"):
+                    sh("ip", "netns", "delete", n, check=False)
+        for top in set(Path("/sys/fs/cgroup").glob("*/kubepods")) - getattr(self, "cgroups_before", set()):
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+            try:
+                top.rmdir()
+            except OSError:
+                pass
 
     def _stop(self, name):
         p = self.procs.get(name)

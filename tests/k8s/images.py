@@ -23,6 +23,10 @@ import oci  # noqa: E402
 
 PAUSE = "docker.io/execd-test/pause:3.10"
 EXECD = "docker.io/library/execd:latest"        # the name image/k8s's manifests use
+# The same image under a tag that is not :latest: a container without an
+# imagePullPolicy (the lifecycle server sets none) would otherwise be
+# pulled Always, from a registry that does not exist here.
+EXECD_LOCAL = "docker.io/execd-test/execd:local"
 EXECD_IMAGE = "docker.io/execd-test/execd-image:local"
 PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -62,7 +66,7 @@ def build(out: Path, k8s_bin: Path):
     layer.symlink("opt/opensandbox/execd", "/usr/local/bin/execd")
     layer.dir("workspace")
     layer.dir("var/lib/execd", 0o700)
-    oci.write_archive(out / "execd.tar", EXECD, [base, layer.close()],
+    oci.write_archive(out / "execd.tar", [EXECD, EXECD_LOCAL], [base, layer.close()],
                       {"Entrypoint": ["/usr/local/bin/execd", "--init"],
                        "Cmd": ["--host", "0.0.0.0", "--port", "44772", "--state-dir", "/var/lib/execd"],
                        "Env": [PATH], "WorkingDir": "/workspace",

@@ -80,8 +80,11 @@ def _sha256_file(path: Path) -> tuple[str, int]:
     return h.hexdigest(), n
 
 
-def write_archive(out: Path, name: str, layers: list[Path], config: dict, history: str = "execd tests/k8s"):
-    """Writes the OCI layout tar `out` for image `name` (e.g. docker.io/library/execd:test)."""
+def write_archive(out: Path, name: str | list[str], layers: list[Path], config: dict,
+                  history: str = "execd tests/k8s"):
+    """Writes the OCI layout tar `out` for image `name` (e.g. docker.io/library/execd:test),
+    or for each of several names of the same image."""
+    names = [name] if isinstance(name, str) else name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     with tarfile.open(tmp, "w") as t:
@@ -115,8 +118,8 @@ def write_archive(out: Path, name: str, layers: list[Path], config: dict, histor
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": f"sha256:{man_digest}", "size": len(man_bytes),
             "platform": {"architecture": "amd64", "os": "linux"},
-            "annotations": {"io.containerd.image.name": name,
-                            "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]}}]}
+            "annotations": {"io.containerd.image.name": n,
+                            "org.opencontainers.image.ref.name": n.rsplit(":", 1)[-1]}} for n in names]}
         add_bytes("index.json", json.dumps(index).encode())
     os.replace(tmp, out)
 

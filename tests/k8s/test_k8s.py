@@ -307,9 +307,14 @@ def test_opensandbox_server_kubernetes_mode_with_agent_sandbox(cluster, kube, tm
     try:
         sb_token = secrets.token_hex(16)
         t0 = time.monotonic()
-        sb = SandboxSync.create(images.EXECD, env={"EXECD_ACCESS_TOKEN": sb_token},
-                                connection_config=server.config(sb_token),
-                                ready_timeout=timedelta(seconds=120), timeout=timedelta(minutes=10))
+        try:
+            sb = SandboxSync.create(images.EXECD_LOCAL, env={"EXECD_ACCESS_TOKEN": sb_token},
+                                    connection_config=server.config(sb_token),
+                                    ready_timeout=timedelta(seconds=120), timeout=timedelta(minutes=10))
+        except Exception as e:
+            pods = cluster.kubectl("describe", "pods", check=False).stdout[-6000:]
+            sbx = cluster.kubectl("get", "sandboxes", "-o", "yaml", check=False).stdout[-4000:]
+            raise AssertionError(f"create failed: {e}\n{pods}\n{sbx}\n{server.log()}") from e
         try:
             ex = sb.commands.run("echo first-output")
             record("server_create_to_first_command", round(time.monotonic() - t0, 2))
