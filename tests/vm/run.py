@@ -53,6 +53,7 @@ DESELECT = {
         "tests/integration/test_sdk_commands.py::test_execd_envs_file_is_applied_and_reread",
         "tests/integration/test_sdk_commands.py::test_cwd_may_use_request_envs",
         "tests/integration/test_sdk_commands.py::test_background_status_and_logs",
+        # a user the fixture adds to this machine's /etc/passwd
         "tests/integration/test_sdk_commands.py::test_uid_runs_as_user",
         "tests/integration/test_resume.py::test_fifty_concurrent_starts_with_one_id_run_once",
         "tests/integration/test_bash_sessions.py::test_cwd_persists",
