@@ -55,7 +55,8 @@ class VsockConnection(http.client.HTTPConnection):
 
 
 @pytest.fixture
-def vsock_vm(vm_factory, tmp_path):
+def vsock_vm(request, vm_factory, tmp_path):
+    extra = getattr(request, "param", "")
     sock, uds = str(tmp_path / "vhost-vsock.sock"), str(tmp_path / "vm.vsock")
     backend = subprocess.Popen([backend_binary(), "--guest-cid", "3", "--socket", sock, "--uds-path", uds],
                                stdout=open(tmp_path / "backend.log", "wb"), stderr=subprocess.STDOUT)
@@ -65,7 +66,8 @@ def vsock_vm(vm_factory, tmp_path):
             assert backend.poll() is None, (tmp_path / "backend.log").read_text()
             assert time.monotonic() < deadline, "vhost-device-vsock made no socket"
             time.sleep(0.05)
-        vm = vm_factory("vsock", vsock_socket=sock, execd_args=f"--vsock-port {VSOCK_PORT}")
+        vm = vm_factory("vsock", vsock_socket=sock, execd_args=f"--vsock-port {VSOCK_PORT} {extra}",
+                        boot=not extra)
         yield vm, uds
     finally:
         backend.terminate()
@@ -112,3 +114,25 @@ def test_the_api_over_vsock(vsock_vm):
     assert hashlib.sha256(body).hexdigest() == hashlib.sha256(static.read_bytes()).hexdigest()
     # TCP keeps working next to it.
     assert vm.ping() == 200
+
+
+@pytest.mark.parametrize("vsock_vm", ["--no-tcp"], indirect=True)
+def test_vsock_only(vsock_vm):
+    vm, uds = vsock_vm
+    # No TCP listener: wait for the guest over vsock instead.
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if request(uds, "GET", "/ping", timeout=5)[0] == 200:
+                break
+        except OSError:
+            pass
+        assert vm.proc.poll() is None, vm.console_text()[-2000:]
+        assert time.monotonic() < deadline, vm.console_text()[-2000:]
+        time.sleep(0.1)
+    assert f"listening on vsock:{VSOCK_PORT} (" in vm.console_text()
+    st, _, raw = request(uds, "POST", "/command", {"command": "echo only-vsock"}, token=vm.token)
+    assert st == 200 and b"only-vsock" in raw
+    # Nothing answers on the forwarded TCP port: QEMU accepts, the guest refuses.
+    with pytest.raises((OSError, http.client.HTTPException)):
+        vm.ping()
