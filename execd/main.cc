@@ -125,12 +125,24 @@ void remove_dir_files(const std::string& dir) {
 }
 
 // PID 1 of a whole (virtual) machine: the kernel panics when init exits, so
-// execd powers the machine off instead. Only in the initial PID namespace,
-// where PID 2 is the kernel's kthreadd (PF_KTHREAD in its flags): as PID 1
-// of a container, reboot() would end the container by SIGINT instead of
-// the exit status 0 its runtime expects.
+// execd powers the machine off instead. Only in the initial PID namespace:
+// as PID 1 of a container, reboot() would end the container by SIGINT
+// instead of the exit status 0 its runtime expects. Initial means both:
+// /proc/self/status has a single NSpid (with a procfs of an outer namespace,
+// as under `unshare --pid` without --mount-proc, it lists one per level),
+// and PID 2 is the kernel's kthreadd (PF_KTHREAD; a container's own procfs
+// has no kernel threads).
 void power_off_if_machine_init() {
   if (getpid() != 1) return;
+  std::optional<std::string> status = execd::fs::read_small_file("/proc/self/status", 1 << 16);
+  if (!status) return;
+  size_t at = status->find("\nNSpid:");
+  if (at == std::string::npos) return;
+  size_t end = status->find('\n', at + 1);
+  std::string nspid = status->substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+  char one[8] = "";
+  char extra[8] = "";
+  if (sscanf(nspid.c_str(), " %7s %7s", one, extra) != 1 || strcmp(one, "1") != 0) return;
   std::optional<std::string> stat = execd::fs::read_small_file("/proc/2/stat", 4096);
   if (!stat) return;
   size_t paren = stat->rfind(')');
