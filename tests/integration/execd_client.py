@@ -170,7 +170,7 @@ def process_alive(pid: int) -> bool:
 
 def vm_rss_kib(pid: int) -> int:
     if MACHINE.remote:
-        for p, _, _, _, _, rss in MACHINE.call("proc_table"):
+        for p, _, _, _, _, rss in MACHINE.call("proc_table", False, True):
             if p == pid:
                 return rss
         raise AssertionError(f"no VmRSS for {pid}")
@@ -183,12 +183,13 @@ def vm_rss_kib(pid: int) -> int:
 
 def pids_with_cmdline(needle: str) -> list[int]:
     """Live (non-zombie) processes whose command line contains `needle`."""
-    return [pid for pid, state, _, cmd, _, _ in MACHINE.call("proc_table") if needle in cmd and state != "Z"]
+    return [pid for pid, state, _, cmd, _, _ in MACHINE.call("proc_table", False, False)
+            if needle in cmd and state != "Z"]
 
 
 def process_table() -> list[tuple[int, str, int]]:
     """(pid, state, ppid) of every process, from /proc."""
-    return [(pid, state, ppid) for pid, state, ppid, _, _, _ in MACHINE.call("proc_table")]
+    return [(pid, state, ppid) for pid, state, ppid, _, _, _ in MACHINE.call("proc_table", False, False)]
 
 
 def children_of(pid: int) -> list[tuple[int, str]]:

@@ -11,12 +11,12 @@ guest's python3-minimal lacks.
 import os
 
 
-def proc_table():
+def proc_table(cgroups=True, rss=True):
     """(pid, state, ppid, cmdline, cgroup, rss_kib) of every process.
 
     cmdline has its NULs turned into spaces; cgroup is /proc/PID/cgroup's
-    text; rss_kib is VmRSS (0 for kernel threads). Processes that vanish
-    while being read are left out.
+    text ("" unless `cgroups`); rss_kib is VmRSS (0 for kernel threads, and
+    unless `rss`). Processes that vanish while being read are left out.
     """
     out = []
     for d in os.listdir("/proc"):
@@ -27,19 +27,22 @@ def proc_table():
                 stat = f.read()
             with open("/proc/%s/cmdline" % d, "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-            with open("/proc/%s/cgroup" % d) as f:
-                cg = f.read()
-            rss = 0
-            with open("/proc/%s/status" % d) as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        rss = int(line.split()[1])
-                        break
+            cg = ""
+            if cgroups:
+                with open("/proc/%s/cgroup" % d) as f:
+                    cg = f.read()
+            kib = 0
+            if rss:
+                with open("/proc/%s/status" % d) as f:
+                    for line in f:
+                        if line.startswith("VmRSS:"):
+                            kib = int(line.split()[1])
+                            break
         except OSError:
             continue
         # comm may contain spaces and parentheses: split after the last ')'
         rest = stat[stat.rfind(")") + 2:].split()
-        out.append((int(d), rest[0], int(rest[1]), cmd, cg, rss))
+        out.append((int(d), rest[0], int(rest[1]), cmd, cg, kib))
     return out
 
 

@@ -41,7 +41,7 @@ def execd_cgroup_dirs(pid: int) -> list[str]:
 def contained_pids(pid: int) -> set[int]:
     """Process scan: every live process whose cgroup path names execd-<pid>."""
     needle = f"/execd-{pid}/"
-    return {p for p, state, _, _, cg, _ in MACHINE.call("proc_table") if needle in cg and state != "Z"}
+    return {p for p, state, _, _, cg, _ in MACHINE.call("proc_table", True, False) if needle in cg and state != "Z"}
 
 
 def cgroup_members(pid: int) -> set[int]:
