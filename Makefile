@@ -14,7 +14,8 @@ PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
                 libspdlog-dev libfmt-dev doctest-dev libssl-dev libzmq3-dev python3-venv curl procps clang
 
-.PHONY: all deps venv build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean
+.PHONY: all deps venv build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean \
+        vm-deps vm-guest test-vm k8s-deps k8s-build test-k8s
 
 all: build
 
@@ -72,6 +73,7 @@ integration: build build-asan venv
 
 test: unit integration fuzz-smoke
 	JOBS=$(JOBS) $(VENV)/bin/pytest -q -rs tests/image
+	$(MAKE) test-vm
 
 test-image: build venv
 	JOBS=$(JOBS) EXECD_IMAGE_TEST=1 $(VENV)/bin/pytest -q -rs tests/image
@@ -84,6 +86,57 @@ bench: build static venv
 	$(VENV)/bin/python tests/bench/bench_proxy.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_fair.py --execd $(BUILD)/execd
+
+# make test-vm: execd as PID 1 of a QEMU micro-VM (tests/vm). QEMU without
+# recommends (else ~100 GUI packages come too); vhost-device-vsock, the host
+# side of the guest's vsock, from crates.io into ~/.cache/execd/cargo.
+VM_DEB_PACKAGES := qemu-system-x86 qemu-utils cpio
+VM_GUEST ?= $(BUILD)/vm
+VHOST_VSOCK ?= $(HOME)/.cache/execd/cargo/bin/vhost-device-vsock
+
+vm-deps:
+	@missing=""; for p in $(VM_DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@if [ ! -x "$(VHOST_VSOCK)" ]; then \
+	  command -v cargo >/dev/null || { echo "test-vm needs cargo for vhost-device-vsock"; exit 1; }; \
+	  echo "cargo install vhost-device-vsock (a few minutes, once)"; \
+	  CARGO_BUILD_JOBS=$(JOBS) cargo install -q --locked --root $(HOME)/.cache/execd/cargo vhost-device-vsock; \
+	fi
+
+vm-guest: static vm-deps
+	tests/vm/build-guest.sh $(BUILD)/execd-static $(VM_GUEST)
+
+test-vm: vm-guest venv
+	EXECD_VHOST_VSOCK=$(VHOST_VSOCK) $(VENV)/bin/python tests/vm/run.py --guest $(VM_GUEST)
+
+# make test-k8s (opt-in, not part of make test): a single-node Kubernetes
+# built from the Go module proxy (tests/k8s/build.sh: ~20 min cold on two
+# cores, seconds to minutes with Go's build cache; ~4 GB of build cache),
+# Debian's containerd, runc and CNI plugins, all in a network namespace.
+K8S_DEB_PACKAGES := containerd runc containernetworking-plugins debootstrap iproute2 openssl
+
+k8s-deps:
+	@command -v go >/dev/null || { echo "test-k8s needs Go (1.24 or newer) to build Kubernetes"; exit 1; }
+	@missing=""; for p in $(K8S_DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+k8s-build: k8s-deps
+	JOBS=$(JOBS) tests/k8s/build.sh
+
+test-k8s: static venv k8s-build
+	$(VENV)/bin/python tests/k8s/run.py
 
 static: deps
 	./image/fetch-simdjson.sh $(STATIC_BUILD)/simdjson

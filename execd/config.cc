@@ -16,6 +16,8 @@ const char* const kUsage =
     "usage: execd [options]      (flags as in Go: -name value, --name=value, ...)\n"
     "  --host ADDR                     listen address (default 0.0.0.0)\n"
     "  --port N                        listen port (default 44772)\n"
+    "  --vsock-port N                  also listen on AF_VSOCK port N (any CID; same routes and token)\n"
+    "  --no-tcp                        no TCP listener: vsock only (needs --vsock-port)\n"
     "  --access-token TOKEN            required X-EXECD-ACCESS-TOKEN value\n"
     "  --access-token-file PATH        read the token from a file (trailing whitespace ignored)\n"
     "                                  first found wins: --access-token, --access-token-file,\n"
@@ -255,6 +257,14 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       int64_t p;
       if (!need_value() || !parse_int(value, 0, 65535, p)) return "--port needs a number between 0 and 65535 (0 = any free port)";
       cfg.port = static_cast<int>(p);
+    } else if (name == "vsock-port") {
+      int64_t p;
+      // 32-bit ports; 0xFFFFFFFF is VMADDR_PORT_ANY, not a port to listen on.
+      if (!need_value() || !parse_int(value, 1, 0xFFFFFFFEll, p)) return "--vsock-port needs a number between 1 and 4294967294";
+      cfg.vsock_port = static_cast<uint32_t>(p);
+    } else if (name == "no-tcp") {
+      if (!bool_value()) return bad_bool();
+      cfg.tcp = !flag_value;
     } else if (name == "access-token") {
       if (!need_value() || value.empty()) return "--access-token needs a non-empty value";
       token_flag_value = value;
@@ -346,6 +356,7 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     }
   }
   if (cfg.show_help || cfg.show_version) return {};
+  if (!cfg.tcp && cfg.vsock_port == 0) return "--no-tcp needs --vsock-port (execd would listen nowhere)";
 
   // Access token: the first source found wins; only that one is read.
   if (token_flag) {

@@ -16,6 +16,11 @@ inline constexpr const char* kDefaultStateDir = "/var/lib/execd";
 struct Config {
   std::string host = "0.0.0.0";
   int port = 44772;
+  // --vsock-port: also listen on AF_VSOCK (any CID) on this port, as Kata
+  // and Firecracker hosts reach a guest; 0 = no vsock listener. --no-tcp
+  // leaves the TCP listener out (needs a vsock port).
+  uint32_t vsock_port = 0;
+  bool tcp = true;
   std::string access_token;  // empty only with insecure_no_auth
   bool insecure_no_auth = false;
   std::string log_level = "info";

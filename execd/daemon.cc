@@ -117,9 +117,15 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
 Daemon::~Daemon() { containment_.shutdown(); }
 
 int Daemon::listen() {
-  int rc = server_.listen(ctx_.config.host, ctx_.config.port);
-  if (rc == 0) proxy_.set_own_port(server_.bound_port());
-  return rc;
+  const Config& cfg = ctx_.config;
+  if (cfg.tcp) {
+    if (int rc = server_.listen(cfg.host, cfg.port); rc != 0) return rc;
+    proxy_.set_own_port(server_.bound_port());
+  }
+  if (cfg.vsock_port) {
+    if (int rc = server_.listen_vsock(cfg.vsock_port); rc != 0) return rc;
+  }
+  return 0;
 }
 
 void Daemon::run() { uv_run(loop_, UV_RUN_DEFAULT); }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <sys/file.h>
+#include <sys/reboot.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "execd/config.h"
 #include "execd/context.h"
 #include "execd/daemon.h"
+#include "fs/small_file.h"
 #include "protocol/json_text.h"
 #include "pty/spawn.h"
 
@@ -122,6 +124,40 @@ void remove_dir_files(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
+// PID 1 of a whole (virtual) machine: the kernel panics when init exits, so
+// execd powers the machine off instead. Only in the initial PID namespace:
+// as PID 1 of a container, reboot() would end the container by SIGINT
+// instead of the exit status 0 its runtime expects. Initial means both:
+// /proc/self/status has a single NSpid (with a procfs of an outer namespace,
+// as under `unshare --pid` without --mount-proc, it lists one per level),
+// and PID 2 is the kernel's kthreadd (PF_KTHREAD; a container's own procfs
+// has no kernel threads).
+void power_off_if_machine_init() {
+  if (getpid() != 1) return;
+  std::optional<std::string> status = execd::fs::read_small_file("/proc/self/status", 1 << 16);
+  if (!status) return;
+  size_t at = status->find("\nNSpid:");
+  if (at == std::string::npos) return;
+  size_t end = status->find('\n', at + 1);
+  std::string nspid = status->substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+  char one[8] = "";
+  char extra[8] = "";
+  if (sscanf(nspid.c_str(), " %7s %7s", one, extra) != 1 || strcmp(one, "1") != 0) return;
+  std::optional<std::string> stat = execd::fs::read_small_file("/proc/2/stat", 4096);
+  if (!stat) return;
+  size_t paren = stat->rfind(')');
+  if (paren == std::string::npos) return;
+  unsigned long flags = 0;
+  // After ") ": state ppid pgrp session tty_nr tpgid flags
+  if (sscanf(stat->c_str() + paren + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1) return;
+  constexpr unsigned long kPfKthread = 0x00200000;
+  if (!(flags & kPfKthread)) return;
+  spdlog::info("execd was the machine's init: powering off");
+  sync();
+  reboot(RB_POWER_OFF);
+  spdlog::error("power off failed: {}", strerror(errno));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,17 +246,23 @@ int main(int argc, char** argv) {
     execd::Daemon daemon(loop, std::move(ctx), children);
     int rc = daemon.listen();
     const execd::Config& cfg = daemon.ctx().config;
+    // "HOST:PORT", "vsock:N" or both (the tests read the TCP port from this line).
+    auto where = [&](int tcp_port) {
+      std::string w = cfg.tcp ? cfg.host + ":" + std::to_string(tcp_port) : "";
+      if (cfg.vsock_port) w += (w.empty() ? "vsock:" : " and vsock:") + std::to_string(cfg.vsock_port);
+      return w;
+    };
     if (rc != 0) {
-      fprintf(stderr, "execd: cannot listen on %s:%d: %s\n", cfg.host.c_str(), cfg.port, uv_strerror(rc));
+      fprintf(stderr, "execd: cannot listen on %s: %s\n", where(cfg.port).c_str(), uv_strerror(rc));
       return 1;
     }
-    spdlog::info("execd {} listening on {}:{} (state dir {}, framing {}{})", EXECD_VERSION, cfg.host,
-                 daemon.bound_port(), cfg.state_dir, cfg.exact_framing ? "exact" : "compat",
-                 cfg.init_mode ? ", init mode" : "");
+    spdlog::info("execd {} listening on {} (state dir {}, framing {}{})", EXECD_VERSION, where(daemon.bound_port()), cfg.state_dir,
+                 cfg.exact_framing ? "exact" : "compat", cfg.init_mode ? ", init mode" : "");
     daemon.run();
     if (ephemeral_state) remove_dir_files(cfg.state_dir);
   }
   uv_loop_close(loop);
   spdlog::info("execd stopped");
+  power_off_if_machine_init();
   return 0;
 }

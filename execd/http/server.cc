@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <linux/vm_sockets.h>
 
 #include <algorithm>
 
@@ -20,6 +21,10 @@ constexpr int kAcceptsPerWake = 64;
 
 std::string peer_name(const sockaddr_storage& addr) {
   char ip[INET6_ADDRSTRLEN] = "";
+  if (addr.ss_family == AF_VSOCK) {
+    auto* a = reinterpret_cast<const sockaddr_vm*>(&addr);
+    return "vsock:" + std::to_string(a->svm_cid) + ":" + std::to_string(a->svm_port);
+  }
   if (addr.ss_family == AF_INET) {
     auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
     inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
@@ -65,25 +70,64 @@ int Server::listen(const std::string& host, int port) {
     ::close(fd);
     return err;
   }
-  if ((rc = uv_poll_init_socket(loop_, &listen_poll_, fd)) != 0) {
+  return add_listener(fd, true);
+}
+
+int Server::listen_vsock(uint32_t port) {
+  int fd = ::socket(AF_VSOCK, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  sockaddr_vm addr{};
+  addr.svm_family = AF_VSOCK;
+  addr.svm_cid = VMADDR_CID_ANY;
+  addr.svm_port = port;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 4096) != 0) {
+    int err = -errno;
+    ::close(fd);
+    return err;
+  }
+  return add_listener(fd, false);
+}
+
+int Server::add_listener(int fd, bool tcp) {
+  auto l = std::make_unique<Listener>();
+  l->server = this;
+  l->fd = fd;
+  l->tcp = tcp;
+  if (int rc = uv_poll_init_socket(loop_, &l->poll, fd); rc != 0) {
     ::close(fd);
     return rc;
   }
-  listen_fd_ = fd;
-  listen_poll_.data = this;
-  uv_poll_start(&listen_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
-    static_cast<Server*>(h->data)->on_acceptable();
-  });
+  l->poll.data = l.get();
+  listeners_.push_back(std::move(l));
   listening_ = true;
+  if (!accept_paused_) poll_listeners(true);
   return 0;
 }
 
+void Server::poll_listeners(bool on) {
+  for (auto& l : listeners_) {
+    if (l->fd < 0) continue;
+    if (!on) {
+      uv_poll_stop(&l->poll);
+      continue;
+    }
+    uv_poll_start(&l->poll, UV_READABLE, [](uv_poll_t* h, int, int) {
+      auto* l = static_cast<Listener*>(h->data);
+      l->server->on_acceptable(*l);
+    });
+  }
+}
+
 int Server::bound_port() const {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (listen_fd_ < 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
-  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  for (const auto& l : listeners_) {
+    if (!l->tcp || l->fd < 0) continue;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (getsockname(l->fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+    if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  }
+  return -1;
 }
 
 Connection* Server::shed_candidate() const {
@@ -115,7 +159,7 @@ bool Server::shed_one(const char* why) {
 void Server::pause_accepting() {
   if (accept_paused_) return;
   accept_paused_ = true;
-  uv_poll_stop(&listen_poll_);
+  poll_listeners(false);
   // The tick retries; so does every connection that closes.
   uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<Server*>(t->data)->on_tick(); }, tick_ms_, tick_ms_);
 }
@@ -123,12 +167,10 @@ void Server::pause_accepting() {
 void Server::resume_accepting() {
   if (!accept_paused_ || !listening_) return;
   accept_paused_ = false;
-  uv_poll_start(&listen_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
-    static_cast<Server*>(h->data)->on_acceptable();
-  });
+  poll_listeners(true);
 }
 
-void Server::on_acceptable() {
+void Server::on_acceptable(Listener& l) {
   for (int i = 0; i < kAcceptsPerWake && listening_; ++i) {
     if (limits_.max_connections && connections_.size() >= limits_.max_connections + kShedSlack) {
       // Victims close at this pass's safe point; until then wait for them.
@@ -142,7 +184,7 @@ void Server::on_acceptable() {
     }
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(l.fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -160,7 +202,7 @@ void Server::on_acceptable() {
       return;
     }
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (l.tcp) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto* conn = new Connection(*this, limits_);
     Transport* transport = SocketTransport::open(loop_, fd, *conn);
     if (!transport) {
@@ -178,12 +220,14 @@ void Server::stop_accepting() {
   draining_ = true;
   if (!listening_) return;
   listening_ = false;
-  uv_poll_stop(&listen_poll_);
-  uv_close(reinterpret_cast<uv_handle_t*>(&listen_poll_), [](uv_handle_t* h) {
-    auto* s = static_cast<Server*>(h->data);
-    ::close(s->listen_fd_);
-    s->listen_fd_ = -1;
-  });
+  for (auto& l : listeners_) {
+    uv_poll_stop(&l->poll);
+    uv_close(reinterpret_cast<uv_handle_t*>(&l->poll), [](uv_handle_t* h) {
+      auto* l = static_cast<Listener*>(h->data);
+      ::close(l->fd);
+      l->fd = -1;
+    });
+  }
 }
 
 void Server::close_idle_connections() {

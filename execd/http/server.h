@@ -1,8 +1,9 @@
 // execd/http/server: the listening socket, the set of live connections, the
 // safe point and the tick.
 //
-// * Accepting: the listener is a non-blocking socket watched by a uv_poll_t;
-//   each accepted socket becomes a Connection over a SocketTransport.
+// * Accepting: each listener (TCP, and AF_VSOCK with --vsock-port) is a
+//   non-blocking socket watched by a uv_poll_t; each accepted socket becomes
+//   a Connection over a SocketTransport, whichever listener it came from.
 // * Limits: at the connection limit, or out of descriptors, a connection is
 //   shed to make room (idle or still sending its head; untrusted ones, that
 //   never passed the token check, first, then the longest silent); with none
@@ -22,6 +23,7 @@
 #include <uv.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -37,8 +39,10 @@ class Server final : public ConnectionHost {
   Server(uv_loop_t* loop, const ConnectionLimits& limits, HeadHandler on_head);
   ~Server() override;
 
-  // 0 or -errno.
+  // 0 or -errno. Each call adds a listener.
   int listen(const std::string& host, int port);
+  int listen_vsock(uint32_t port);
+  // The TCP listener's port, -1 without one.
   int bound_port() const;
   void stop_accepting();
   // Stopping: finish current responses but take no new requests.
@@ -57,7 +61,15 @@ class Server final : public ConnectionHost {
   bool draining() override { return draining_; }
 
  private:
-  void on_acceptable();
+  struct Listener {
+    Server* server;
+    int fd;
+    bool tcp;
+    uv_poll_t poll;
+  };
+  int add_listener(int fd, bool tcp);
+  void on_acceptable(Listener& l);
+  void poll_listeners(bool on);
   Connection* shed_candidate() const;
   bool shed_one(const char* why);
   void pause_accepting();
@@ -68,8 +80,7 @@ class Server final : public ConnectionHost {
   uv_loop_t* loop_;
   ConnectionLimits limits_;
   HeadHandler on_head_;
-  int listen_fd_ = -1;
-  uv_poll_t listen_poll_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
   bool listening_ = false, accept_paused_ = false, draining_ = false, handles_open_ = true;
   uv_check_t check_;
   uv_idle_t idle_;

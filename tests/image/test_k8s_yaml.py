@@ -8,10 +8,10 @@ manifests use; when the `kubernetes` Python client happens to be installed its
 generated models are used as a second, authoritative check of the core types.
 
 SandboxTemplate field names are those of kubernetes-sigs/agent-sandbox,
-extensions/api/v1alpha1/sandboxtemplate_types.go (SandboxTemplateSpec:
-podTemplate, volumeClaimTemplates, networkPolicy) and api/v1alpha1/
+extensions/api/v1beta1/sandboxtemplate_types.go (SandboxTemplateSpec:
+podTemplate, volumeClaimTemplates, networkPolicy) and api/v1beta1/
 sandbox_types.go (PodTemplate: spec, metadata; PodMetadata: labels,
-annotations).
+annotations). make test-k8s (tests/k8s) applies them to a real cluster.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ SCHEMA: dict[str, dict[str, object]] = {
         "initContainers": "[Container]", "volumes": "[Volume]",
         "serviceAccountName": S, "securityContext": S, "nodeSelector": "{}",
         "tolerations": S, "affinity": S, "hostname": S, "dnsPolicy": S,
-        "shareProcessNamespace": S, "priorityClassName": S,
+        "shareProcessNamespace": S, "priorityClassName": S, "hostNetwork": S,
     },
     "Container": {
         "name": S, "image": S, "imagePullPolicy": S, "command": "[]", "args": "[]",
@@ -76,7 +76,7 @@ SCHEMA: dict[str, dict[str, object]] = {
                            "optional": S},
     "KeyToPath": {"key": S, "path": S, "mode": S},
     "EmptyDir": {"medium": S, "sizeLimit": S},
-    # kubernetes-sigs/agent-sandbox, extensions.agents.x-k8s.io/v1alpha1
+    # kubernetes-sigs/agent-sandbox, extensions.agents.x-k8s.io/v1beta1
     "SandboxTemplate": {"apiVersion": S, "kind": S, "metadata": "ObjectMeta",
                         "spec": "SandboxTemplateSpec"},
     "SandboxTemplateSpec": {"podTemplate": "SandboxPodTemplate",
@@ -144,21 +144,21 @@ def execd_container(pod_spec: dict) -> dict:
     return containers[0]
 
 
-def check_pod_spec(spec: dict, where: str) -> None:
+def check_pod_spec(spec: dict, where: str, port: int = PORT) -> None:
     assert spec.get("runtimeClassName") == RUNTIME_CLASS, where
     c = execd_container(spec)
     assert c["image"].startswith("execd"), where
-    # Port 44772, named, and the probes target it.
+    # Port 44772 (or the pod's own), named, and the probes target it.
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert PORT in ports.values(), where
+    assert port in ports.values(), where
     args = c.get("args", [])
     if "--port" in args:
-        assert int(args[args.index("--port") + 1]) == PORT
+        assert int(args[args.index("--port") + 1]) == port
     for probe in ("livenessProbe", "readinessProbe"):
         get = c[probe]["httpGet"]
         assert get["path"] == "/ping", (where, probe)
-        port = get["port"]
-        assert port == PORT or ports.get(port) == PORT, (where, probe, port)
+        target = get["port"]
+        assert target == port or ports.get(target) == port, (where, probe, target)
     # Requests and limits for cpu and memory, requests <= limits.
     res = c["resources"]
     for kind in ("cpu", "memory"):
@@ -223,7 +223,7 @@ def test_pod_fields_and_contract():
 
 def test_sandbox_template_fields_and_contract():
     t = only("sandbox-template.yaml")
-    assert t["apiVersion"] == "extensions.agents.x-k8s.io/v1alpha1"
+    assert t["apiVersion"] == "extensions.agents.x-k8s.io/v1beta1"
     assert t["kind"] == "SandboxTemplate"
     assert check_fields(t, "SandboxTemplate") == []
     pt = t["spec"]["podTemplate"]
@@ -232,6 +232,18 @@ def test_sandbox_template_fields_and_contract():
     ingress_ports = [p.get("port") for rule in t["spec"]["networkPolicy"]["ingress"]
                      for p in rule.get("ports", [])]
     assert PORT in ingress_ports
+
+
+def test_hostnetwork_pod_has_its_own_port_everywhere():
+    pod = only("pod-hostnetwork.yaml")
+    assert check_fields(pod, "Pod") == []
+    spec = pod["spec"]
+    assert spec["hostNetwork"] is True
+    c = execd_container(spec)
+    port = int(c["args"][c["args"].index("--port") + 1])
+    assert port != PORT  # 44772 is left to pod.yaml's kind
+    check_pod_spec(spec, "pod-hostnetwork.yaml", port)
+    assert pod["metadata"]["name"] != only("pod.yaml")["metadata"]["name"]
 
 
 def test_secret_example():

@@ -8,6 +8,9 @@
 * `execd_factory` — start daemons with custom flags/env/token; each one is
                    stopped (and its exit status checked) at teardown unless the
                    test already stopped it.
+
+With EXECD_REMOTE set, both start their daemons on that machine instead
+(see execd_client: remote mode); tests/vm does that for a VM guest.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from execd_client import Execd, execd_bin, start_execd  # noqa: E402
+from execd_client import REMOTE, Execd, execd_bin, start_execd  # noqa: E402
 
 
 def pytest_configure(config):
+    if REMOTE:
+        return
     b = execd_bin()
     if not os.access(b, os.X_OK):
         raise pytest.UsageError(f"execd binary not found: {b} (set EXECD_BIN or run `make build`)")

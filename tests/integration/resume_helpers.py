@@ -21,7 +21,7 @@ class EventReader:
     checked as they arrive."""
 
     def __init__(self, ex, method, path, body=None, headers=None, timeout=120):
-        self.conn = http.client.HTTPConnection(ex.host, ex.port, timeout=timeout)
+        self.conn = ex.conn(timeout)
         h = {"Accept": "application/x-ndjson"}
         h.update(headers or {})
         self.conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,

@@ -32,7 +32,7 @@ class Sdk:
     def __init__(self, ex):
         self.loop = asyncio.new_event_loop()
         cfg = ConnectionConfig(protocol="http")
-        ep = SandboxEndpoint(endpoint=f"127.0.0.1:{ex.port}", headers={"X-EXECD-ACCESS-TOKEN": ex.token})
+        ep = SandboxEndpoint(endpoint=ex.endpoint, headers={"X-EXECD-ACCESS-TOKEN": ex.token})
         self.svc = AdapterFactory(cfg).create_command_service(ep)
 
     def __call__(self, coro):

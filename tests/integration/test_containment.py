@@ -8,7 +8,9 @@ reported when hit. Every test checks at the end, by cgroup and by a process
 scan, that nothing it started is left and that execd removed its cgroups.
 
 The cgroup tests skip where execd reports process-group mode (no writable
-cgroups); `--no-cgroups` is exercised on any machine.
+cgroups); `--no-cgroups` is exercised on any machine. /proc and
+/sys/fs/cgroup are read through `MACHINE`: the machine execd runs on, which
+is a VM's guest with EXECD_REMOTE (tests/vm runs this file on cgroup v2).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import time
 
 import pytest
 
-from execd_client import PYTHON, SLOW, pids_with_cmdline, process_alive, vm_rss_kib, wait_until
+from execd_client import MACHINE, PYTHON, SLOW, pids_with_cmdline, process_alive, vm_rss_kib, wait_until
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -32,51 +34,23 @@ def mode(ex) -> str:
 
 def execd_cgroup_dirs(pid: int) -> list[str]:
     """Every execd-<pid> directory under /sys/fs/cgroup (any hierarchy)."""
-    name = f"execd-{pid}"
-    found = []
-    for top, dirs, _ in os.walk(CGROUP_ROOT):
-        if top.count("/") > CGROUP_ROOT.count("/") + 4:
-            dirs[:] = []
-            continue
-        if name in dirs:
-            found.append(os.path.join(top, name))
-            dirs.remove(name)
-        # Command cgroups of other daemons are none of our business.
-        dirs[:] = [d for d in dirs if not d.startswith("execd-")]
-    return found
+    # Command cgroups of other daemons are none of our business.
+    return MACHINE.call("find_dirs", CGROUP_ROOT, f"execd-{pid}", 4, "execd-")
 
 
 def contained_pids(pid: int) -> set[int]:
     """Process scan: every live process whose cgroup path names execd-<pid>."""
     needle = f"/execd-{pid}/"
-    out = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cgroup") as f:
-                cg = f.read()
-            with open(f"/proc/{d}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in cg and state != "Z":
-            out.add(int(d))
-    return out
+    return {p for p, state, _, _, cg, _ in MACHINE.call("proc_table", True, False) if needle in cg and state != "Z"}
 
 
 def cgroup_members(pid: int) -> set[int]:
     """By cgroup: every pid listed in any cmd-* cgroup of execd-<pid>."""
-    out = set()
-    for base in execd_cgroup_dirs(pid):
-        for name in os.listdir(base):
-            if name.startswith("cmd-"):
-                try:
-                    with open(os.path.join(base, name, "cgroup.procs")) as f:
-                        out.update(int(x) for x in f.read().split())
-                except OSError:
-                    pass
-    return out
+    return set(MACHINE.call("cgroup_procs", execd_cgroup_dirs(pid)))
+
+
+def listdir(path: str) -> list[str]:
+    return MACHINE.call("listdir", path)
 
 
 @pytest.fixture
@@ -114,20 +88,15 @@ def test_cgroup_parent_puts_commands_elsewhere(cg_execd):
         r = ex.run(f"sleep {n} & echo started", exact=True)
         assert r.terminal["leftover_processes"] == 1
         [pid] = pids_with_cmdline(f"sleep {n}")
-        with open(f"/proc/{pid}/cgroup") as f:
-            assert f"{parent}/execd-{ex.pid}/cmd-" in f.read()
+        assert f"{parent}/execd-{ex.pid}/cmd-" in MACHINE.call("read_text", f"/proc/{pid}/cgroup")
         assert ex.request("DELETE", f"/command?id={r.id}")[0] == 200
         wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the job to be killed")
     finally:
         pid = ex.pid
         ex.stop()
         wait_until(lambda: not execd_cgroup_dirs(pid), 5 * SLOW, what="execd's cgroups to go")
-        for top, dirs, _ in os.walk(CGROUP_ROOT):
-            if top.count("/") > CGROUP_ROOT.count("/") + 3:
-                dirs[:] = []
-            elif parent.lstrip("/") in dirs:
-                os.rmdir(os.path.join(top, parent.lstrip("/")))
-                dirs.remove(parent.lstrip("/"))
+        for d in MACHINE.call("find_dirs", CGROUP_ROOT, parent.lstrip("/"), 3):
+            assert MACHINE.call("rmdir", d), d
 
 
 def test_ping_says_the_containment_mode(execd_factory):
@@ -154,12 +123,14 @@ def test_fork_bomb_under_a_timeout_leaves_nothing(cg_execd):
     # The timeout bounds the whole cgroup, after the shell's exit too.
     wait_until(lambda: not contained_pids(ex.pid) and not cgroup_members(ex.pid),
                max(0.5, 10 - (time.monotonic() - start)) * SLOW, 0.05, "the fork bomb to be gone 10 s after it started")
-    # Its cgroup is removed once empty. The cgroups made ahead for the next
-    # commands are cmd-<n> too, but only a pids limit joins the pids
-    # hierarchy: there, the bomb's cgroup is the only one.
-    pids_bases = [b for b in execd_cgroup_dirs(ex.pid) if "/pids" in b]
-    assert pids_bases, execd_cgroup_dirs(ex.pid)
-    wait_until(lambda: all(not any(n.startswith("cmd-") for n in os.listdir(b)) for b in pids_bases),
+    # Its cgroup is removed once empty. On v1 the cgroups made ahead for the
+    # next commands are cmd-<n> too, but only a pids limit joins the pids
+    # hierarchy: there, the bomb's cgroup is the only one. On v2 nothing is
+    # made ahead: the one execd-<pid> directory is left with no cmd-<n>.
+    dirs = execd_cgroup_dirs(ex.pid)
+    pids_bases = [b for b in dirs if "/pids" in b] if mode(ex) == "cgroup-v1" else dirs
+    assert pids_bases, dirs
+    wait_until(lambda: all(not any(n.startswith("cmd-") for n in listdir(b)) for b in pids_bases),
                3 * SLOW, 0.05, "the command's cgroup to be removed")
 
 
@@ -324,8 +295,7 @@ def test_cpu_shares_are_accepted(cg_execd):
 def test_the_oom_killer_takes_a_command_before_execd(execd):
     r = execd.run("cat /proc/self/oom_score_adj", exact=True)
     child = int(r.stdout)
-    with open(f"/proc/{execd.pid}/oom_score_adj") as f:
-        own = int(f.read())
+    own = int(MACHINE.call("read_text", f"/proc/{execd.pid}/oom_score_adj"))
     # execd's own is -900 where the kernel lets it lower it (some sandboxes
     # refuse that even to root); never above what it was started with.
     assert own <= 0
@@ -351,7 +321,7 @@ def test_process_group_mode_still_counts_leftovers(execd_factory):
     r = ex.run(f"sleep {n} & echo started", exact=True)
     assert r.terminal["leftover_processes"] == 1, r.terminal
     [pid] = pids_with_cmdline(f"sleep {n}")
-    os.kill(pid, 9)
+    MACHINE.call("kill", pid, 9)
     wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the job to go")
 
 
@@ -373,17 +343,14 @@ def test_cgroups_made_ahead_and_removed_from_outside_are_not_used(cg_execd):
     if mode(ex) != "cgroup-v1":
         pytest.skip("cgroups are made ahead on v1 only")
     assert ex.run("echo one", exact=True).stdout == b"one\n"
-    wait_until(lambda: any(sum(n.startswith("cmd-") for n in os.listdir(b)) >= 2 for b in execd_cgroup_dirs(ex.pid)),
+    wait_until(lambda: any(sum(n.startswith("cmd-") for n in listdir(b)) >= 2 for b in execd_cgroup_dirs(ex.pid)),
                5 * SLOW, what="cgroups made ahead")
     removed = 0
     for base in execd_cgroup_dirs(ex.pid):
-        for name in os.listdir(base):
-            if name.startswith("cmd-"):
-                try:
-                    os.rmdir(os.path.join(base, name))  # empty ones only: the kernel refuses the rest
-                    removed += 1
-                except OSError:
-                    pass
+        for name in listdir(base):
+            # empty ones only: the kernel refuses the rest
+            if name.startswith("cmd-") and MACHINE.call("rmdir", os.path.join(base, name)):
+                removed += 1
     assert removed >= 2
     for _ in range(4):
         r = ex.run("cat /proc/self/cgroup", exact=True)
@@ -401,7 +368,7 @@ def test_cgroups_of_a_sigkilled_execd_go_with_the_next_ones_shutdown(execd_facto
     if mode(dead) == "process-group":
         pytest.skip("no usable cgroups on this machine (execd reports process-group)")
     assert dead.run("echo hi", exact=True).stdout == b"hi\n"
-    wait_until(lambda: any(sum(n.startswith("cmd-") for n in os.listdir(b)) >= 2 for b in execd_cgroup_dirs(dead.pid))
+    wait_until(lambda: any(sum(n.startswith("cmd-") for n in listdir(b)) >= 2 for b in execd_cgroup_dirs(dead.pid))
                or mode(dead) != "cgroup-v1", 5 * SLOW, what="cgroups made ahead")
     dead_pid = dead.pid
     dead.proc.send_signal(signal.SIGKILL)
@@ -478,8 +445,8 @@ def test_a_cgroup_with_a_member_left_is_never_handed_on(cg_execd):
         assert ex.request("DELETE", f"/command?id={left.id}")[0] == 200
         wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the leftover to be killed")
     finally:
-        if os.path.exists(path):
-            os.unlink(path)
+        if MACHINE.call("exists", path):
+            MACHINE.call("unlink", path)
 
 
 def test_sigterm_while_cgroups_are_being_reset_leaves_none(cg_execd):

@@ -36,7 +36,7 @@ def run_fs(execd, body):
 
     async def main():
         cfg = ConnectionConfig(protocol="http")
-        ep = SandboxEndpoint(endpoint=f"{execd.host}:{execd.port}", headers={TOKEN_HEADER: execd.token})
+        ep = SandboxEndpoint(endpoint=execd.endpoint, headers={TOKEN_HEADER: execd.token})
         fs = AdapterFactory(cfg).create_filesystem_service(ep)
         try:
             return await body(fs)

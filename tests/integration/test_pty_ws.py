@@ -35,7 +35,7 @@ def create(ex, **body) -> str:
 
 def ws_url(ex, sid, **query) -> str:
     q = "&".join(f"{k}={v}" for k, v in query.items())
-    return f"ws://127.0.0.1:{ex.port}/pty/{sid}/ws" + (f"?{q}" if q else "")
+    return ex.base_url.replace("http://", "ws://", 1) + f"/pty/{sid}/ws" + (f"?{q}" if q else "")
 
 
 def attach(ex, sid, **query):

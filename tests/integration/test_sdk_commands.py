@@ -26,7 +26,7 @@ TEST_SUPP_GROUP = "execdtestsup"
 
 
 def endpoint(ex) -> SandboxEndpoint:
-    return SandboxEndpoint(endpoint=f"{ex.host}:{ex.port}", headers={TOKEN_HEADER: ex.token})
+    return SandboxEndpoint(endpoint=ex.endpoint, headers={TOKEN_HEADER: ex.token})
 
 
 def sdk_run(ex, body):

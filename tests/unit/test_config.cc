@@ -324,3 +324,34 @@ TEST_CASE("config: state dir, journal and stdin flags") {
   CHECK_FALSE(parse({"--insecure-no-auth", "--stdin-timeout", "soon"}).error.empty());
   CHECK_FALSE(parse({"--insecure-no-auth", "--no-journal=maybe"}).error.empty());
 }
+
+TEST_CASE("config: --vsock-port and --no-tcp") {
+  Parsed d = parse({"--insecure-no-auth"});
+  REQUIRE(d.error.empty());
+  CHECK(d.cfg.vsock_port == 0);  // no vsock listener by default
+  CHECK(d.cfg.tcp);
+  for (auto [text, value] : std::vector<std::pair<const char*, uint32_t>>{
+           {"--vsock-port=1024", 1024u}, {"-vsock-port=1", 1u}, {"--vsock-port=0x400", 1024u},
+           {"--vsock-port=4294967294", 4294967294u}}) {
+    CAPTURE(text);
+    Parsed p = parse({text, "--insecure-no-auth"});
+    REQUIRE(p.error.empty());
+    CHECK(p.cfg.vsock_port == value);
+    CHECK(p.cfg.tcp);  // next to TCP unless --no-tcp
+  }
+  Parsed sep = parse({"--vsock-port", "5000", "--insecure-no-auth"});
+  CHECK(sep.cfg.vsock_port == 5000u);
+  // 0 would be "none" and 0xFFFFFFFF is VMADDR_PORT_ANY: neither is a port to listen on.
+  for (const char* bad : {"--vsock-port=0", "--vsock-port=4294967295", "--vsock-port=-1", "--vsock-port=x",
+                          "--vsock-port=", "--vsock-port=99999999999"}) {
+    CAPTURE(bad);
+    CHECK(parse({bad, "--insecure-no-auth"}).error == "--vsock-port needs a number between 1 and 4294967294");
+  }
+  CHECK(parse({"--insecure-no-auth", "--vsock-port"}).error.find("--vsock-port") != std::string::npos);
+  Parsed only = parse({"--insecure-no-auth", "--vsock-port=1024", "--no-tcp"});
+  REQUIRE(only.error.empty());
+  CHECK_FALSE(only.cfg.tcp);
+  CHECK(parse({"--insecure-no-auth", "--vsock-port=1024", "--no-tcp=false"}).cfg.tcp);
+  CHECK(parse({"--insecure-no-auth", "--no-tcp"}).error == "--no-tcp needs --vsock-port (execd would listen nowhere)");
+  CHECK_FALSE(parse({"--insecure-no-auth", "--vsock-port=1", "--no-tcp=maybe"}).error.empty());
+}
