@@ -63,6 +63,7 @@ constexpr uint64_t kTickMs = 100;
 constexpr uint64_t kStartTimeoutMs = 30000;
 constexpr uint64_t kKernelInfoRetryMs = 500;
 constexpr uint64_t kHeartbeatIntervalMs = 1000;
+constexpr uint64_t kLoopStallMs = 1000;  // a tick this late: execd itself was busy
 constexpr uint64_t kShutdownGraceMs = 2000;
 constexpr uint64_t kSigintRepeatMs = 500;
 // The kernel sends its execute reply on shell before it publishes idle on
@@ -413,6 +414,11 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
 
   void tick() {
     uint64_t now = uv_now(reg_.ctx.loop);
+    // A stall of execd's own loop (a huge message being cut up on a loaded
+    // machine) is not the kernel's silence: its answers may be waiting
+    // unread. The heartbeat window starts again after one.
+    if (last_tick_ && now - last_tick_ > kLoopStallMs) last_heartbeat_ = std::max(last_heartbeat_, now);
+    last_tick_ = now;
     switch (state_) {
       case State::starting:
         if (now - started_ > kStartTimeoutMs) {
@@ -634,7 +640,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   KernelChannels* channels_ = nullptr;
   std::string session_, conn_file_, stderr_tail_, death_reason_;
   uv_timer_t timer_;
-  uint64_t started_ = 0, last_info_sent_ = 0, last_heartbeat_ = 0, last_ping_ = 0, stop_started_ = 0;
+  uint64_t started_ = 0, last_info_sent_ = 0, last_heartbeat_ = 0, last_ping_ = 0, stop_started_ = 0, last_tick_ = 0;
   bool shell_ready_ = false, iopub_seen_ = false, term_sent_ = false, ever_ready_ = false;
   Link<CodeRun> run_;
   std::vector<std::unique_ptr<ReadyWaiter>> waiters_;
