@@ -66,6 +66,17 @@ class Fields {
     if (e.get(v)) ok_ = false;
     return v;
   }
+  // An array of strings, or absent (records of shell commands).
+  bool strings_or(std::string_view key, std::vector<std::string>& out) {
+    simdjson::dom::array arr;
+    if (obj_[key].get(arr)) return true;
+    for (auto item : arr) {
+      std::string_view s;
+      if (item.get(s)) return false;
+      out.emplace_back(s);
+    }
+    return true;
+  }
   simdjson::dom::object object(std::string_view key) {
     simdjson::dom::object o;
     if (obj_[key].get(o)) ok_ = false;
@@ -109,6 +120,7 @@ std::string encode_stored_execution(const StoredExecution& r) {
   j["kind"] = r.kind;
   j["id"] = r.id;
   j["content"] = r.content;
+  if (!r.argv.empty()) j["argv"] = r.argv;
   j["fingerprint"] = r.fingerprint;
   j["cwd"] = r.cwd;
   j["uid"] = r.uid ? ojson(*r.uid) : ojson();
@@ -152,6 +164,7 @@ std::optional<StoredExecution> decode_stored_execution(std::string_view file) {
   r.kind = f.get_or<std::string_view>("kind", "command");
   r.id = f.str("id");
   r.content = f.str("content");
+  if (!f.strings_or("argv", r.argv)) return std::nullopt;
   r.fingerprint = f.str("fingerprint");
   r.cwd = f.str_or("cwd");
   if (auto uid = f.opt_int("uid")) r.uid = static_cast<uint32_t>(*uid);
@@ -177,6 +190,7 @@ std::optional<StoredExecution> decode_stored_execution(std::string_view file) {
 std::string request_fingerprint(const CommandRequest& req) {
   ojson j;
   j["command"] = req.command;
+  if (!req.argv.empty()) j["argv"] = req.argv;
   j["cwd"] = req.cwd;
   j["background"] = req.background;
   j["timeout"] = req.timeout_ms;

@@ -21,6 +21,7 @@ struct StoredExecution {
   std::string kind = "command";  // command | session_run | code_run
   std::string id;
   std::string content;
+  std::vector<std::string> argv;  // an argv command (content is then its display form)
   std::string fingerprint;  // of the request that started it
   std::string cwd;
   std::optional<uint32_t> uid, gid;

@@ -5,7 +5,11 @@
 
 #include <simdjson.h>
 
+#include <cctype>
+#include <cstring>
+
 namespace execd::protocol {
+
 namespace {
 
 simdjson::dom::parser& shared_parser() {
@@ -29,6 +33,7 @@ std::variant<CommandRequest, DecodeError> decode_command_request(std::string_vie
   if (root.get(obj)) return DecodeError{"invalid request body: expected a JSON object"};
 
   CommandRequest req;
+  bool has_argv = false;
   for (auto field : obj) {
     std::string_view key = field.key;
     simdjson::dom::element v = field.value;
@@ -38,6 +43,18 @@ std::variant<CommandRequest, DecodeError> decode_command_request(std::string_vie
       if (is_null) continue;
       if (v.get(s)) return DecodeError{type_error(key, "a string")};
       (key == "command" ? req.command : req.cwd).assign(s);
+    } else if (key == "argv") {
+      if (is_null) continue;
+      simdjson::dom::array arr;
+      if (v.get(arr)) return DecodeError{type_error(key, "an array of strings")};
+      for (auto item : arr) {
+        std::string_view a;
+        if (item.get(a)) return DecodeError{type_error(key, "an array of strings")};
+        if (a.find('\0') != std::string_view::npos)
+          return DecodeError{"invalid request, validation error: argv contains a NUL byte"};
+        req.argv.emplace_back(a);
+      }
+      has_argv = true;
     } else if (key == "background" || key == "tty" || key == "stdin") {
       bool b;
       if (is_null) continue;
@@ -97,13 +114,39 @@ std::variant<CommandRequest, DecodeError> decode_command_request(std::string_vie
       }
     }
   }
-  if (req.command.empty()) return DecodeError{"invalid request, validation error: command is required"};
-  if (req.command.find('\0') != std::string::npos)
-    return DecodeError{"invalid request, validation error: command contains a NUL byte"};
+  if (has_argv && !req.command.empty())
+    return DecodeError{"invalid request, validation error: command and argv are mutually exclusive"};
+  if (has_argv) {
+    if (req.argv.empty() || req.argv[0].empty())
+      return DecodeError{"invalid request, validation error: argv[0] is required"};
+  } else {
+    if (req.command.empty()) return DecodeError{"invalid request, validation error: command is required (or argv)"};
+    if (req.command.find('\0') != std::string::npos)
+      return DecodeError{"invalid request, validation error: command contains a NUL byte"};
+  }
   if (req.gid && !req.uid) return DecodeError{"invalid request, validation error: uid is required when gid is provided"};
   if (req.cwd.find('\0') != std::string::npos)
     return DecodeError{"invalid request, validation error: cwd contains a NUL byte"};
   return req;
+}
+
+std::string command_text(const CommandRequest& req) {
+  if (req.argv.empty()) return req.command;
+  std::string out;
+  for (const std::string& a : req.argv) {
+    if (!out.empty()) out += ' ';
+    bool plain = !a.empty();
+    for (unsigned char c : a)
+      if (!isalnum(c) && !strchr("_@%+=:,./-", c)) plain = false;
+    if (plain) {
+      out += a;
+      continue;
+    }
+    out += '\'';
+    for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
 }
 
 namespace {

@@ -9,11 +9,13 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace execd::protocol {
 
 struct CommandRequest {
-  std::string command;
+  std::string command;             // shell text, or
+  std::vector<std::string> argv;   // the program and its literal arguments (no shell)
   std::string cwd;
   bool background = false;
   int64_t timeout_ms = 0;  // 0 = none
@@ -36,9 +38,14 @@ struct DecodeError {
   std::string message;
 };
 
-// Validation as the Go daemon's: command non-empty, timeout >= 0, gid needs uid,
-// uid/gid unsigned 32-bit, envs an object of strings.
+// Validation as the Go daemon's: exactly one of command (non-empty) and argv
+// (strings, argv[0] non-empty, no NUL anywhere), timeout >= 0, gid needs
+// uid, uid/gid unsigned 32-bit, envs an object of strings.
 std::variant<CommandRequest, DecodeError> decode_command_request(std::string_view body);
+
+// What a command is shown as (status "content", the journal, the inventory):
+// the shell text, or argv quoted as a POSIX shell would need to run it.
+std::string command_text(const CommandRequest& req);
 
 // POST /session: optional body {"cwd"}. The DecodeError message is the bare
 // reason ("invalid JSON body", "cwd must be a string"); the route words it.

@@ -15,6 +15,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdio>
@@ -27,7 +28,30 @@ namespace {
 struct ChildFailure {
   volatile int err = 0;
   volatile const char* step = nullptr;
+  volatile int candidate = -1;  // which of SpawnOptions::search failed to exec
 };
+
+constexpr const char* kLookupStep = "lookup";
+
+// Go's errno texts are strerror's in lower case.
+std::string go_errno_text(int err) {
+  std::string t = strerror(err);
+  if (!t.empty()) t[0] = static_cast<char>(tolower(static_cast<unsigned char>(t[0])));
+  return t;
+}
+
+std::string describe_failure(const SpawnOptions& opts, const char* step, int err, int candidate) {
+  if (opts.lookup_name.empty()) return std::string(step) + ": " + strerror(err);
+  if (step == kLookupStep)
+    return "exec: \"" + opts.lookup_name + "\": " +
+           (err == EACCES ? std::string("permission denied") : std::string("executable file not found in $PATH"));
+  if (strcmp(step, "exec") == 0) {
+    const std::string& path = candidate >= 0 ? opts.search[static_cast<size_t>(candidate)] : opts.program;
+    return "fork/exec " + path + ": " + go_errno_text(err);
+  }
+  if (strcmp(step, "chdir") == 0) return "chdir " + opts.cwd + ": " + go_errno_text(err);
+  return std::string(step) + ": " + strerror(err);
+}
 
 [[noreturn]] void child_fail(ChildFailure* f, const char* step) {
   f->err = errno;
@@ -127,6 +151,9 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   argv.push_back(nullptr);
   for (const auto& e : opts.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  std::vector<const char*> search;
+  for (const auto& c : opts.search) search.push_back(c.c_str());
+  const char* program = opts.program.empty() ? nullptr : opts.program.c_str();
 
   int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, in_pipe[2] = {-1, -1};
   int master = -1, slave = -1, devnull = -1;
@@ -237,8 +264,24 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execve(opts.program.c_str(), argv.data(), envp.data());
-    child_fail(&failure, "exec");
+    if (program) {
+      execve(program, argv.data(), envp.data());
+      child_fail(&failure, "exec");
+    }
+    // As execvpe, without its shell fallback: a missing or forbidden
+    // candidate moves on; any other failure is that program's.
+    bool forbidden = false;
+    for (size_t i = 0; i < search.size(); ++i) {
+      execve(search[i], argv.data(), envp.data());
+      if (errno == EACCES) {
+        forbidden = true;
+      } else if (errno != ENOENT && errno != ENOTDIR && errno != ENAMETOOLONG && errno != ELOOP) {
+        failure.candidate = static_cast<int>(i);
+        child_fail(&failure, "exec");
+      }
+    }
+    errno = forbidden ? EACCES : ENOENT;
+    child_fail(&failure, kLookupStep);
   }
   int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -248,7 +291,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   }
   if (failure.step) {
     // The child has already _exit()ed; the reaper collects it.
-    error = std::string(const_cast<const char*>(failure.step)) + ": " + strerror(failure.err);
+    error = describe_failure(opts, const_cast<const char*>(failure.step), failure.err, failure.candidate);
     int e = failure.err;
     cleanup();
     return e ? e : EINVAL;

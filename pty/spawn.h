@@ -17,8 +17,16 @@
 namespace execd::pty {
 
 struct SpawnOptions {
-  std::string program;             // absolute path
+  std::string program;             // a path (relative: from cwd), or empty to search `search`
   std::vector<std::string> argv;
+  // An argv command with a bare name: the candidates (PATH's absolute
+  // entries + "/" + name), tried in order by the child after its chdir and
+  // credentials, so the lookup is the command's own (its PATH, its uid).
+  std::vector<std::string> search;
+  // Set for argv commands: start failures are worded as Go's os/exec words
+  // them for this name ('exec: "x": executable file not found in $PATH',
+  // "fork/exec ./x: permission denied").
+  std::string lookup_name;
   std::vector<std::string> env;    // "K=V"
   std::string cwd;                 // empty = inherit
   std::optional<uid_t> uid;

@@ -1,6 +1,7 @@
 // execd/api/commands: the /command API, on top of the execution model
 // (execd/exec) and the command runner (execd/runners/command):
 //   POST   /command                      start (or attach to a start with the same id)
+//   GET    /command?running=&cursor=     the inventory, paged
 //   DELETE /command?id=                  interrupt
 //   GET    /command/status/{id}          status
 //   GET    /command/{id}/logs?cursor=N   retained output, raw
@@ -12,6 +13,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <vector>
+
 #include "execd/api/awaiter.h"
 #include "execd/api/sessions.h"
 #include "execd/exec/reader.h"
@@ -22,6 +28,7 @@
 #include "fs/pool_job.h"
 #include "protocol/errors.h"
 #include "protocol/execution_record.h"
+#include "protocol/list_cursor.h"
 #include "protocol/query_values.h"
 #include "protocol/requests.h"
 #include "protocol/resume.h"
@@ -115,7 +122,8 @@ void handle_run(CommandService& svc, http::Exchange& ex) {
   exec::ExecutionSpec spec;
   spec.kind = exec::Kind::command;
   spec.id = w->req.id;
-  spec.content = w->req.command;
+  spec.content = protocol::command_text(w->req);
+  spec.argv = w->req.argv;
   spec.fingerprint = fingerprint;
   spec.cwd = w->req.cwd;
   spec.uid = w->req.uid;
@@ -158,6 +166,60 @@ void handle_interrupt(CommandService& svc, SessionRegistry& sessions, http::Exch
   if (!e->interrupt())
     return ex.respond_error(500, codes::kRuntimeError, "error interrupting command. command " + *id + " is not running");
   ex.respond_empty(200);
+}
+
+// GET /command?running=true|false&limit=N&cursor=C&content=true: what
+// execd knows (running and retained executions of every kind), in start
+// order, without commands or code unless asked, never cached.
+void handle_list(CommandService& svc, http::Exchange& ex) {
+  constexpr size_t kDefaultLimit = 100, kMaxLimit = 1000;
+  const std::string* running = protocol::query_value(ex.query, "running");
+  if (running && *running != "true" && *running != "false")
+    return ex.respond_error(400, codes::kInvalidRequestBody, "running must be true or false");
+  size_t limit = kDefaultLimit;
+  if (const std::string* l = protocol::query_value(ex.query, "limit")) {
+    char* end = nullptr;
+    long n = strtol(l->c_str(), &end, 10);
+    if (l->empty() || *end || n < 1 || n > static_cast<long>(kMaxLimit))
+      return ex.respond_error(400, codes::kInvalidRequestBody, "limit must be between 1 and 1000");
+    limit = static_cast<size_t>(n);
+  }
+  const std::string* content = protocol::query_value(ex.query, "content");
+  const bool with_content = content && *content == "true";
+  const std::string filter = "running=" + (running ? *running : std::string("all"));
+  std::optional<protocol::ListPosition> after;
+  if (const std::string* c = protocol::query_value(ex.query, "cursor"); c && !c->empty()) {
+    after = protocol::decode_list_cursor(*c, filter);
+    if (!after)
+      return ex.respond_error(400, "INVALID_CURSOR", "cursor is not one this listing gave for running=" +
+                                                         (running ? *running : std::string("(any)")));
+  }
+  std::vector<const Execution*> page;
+  svc.executions.each([&](const Execution& e) {
+    if (e.starting()) return;  // reserved, not started: nothing to show yet
+    if (running && (*running == "true") == e.done()) return;
+    if (after && !after->before(e.started_ns(), e.id())) return;
+    page.push_back(&e);
+  });
+  auto order = [](const Execution* a, const Execution* b) {
+    return a->started_ns() != b->started_ns() ? a->started_ns() < b->started_ns() : a->id() < b->id();
+  };
+  bool more = page.size() > limit;
+  if (more) {
+    std::partial_sort(page.begin(), page.begin() + static_cast<long>(limit), page.end(), order);
+    page.resize(limit);
+  } else {
+    std::sort(page.begin(), page.end(), order);
+  }
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const Execution* e : page) list.push_back(e->summary_json(with_content));
+  nlohmann::ordered_json j;
+  j["commands"] = std::move(list);
+  j["next_cursor"] = more ? nlohmann::ordered_json(protocol::encode_list_cursor(
+                                filter, {page.back()->started_ns(), page.back()->id()}))
+                          : nlohmann::ordered_json();
+  ex.respond(200, "application/json; charset=utf-8",
+             j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace), {"Cache-Control: no-store"});
 }
 
 void handle_status(CommandService& svc, http::Exchange& ex, const std::string& id) {
@@ -289,6 +351,7 @@ void interrupt_command(CommandService& svc, SessionRegistry& sessions, http::Exc
 
 void add_command_routes(RouteTable& routes, CommandService& svc, SessionRegistry& sessions) {
   routes.add("POST", "/command", [&svc](http::Exchange& ex) { handle_run(svc, ex); });
+  routes.add("GET", "/command", [&svc](http::Exchange& ex) { handle_list(svc, ex); });
   routes.add("DELETE", "/command", [&svc, &sessions](http::Exchange& ex) { handle_interrupt(svc, sessions, ex); });
   routes.add("GET", "/command/status/:id",
              [&svc](http::Exchange& ex) { handle_status(svc, ex, ex.params.get("id")); });

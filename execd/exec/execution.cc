@@ -50,6 +50,7 @@ Execution::Execution(Registry& registry, const protocol::StoredExecution& stored
   spec_.kind = kind_from_name(stored.kind).value_or(Kind::command);
   spec_.id = stored.id;
   spec_.content = stored.content;
+  spec_.argv = stored.argv;
   spec_.fingerprint = stored.fingerprint;
   spec_.cwd = stored.cwd;
   spec_.uid = stored.uid;
@@ -254,6 +255,7 @@ std::string Execution::status_json() const {
   nlohmann::ordered_json j;
   j["id"] = spec_.id;
   j["content"] = spec_.content;
+  if (!spec_.argv.empty()) j["argv"] = spec_.argv;
   bool running_now = !done();
   j["running"] = running_now;
   protocol::ExecutionResult r = result();
@@ -310,11 +312,36 @@ std::string Execution::status_json() const {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+nlohmann::ordered_json Execution::summary_json(bool with_content) const {
+  nlohmann::ordered_json j;
+  j["id"] = spec_.id;
+  j["kind"] = kind_name(spec_.kind);
+  j["running"] = !done();
+  if (!spec_.owner.empty()) j[spec_.kind == Kind::code_run ? "context" : "session"] = spec_.owner;
+  j["background"] = spec_.background;
+  j["started_at"] = rfc3339_nano(started_ns_);
+  if (finished_ns_) j["finished_at"] = rfc3339_nano(finished_ns_);
+  if (lost()) {
+    j["lost"] = true;
+  } else if (done()) {
+    protocol::ExecutionResult r = result();
+    j["exit_code"] = r.exit_code ? nlohmann::ordered_json(*r.exit_code) : nlohmann::ordered_json();
+    j["signal"] = r.signal.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.signal);
+    if (!r.start_error.empty()) j["error"] = r.start_error;
+  }
+  if (with_content) {
+    j[spec_.kind == Kind::code_run ? "code" : "command"] = spec_.content;
+    if (!spec_.argv.empty()) j["argv"] = spec_.argv;
+  }
+  return j;
+}
+
 protocol::StoredExecution Execution::stored() const {
   protocol::StoredExecution s;
   s.kind = kind_name(spec_.kind);
   s.id = spec_.id;
   s.content = spec_.content;
+  s.argv = spec_.argv;
   s.fingerprint = spec_.fingerprint;
   s.cwd = spec_.cwd;
   s.uid = spec_.uid;
@@ -350,6 +377,7 @@ nlohmann::ordered_json Execution::journal_entry() const {
     e["code"] = spec_.content;
   } else {
     e["command"] = spec_.content;
+    if (!spec_.argv.empty()) e["argv"] = spec_.argv;
   }
   e["cwd"] = spec_.cwd;
   e["uid"] = spec_.uid ? nlohmann::ordered_json(*spec_.uid) : nlohmann::ordered_json(getuid());

@@ -110,7 +110,8 @@ class Runner {
 struct ExecutionSpec {
   Kind kind = Kind::command;
   std::string id;          // empty: a fresh random one
-  std::string content;     // the command or the code
+  std::string content;     // the command or the code (an argv command: its display form)
+  std::vector<std::string> argv;  // an argv command
   std::string fingerprint; // of the start request (retried starts attach)
   std::string cwd;
   std::optional<uint32_t> uid, gid;
@@ -167,6 +168,10 @@ class Execution final : public RunSink {
   // The result so far (final once done()).
   protocol::ExecutionResult result() const;
   std::string status_json() const;
+  // One entry of GET /command: what it is and how it stands, its command or
+  // code only if asked (`with_content`).
+  nlohmann::ordered_json summary_json(bool with_content) const;
+  int64_t started_ns() const { return started_ns_; }
   protocol::StoredExecution stored() const;
   nlohmann::ordered_json journal_entry() const;
   int64_t finished_ns() const { return finished_ns_; }

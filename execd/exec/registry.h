@@ -43,6 +43,10 @@ class Registry {
   // starts now or after preparation; `log_limit` 0: the registry's.
   Execution& create(ExecutionSpec spec, uint64_t log_limit = 0);
   Execution* find(const std::string& id);
+  template <class Fn>
+  void each(Fn fn) const {
+    for (const auto& [id, e] : executions_) fn(static_cast<const Execution&>(*e));
+  }
   // Executions not finished yet (reserved or running).
   size_t running() const { return running_; }
   // Readers streaming an execution that are not its original response.

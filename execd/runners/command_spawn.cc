@@ -5,6 +5,7 @@
 #include <pwd.h>
 #include <sys/stat.h>
 
+#include "fs/env_file.h"
 #include "fs/expand.h"
 #include "fs/small_file.h"
 #include "protocol/errors.h"
@@ -16,36 +17,48 @@ namespace codes = protocol::codes;
 
 namespace {
 
-// EXECD_ENVS: KEY=VALUE lines, '#' comments and blank lines skipped, values
-// $VAR-expanded against execd's environment, no quote processing.
-void apply_env_file(const std::string& path, const std::vector<std::string>& base, std::vector<std::string>& env) {
+// EXECD_ENVS (fs/env_file), re-read for every command.
+void apply_env_file(const std::string& path, std::vector<std::string>& env) {
   const std::string text = fs::read_small_file(path).value_or(std::string());
-  for (size_t at = 0, end; at < text.size(); at = end + 1) {
-    end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(at, end - at);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    size_t start = line.find_first_not_of(" \t");
-    if (start == std::string::npos || line[start] == '#') continue;
-    size_t eq = line.find('=');
-    if (eq == std::string::npos || eq <= start) continue;
-    std::string key = line.substr(start, eq - start);
-    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
-    std::string value;
-    std::string err;
-    if (!fs::expand_vars(line.substr(eq + 1), [&](std::string_view n) { return env_lookup(base, n); }, value, err,
-                         /*allow_undefined=*/true))
-      continue;
-    pty::set_env(env, key, value);
+  fs::parse_env_file(
+      text, [&](std::string_view n) { return env_lookup(env, n); },
+      [&](const std::string& k, const std::string& v) { pty::set_env(env, k, v); });
+}
+
+// argv[0] with a slash is a path (a relative one from the command's cwd);
+// a bare name is searched in the absolute entries of the command's own PATH
+// (a relative entry would make the lookup depend on the cwd: skipped, as
+// Go's os/exec refuses it). The child does the search, as the command's user.
+void set_argv_program(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                      pty::SpawnOptions& opts) {
+  const std::string& name = argv[0];
+  opts.argv = argv;
+  opts.lookup_name = name;
+  if (name.find('/') != std::string::npos) {
+    opts.program = name;
+    return;
+  }
+  const char* path = env_lookup(env, "PATH");
+  std::string_view p = path ? path : "";
+  while (!p.empty()) {
+    size_t colon = p.find(':');
+    std::string_view dir = p.substr(0, colon);
+    if (!dir.empty() && dir[0] == '/') opts.search.push_back(std::string(dir) + "/" + name);
+    p = colon == std::string_view::npos ? std::string_view() : p.substr(colon + 1);
   }
 }
 
 }  // namespace
 
-std::optional<ApiError> prepare_spawn(const Context& ctx, const protocol::CommandRequest& req, pty::SpawnOptions& opts) {
+std::vector<std::string> environment_with_env_file(const Context& ctx) {
   std::vector<std::string> env = ctx.base_env;
   if (const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS"); envs_file && *envs_file)
-    apply_env_file(envs_file, ctx.base_env, env);
+    apply_env_file(envs_file, env);
+  return env;
+}
+
+std::optional<ApiError> prepare_spawn(const Context& ctx, const protocol::CommandRequest& req, pty::SpawnOptions& opts) {
+  std::vector<std::string> env = environment_with_env_file(ctx);
 
   if (req.uid) {
     struct passwd pw, *found = nullptr;
@@ -98,8 +111,12 @@ std::optional<ApiError> prepare_spawn(const Context& ctx, const protocol::Comman
     }
     opts.cwd = cwd;
   }
-  opts.program = ctx.shell;
-  opts.argv = {ctx.shell, "-c", req.command};
+  if (req.argv.empty()) {
+    opts.program = ctx.shell;
+    opts.argv = {ctx.shell, "-c", req.command};
+  } else {
+    set_argv_program(req.argv, env, opts);
+  }
   opts.env = std::move(env);
   opts.use_pty = req.tty;
   opts.rows = req.rows;

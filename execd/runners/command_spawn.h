@@ -2,7 +2,8 @@
 // it runs: the environment (execd's own minus its secrets, the EXECD_ENVS
 // file, the request's envs), the user with its groups and home, the working
 // directory ($VAR and ~ expanded with the command's own environment, then
-// checked) and the program (the shell with -c). prepare_spawn blocks
+// checked) and the program (the shell with -c, or an argv command's own,
+// searched in its PATH by the child). prepare_spawn blocks
 // (passwd lookups, stat, the env file): run it on the threadpool when
 // needs_pool says so.
 #pragma once
@@ -18,6 +19,9 @@ namespace execd::runners {
 
 std::optional<protocol::ApiError> prepare_spawn(const Context& ctx, const protocol::CommandRequest& req,
                                                 pty::SpawnOptions& opts);
+// execd's environment for what it starts (its secrets left out) with the
+// EXECD_ENVS file applied: where a bash session starts. Reads the file.
+std::vector<std::string> environment_with_env_file(const Context& ctx);
 // A cwd to check, a user to look up, or an env file to read.
 bool needs_pool(const Context& ctx, const protocol::CommandRequest& req);
 

@@ -1,5 +1,5 @@
-// tests/unit/test_log_cursor.cc — GET /command/{id}/logs?cursor= decoded as
-// the Go execd does (pty/log_cursor.h).
+// tests/unit/test_query_values.cc: query values decoded as the Go execd
+// does (GET /command/{id}/logs?cursor=), and the listing cursor.
 #include <doctest/doctest.h>
 
 #include <optional>
@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "protocol/go_syntax.h"
+#include "protocol/list_cursor.h"
 #include "protocol/query_values.h"
 
 using execd::protocol::logs_cursor_offset;
@@ -113,4 +114,22 @@ TEST_CASE("parse_go_int base 0: Go literals") {
   CHECK_FALSE(parse_go_int("0x", 0, v));
   CHECK_FALSE(parse_go_int("1_000", 10, v));
   CHECK_FALSE(parse_go_int("0x1F", 10, v));
+}
+
+TEST_CASE("list cursor: opaque, round-trips, and is bound to its filter") {
+  using namespace execd::protocol;
+  ListPosition p{1733300000123456789, "cmd-1"};
+  std::string c = encode_list_cursor("running=true", p);
+  CHECK(c.find_first_not_of("0123456789abcdef") == std::string::npos);
+  auto back = decode_list_cursor(c, "running=true");
+  REQUIRE(back);
+  CHECK(back->started_ns == p.started_ns);
+  CHECK(back->id == "cmd-1");
+  CHECK_FALSE(decode_list_cursor(c, "running=false"));
+  CHECK_FALSE(decode_list_cursor("zz", "running=true"));
+  CHECK_FALSE(decode_list_cursor(c.substr(1), "running=true"));
+  CHECK_FALSE(decode_list_cursor("", "running=true"));
+  CHECK(back->before(p.started_ns, "cmd-2"));
+  CHECK_FALSE(back->before(p.started_ns, "cmd-1"));
+  CHECK(back->before(p.started_ns + 1, "a"));
 }

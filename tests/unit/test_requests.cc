@@ -44,6 +44,33 @@ TEST_CASE("null string fields are empty, as in Go") {
   CHECK(std::get<CommandRequest>(r).cwd.empty());
 }
 
+TEST_CASE("argv: literal arguments instead of shell text, exactly one of the two") {
+  auto r = decode_command_request(R"J({"argv":["python3","-c","print(1)","a b","","$HOME"]})J");
+  REQUIRE(std::holds_alternative<CommandRequest>(r));
+  const auto& req = std::get<CommandRequest>(r);
+  CHECK(req.command.empty());
+  CHECK(req.argv == std::vector<std::string>{"python3", "-c", "print(1)", "a b", "", "$HOME"});
+  CHECK(decode_error(R"({"argv":["ls"],"command":"ls"})").find("mutually exclusive") != std::string::npos);
+  CHECK(decode_error(R"({"argv":[]})").find("argv[0] is required") != std::string::npos);
+  CHECK(decode_error(R"({"argv":["","x"]})").find("argv[0] is required") != std::string::npos);
+  CHECK(decode_error(R"({"argv":"ls"})").find("'argv'") != std::string::npos);
+  CHECK(decode_error(R"({"argv":["ls",1]})").find("'argv'") != std::string::npos);
+  CHECK(decode_error(R"({"argv":["ls","a\u0000b"]})").find("NUL") != std::string::npos);
+  // null is absent, as for every field
+  CHECK(decode_error(R"({"argv":null})").find("command is required") != std::string::npos);
+  auto both_null = decode_command_request(R"({"argv":null,"command":"true"})");
+  CHECK(std::holds_alternative<CommandRequest>(both_null));
+}
+
+TEST_CASE("argv is shown as the shell words that would run it") {
+  CommandRequest req;
+  req.argv = {"python3", "-c", "print('hi')", "a b", "", "x/y.z", "$HOME"};
+  CHECK(command_text(req) == R"J(python3 -c 'print('\''hi'\'')' 'a b' '' x/y.z '$HOME')J");
+  req.argv.clear();
+  req.command = "echo $HOME";
+  CHECK(command_text(req) == "echo $HOME");
+}
+
 TEST_CASE("bad command requests are rejected with a reason") {
   CHECK(decode_error("").find("empty") != std::string::npos);
   CHECK(decode_error("{").find("invalid request body") != std::string::npos);
