@@ -19,6 +19,7 @@
 #include "execd/api/file_jobs.h"
 #include "execd/limits.h"
 #include "execd/exec/reader.h"
+#include "execd/runners/command_spawn.h"
 #include "execd/runners/session.h"
 #include "fs/paths.h"
 #include "protocol/envelope.h"
@@ -37,11 +38,11 @@ SessionRegistry::SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec
 
 SessionRegistry::~SessionRegistry() = default;
 
-SessionEntry* SessionRegistry::create(const std::string& cwd, std::string& error) {
+SessionEntry* SessionRegistry::create(const std::string& cwd, const std::vector<std::string>& env, std::string& error) {
   auto e = std::make_unique<SessionEntry>();
   e->id = random_uuid();
   auto* shell = new pty::BashSession(runtime_, ctx_.config.state_dir, "session-" + e->id);
-  if (!shell->start(ctx_.shell, ctx_.base_env, cwd, error)) {
+  if (!shell->start(ctx_.shell, env, cwd, error)) {
     shell->destroy();
     return nullptr;
   }
@@ -125,14 +126,22 @@ void handle_create(SessionRegistry& reg, Exchange& ex) {
       !admit_descriptors(ex, 8, "a bash session"))
     return;
   // `$VAR` and `~` expand with execd's environment; the directory is created
-  // (mkdir -p) on the threadpool.
-  auto prepared = std::make_shared<WorkingDir>();
+  // (mkdir -p) and the EXECD_ENVS file read on the threadpool.
+  struct Prepared {
+    WorkingDir dir;
+    std::vector<std::string> env;
+  };
+  auto prepared = std::make_shared<Prepared>();
   const Context& ctx = reg.ctx();
   run_blocking(
-      ctx.loop, ex, [prepared, cwd_in, env = ctx.base_env] { *prepared = make_working_dir(env, cwd_in); },
+      ctx.loop, ex,
+      [prepared, cwd_in, &ctx] {
+        prepared->dir = make_working_dir(ctx.base_env, cwd_in);
+        prepared->env = runners::environment_with_env_file(ctx);
+      },
       [&reg, prepared](Exchange& ex) {
-        std::string err = prepared->error;
-        SessionEntry* e = err.empty() ? reg.create(prepared->path, err) : nullptr;
+        std::string err = prepared->dir.error;
+        SessionEntry* e = err.empty() ? reg.create(prepared->dir.path, prepared->env, err) : nullptr;
         if (!e) return ex.respond_error(500, codes::kRuntimeError, "error creating session. " + err);
         spdlog::info("bash session {} started", e->id);
         nlohmann::ordered_json j;

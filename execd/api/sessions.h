@@ -37,7 +37,8 @@ class SessionRegistry {
   pty::Runtime& runtime() { return runtime_; }
   exec::Registry& executions() { return executions_; }
 
-  SessionEntry* create(const std::string& cwd, std::string& error);
+  // `env`: what the shell starts with (execd's, with the EXECD_ENVS file).
+  SessionEntry* create(const std::string& cwd, const std::vector<std::string>& env, std::string& error);
   SessionEntry* find(const std::string& id);
   // Sessions held, deleted ones whose shell is still going included.
   size_t count() const { return entries_.size() + dying_.size(); }
