@@ -55,6 +55,7 @@ const char* const kUsage =
     "  --max-code-contexts N           code contexts (kernels) at once (default 32)\n"
     "  --max-sessions N                bash sessions at once (default 64)\n"
     "  --max-ptys N                    PTY sessions at once (default 64)\n"
+    "  --max-pty-viewers N             read-only viewers per PTY session (default 16)\n"
     "  --max-running N                 executions running at once: commands, session runs, code runs\n"
     "                                  (default 4096)\n"
     "  --max-readers N                 resume readers and retried starts streaming at once (default 1024)\n"
@@ -308,13 +309,14 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
         return "--" + name + " needs a duration like 1500ms, 2s or 1m";
       (name == "header-timeout" ? cfg.header_timeout_ms : cfg.body_timeout_ms) = ms;
     } else if (name == "max-code-contexts" || name == "max-sessions" || name == "max-ptys" ||
-               name == "max-running" || name == "max-readers" || name == "max-journal-followers" ||
+               name == "max-pty-viewers" || name == "max-running" || name == "max-readers" || name == "max-journal-followers" ||
                name == "max-tunnels") {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--" + name + " needs a count >= 1";
       size_t& slot = name == "max-code-contexts" ? cfg.max_code_contexts
                      : name == "max-sessions"    ? cfg.max_sessions
                      : name == "max-ptys"        ? cfg.max_ptys
+                     : name == "max-pty-viewers" ? cfg.max_pty_viewers
                      : name == "max-running"     ? cfg.max_running
                      : name == "max-readers"     ? cfg.max_readers
                      : name == "max-journal-followers" ? cfg.max_journal_followers

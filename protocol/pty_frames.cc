@@ -173,6 +173,15 @@ std::string pty_connected_json(std::string_view session_id, std::string_view mod
   return go_encoder_json(frame);
 }
 
+std::string pty_viewer_connected_json(std::string_view session_id, std::string_view mode) {
+  Json frame;
+  frame["type"] = "connected";
+  if (!session_id.empty()) frame["session_id"] = session_id;
+  if (!mode.empty()) frame["mode"] = mode;
+  frame["role"] = "viewer";
+  return go_encoder_json(frame);
+}
+
 std::string pty_exit_json(int exit_code) {
   Json frame;
   frame["type"] = "exit";

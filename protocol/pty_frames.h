@@ -35,6 +35,7 @@ inline constexpr std::string_view already_connected = "ALREADY_CONNECTED";
 inline constexpr std::string_view session_gone = "SESSION_GONE";
 inline constexpr std::string_view taken_over = "TAKEN_OVER";
 inline constexpr std::string_view runtime_error = "RUNTIME_ERROR";
+inline constexpr std::string_view read_only = "READ_ONLY";  // stdin, resize or signal from a viewer
 }  // namespace pty_error_code
 
 // Server -> client JSON text payloads. They are byte-identical to what the Go
@@ -43,6 +44,8 @@ inline constexpr std::string_view runtime_error = "RUNTIME_ERROR";
 // U+2028 U+2029 escaped as \uXXXX, invalid UTF-8 replaced by U+FFFD, and a
 // trailing '\n'.
 std::string pty_connected_json(std::string_view session_id, std::string_view mode);  // "pty" | "pipe"
+// A read-only viewer's: the same with "role":"viewer".
+std::string pty_viewer_connected_json(std::string_view session_id, std::string_view mode);
 std::string pty_exit_json(int exit_code);  // exit_code always present; -1 when killed by a signal
 std::string pty_pong_json();
 // An empty message or code is omitted, as Go's omitempty does.

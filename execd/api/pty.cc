@@ -29,6 +29,7 @@ namespace codes = protocol::codes;
 using http::Exchange;
 
 class PtyClient;
+class PtyViewer;
 
 struct PtyEntry final : pty::PtyListener {
   PtyEntry(PtyRegistry& registry, std::string id_)
@@ -40,7 +41,7 @@ struct PtyEntry final : pty::PtyListener {
     session->set_listener(this);
     session->set_on_stdin_drained([this] { stdin_drained(); });
   }
-  ~PtyEntry() override { session->set_listener(nullptr); }
+  ~PtyEntry() override;
 
   void on_pty_output(pty::Stream s, const uint8_t* data, size_t len) override;
   void on_pty_exit(int exit_code) override;
@@ -49,14 +50,113 @@ struct PtyEntry final : pty::PtyListener {
   void client_gone() { session->set_paused(false); }  // nobody to wait for: output goes to the ring
   // Sends `exit` and closes the client's WebSocket; the link is cut.
   void dismiss_client(int exit_code);
+  // The same for every viewer.
+  void dismiss_viewers(int exit_code);
 
   PtyRegistry& reg;
   std::string id, cwd, command;
   std::unique_ptr<pty::PtySession> session;
   int64_t created_ns;
   Link<PtyClient> client;
+  // Read-only viewers (?mode=viewer), each owned by its WebSocket; one
+  // leaves this list when its WebSocket goes, and the entry's end detaches
+  // those left.
+  std::vector<PtyViewer*> viewers;
   bool deleted = false;
 };
+
+// A read-only viewer: the replay, then the live output as replay frames
+// (each with its absolute offset), read from the ring. A viewer that falls
+// behind is skipped, never waited for (the process and the holder go on),
+// and catches up from the ring when its WebSocket drains, with a gap frame
+// if the ring has moved past what it had.
+class PtyViewer final : public http::WsHandler {
+ public:
+  static constexpr size_t kFrameBytes = 64 * 1024;
+  PtyViewer(http::WebSocket& ws, PtyEntry& e, uint64_t from) : ws(ws), entry_(&e), next_(from) {
+    e.viewers.push_back(this);
+  }
+  ~PtyViewer() override {
+    if (entry_) std::erase(entry_->viewers, this);
+  }
+  void on_text(std::string& text) override {
+    auto frame = protocol::parse_pty_client_text(text);
+    if (std::get_if<protocol::PtyPing>(&frame)) {
+      ws.send_text(protocol::pty_pong_json());
+    } else if (std::get_if<protocol::PtyStdinText>(&frame) || std::get_if<protocol::PtyResize>(&frame) ||
+               std::get_if<protocol::PtySignal>(&frame)) {
+      refuse();
+    } else if (auto* u = std::get_if<protocol::PtyUnknownType>(&frame)) {
+      ws.send_text(protocol::pty_error_json(protocol::pty_error_code::invalid_frame,
+                                            protocol::pty_unknown_frame_type_message(u->type)));
+    } else {
+      ws.send_text(protocol::pty_error_json(protocol::pty_error_code::invalid_frame, "invalid JSON control frame"));
+    }
+  }
+  void on_binary(std::string&) override { refuse(); }  // every client binary frame is stdin
+  void proceed() override {
+    behind_ = false;
+    catch_up();
+  }
+  // New output is in the ring.
+  void output() {
+    if (!behind_) catch_up();
+  }
+  // Sends what the ring holds past next_, as long as the peer keeps up (or,
+  // at the session's end, all of it: at most the ring's size is queued).
+  void catch_up(bool even_if_behind = false) {
+    const pty::ReplayRing& ring = entry_->session->ring();
+    while ((even_if_behind || !behind_) && next_ < ring.end_offset()) {
+      pty::ReplayRing::Slice slice = ring.read_from(next_, kFrameBytes);
+      if (slice.gap)
+        ws.send_text(protocol::pty_gap_json(static_cast<int64_t>(next_), slice.start_offset));
+      auto head = protocol::pty_replay_header(slice.start_offset);
+      std::string payload;
+      payload.reserve(head.size() + slice.size());
+      payload.append(reinterpret_cast<const char*>(head.data()), head.size());
+      payload += slice.copy();
+      next_ = slice.end_offset();
+      behind_ = !ws.send_raw_binary(payload);
+    }
+  }
+  // The session ended or went: `exit`, then the close.
+  void detach(int exit_code) {
+    entry_ = nullptr;
+    ws.send_text(protocol::pty_exit_json(exit_code));
+    ws.close(protocol::ws_close::normal, "process exited");
+  }
+  void gone() {
+    entry_ = nullptr;
+    ws.close(protocol::ws_close::normal, "session deleted");
+  }
+
+  http::WebSocket& ws;
+
+ private:
+  void refuse() {
+    ws.send_text(protocol::pty_error_json(protocol::pty_error_code::read_only, "this connection is a read-only viewer"));
+  }
+  PtyEntry* entry_;
+  uint64_t next_;
+  bool behind_ = false;
+};
+
+PtyEntry::~PtyEntry() {
+  session->set_listener(nullptr);
+  std::vector<PtyViewer*> left;
+  left.swap(viewers);
+  for (PtyViewer* v : left) v->gone();
+}
+
+void PtyEntry::dismiss_viewers(int exit_code) {
+  // Whatever the ring still holds past each viewer's place goes first.
+  std::vector<PtyViewer*> left;
+  left.swap(viewers);
+  for (PtyViewer* v : left) {
+    v->catch_up(/*even_if_behind=*/true);
+    v->detach(exit_code);
+  }
+}
 
 // One attached WebSocket client; owned by its WebSocket.
 class PtyClient final : public http::WsHandler {
@@ -86,6 +186,8 @@ class PtyClient final : public http::WsHandler {
 };
 
 void PtyEntry::on_pty_output(pty::Stream s, const uint8_t* data, size_t len) {
+  if (!viewers.empty())
+    for (PtyViewer* v : std::vector<PtyViewer*>(viewers)) v->output();  // (a send may end a viewer)
   PtyClient* c = client.get();
   if (!c) return;
   uint8_t channel = s == pty::Stream::err ? protocol::kPtyChannelStderr : protocol::kPtyChannelStdout;
@@ -118,6 +220,7 @@ void PtyEntry::on_pty_exit(int exit_code) {
     reg.journal().append(e);
   }
   dismiss_client(exit_code);
+  dismiss_viewers(exit_code);
 }
 
 void PtyEntry::stdin_drained() {
@@ -193,6 +296,7 @@ void PtyRegistry::remove(PtyEntry* e) {
     return;
   }
   e->dismiss_client(e->session->exited() ? e->session->exit_code() : -1);
+  e->dismiss_viewers(e->session->exited() ? e->session->exit_code() : -1);
 }
 
 void PtyRegistry::reap() {
@@ -285,6 +389,38 @@ pty::SpawnOptions spawn_options(const Context& ctx, PtyEntry& e, bool use_pty) {
   return o;
 }
 
+// The `since` query: where a replay starts (absent or bad: 0).
+uint64_t since_offset(const Exchange& ex) {
+  const std::string* since_s = protocol::query_value(ex.query, "since");
+  if (!since_s || since_s->empty()) return 0;
+  long long v = strtoll(since_s->c_str(), nullptr, 10);
+  return v > 0 ? static_cast<uint64_t>(v) : 0;
+}
+
+// GET /pty/{id}/ws?mode=viewer: any number (up to --max-pty-viewers), none
+// of them the holder; the process is not started by a viewer.
+void attach_viewer(PtyRegistry& reg, Exchange& ex, PtyEntry& e) {
+  if (!admit(ex, e.viewers.size(), reg.ctx().config.max_pty_viewers, "viewers of this PTY session",
+             "max-pty-viewers"))
+    return;
+  http::WebSocket* ws = http::WebSocket::accept(ex, static_cast<size_t>(reg.ctx().config.max_body_bytes));
+  if (!ws) return;
+  // Without `since`, from the oldest byte kept (no gap frame, as for the holder).
+  uint64_t from = protocol::query_value(ex.query, "since") ? since_offset(ex) : e.session->ring().oldest_offset();
+  auto owned = std::make_unique<PtyViewer>(*ws, e, from);
+  PtyViewer* viewer = owned.get();
+  ws->set_handler(std::move(owned));
+  pty::PtySession& s = *e.session;
+  // The replay (a gap first if `since` is older than the ring), then
+  // `connected`; live output follows from where the replay ended.
+  viewer->catch_up();
+  ws->send_text(protocol::pty_viewer_connected_json(e.id, s.pty_mode() ? "pty" : "pipe"));
+  if (s.exited()) {
+    std::erase(e.viewers, viewer);
+    viewer->detach(s.exit_code());
+  }
+}
+
 void handle_attach(PtyRegistry& reg, Exchange& ex) {
   const std::string id = ex.params.get("id");
   PtyEntry* e = reg.find(id);
@@ -297,6 +433,10 @@ void handle_attach(PtyRegistry& reg, Exchange& ex) {
     if (!v) return std::nullopt;
     return std::string_view(*v);
   };
+  const std::string* mode = protocol::query_value(ex.query, "mode");
+  if (mode && *mode == "viewer") return attach_viewer(reg, ex, *e);
+  if (mode && !mode->empty())
+    return ex.respond_error(400, codes::kInvalidRequestBody, "unknown mode \"" + *mode + "\" (viewer)");
   const std::string* takeover = protocol::query_value(ex.query, "takeover");
   bool wants_takeover = takeover && *takeover == "1" && protocol::is_websocket_upgrade(lookup);
   if (e->client && !wants_takeover)
@@ -329,11 +469,7 @@ void handle_attach(PtyRegistry& reg, Exchange& ex) {
 
   // Replay, then `connected`, then live output from exactly where the replay ended.
   const std::string* since_s = protocol::query_value(ex.query, "since");
-  uint64_t since = 0;
-  if (since_s && !since_s->empty()) {
-    long long v = strtoll(since_s->c_str(), nullptr, 10);
-    since = v > 0 ? static_cast<uint64_t>(v) : 0;
-  }
+  uint64_t since = since_offset(ex);
   pty::ReplayRing::Slice slice = s.ring().read_from(since);
   if (since_s && slice.gap) ws->send_text(protocol::pty_gap_json(static_cast<int64_t>(since), slice.start_offset));
   bool more = true;

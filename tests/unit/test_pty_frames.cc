@@ -14,6 +14,8 @@ TEST_CASE("pty frames: server JSON text frames match Go's WriteJSON output") {
   CHECK(pty_connected_json("3f2b-11", "pty") ==
         "{\"type\":\"connected\",\"session_id\":\"3f2b-11\",\"mode\":\"pty\"}\n");
   CHECK(pty_connected_json("s", "pipe") == "{\"type\":\"connected\",\"session_id\":\"s\",\"mode\":\"pipe\"}\n");
+  CHECK(pty_viewer_connected_json("s", "pty") ==
+        "{\"type\":\"connected\",\"session_id\":\"s\",\"mode\":\"pty\",\"role\":\"viewer\"}\n");
   CHECK(pty_exit_json(0) == "{\"type\":\"exit\",\"exit_code\":0}\n");
   CHECK(pty_exit_json(-1) == "{\"type\":\"exit\",\"exit_code\":-1}\n");
   CHECK(pty_exit_json(130) == "{\"type\":\"exit\",\"exit_code\":130}\n");
