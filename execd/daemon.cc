@@ -68,6 +68,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       sessions_(ctx_, runtime_, executions_),
       ptys_(ctx_, runtime_, journal_),
       files_{ctx_, file_gate_, journal_},
+      file_identities_(files_),
       metrics_(ctx_),
       proxy_(ctx_),
       code_(ctx_, runtime_, executions_) {
@@ -92,9 +93,15 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_command_routes(routes_, commands_, sessions_);
   api::add_session_routes(routes_, sessions_);
   api::add_pty_routes(routes_, ptys_);
-  api::add_file_routes(routes_, files_);
-  api::add_upload_route(routes_, files_);
-  api::add_download_route(routes_, files_);
+  // The file routes as execd, and as any user under /v1/filesystem/{uid}/{gid}.
+  api::FileServiceFor as_execd = [this](http::Exchange&) { return &files_; };
+  api::FileServiceFor as_user = [this](http::Exchange& ex) { return file_identities_.service_for(ex); };
+  for (const auto& [prefix, service] : {std::pair{std::string(), as_execd},
+                                        std::pair{std::string("/v1/filesystem/:uid/:gid"), as_user}}) {
+    api::add_file_routes(routes_, prefix, service);
+    api::add_upload_route(routes_, prefix, service);
+    api::add_download_route(routes_, prefix, service);
+  }
   api::add_metrics_routes(routes_, metrics_);
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);

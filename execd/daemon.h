@@ -15,6 +15,7 @@
 
 #include "execd/api/code.h"
 #include "execd/api/commands.h"
+#include "execd/api/file_identities.h"
 #include "execd/api/file_jobs.h"
 #include "execd/api/journal.h"
 #include "execd/api/metrics.h"
@@ -66,6 +67,7 @@ class Daemon {
   api::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
   api::FileService files_;
+  api::FileIdentities file_identities_;
   api::MetricsService metrics_;
   api::ProxyService proxy_;
   api::CodeRegistry code_;

@@ -5,6 +5,9 @@
 // socket or libuv stream code here: responses go through http::Exchange.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include "execd/api/file_jobs.h"
 #include "execd/context.h"
 #include "execd/routes.h"
@@ -13,9 +16,13 @@ namespace execd::api {
 
 class MetricsService;
 
-void add_file_routes(RouteTable& routes, FileService& files);
-void add_upload_route(RouteTable& routes, FileService& files);
-void add_download_route(RouteTable& routes, FileService& files);
+// The file routes under `prefix` ("" or "/v1/filesystem/:uid/:gid"), each
+// asking `service` which FileService serves the request (nullptr: it has
+// answered the refusal).
+using FileServiceFor = std::function<FileService*(http::Exchange&)>;
+void add_file_routes(RouteTable& routes, const std::string& prefix, const FileServiceFor& service);
+void add_upload_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service);
+void add_download_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service);
 void add_metrics_routes(RouteTable& routes, MetricsService& metrics);
 
 }  // namespace execd::api

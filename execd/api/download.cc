@@ -344,8 +344,8 @@ void handle_line_download(FileService& svc, Exchange& ex, const std::string& pat
   w->work.req.data = w;
   w->path = path;
   w->params = params;
-  int rc = svc.gate.queue(
-      svc.ctx.loop, w->work,
+  int rc = svc.queue(
+      w->work,
       [](uv_work_t* work) {
         auto* w = static_cast<LineOpen*>(work->data);
         auto expanded = fs::expand_path(w->path, fs::process_env_lookup());
@@ -391,8 +391,8 @@ void handle_download(FileService& svc, Exchange& ex) {
   w->work.req.data = w;
   w->path = *path;
   if (const std::string* range = ex.header("range")) w->range = *range;
-  int rc = svc.gate.queue(
-      svc.ctx.loop, w->work, [](uv_work_t* work) { open_for_download(*static_cast<OpenWork*>(work->data)); }, after_open);
+  int rc = svc.queue(
+      w->work, [](uv_work_t* work) { open_for_download(*static_cast<OpenWork*>(work->data)); }, after_open);
   if (rc != 0) {
     delete w;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
@@ -402,8 +402,10 @@ void handle_download(FileService& svc, Exchange& ex) {
 
 }  // namespace
 
-void add_download_route(RouteTable& routes, FileService& svc) {
-  routes.add("GET", "/files/download", [&svc](Exchange& ex) { handle_download(svc, ex); });
+void add_download_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service) {
+  routes.add("GET", prefix + "/files/download", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_download(*svc, ex);
+  });
 }
 
 }  // namespace execd::api

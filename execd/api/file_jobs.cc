@@ -72,8 +72,8 @@ void run_file_job(FileService& svc, http::Exchange& ex, std::function<FileReply(
   w->job = std::move(job);
   w->done = std::move(done);
   w->work.req.data = w;
-  int rc = svc.gate.queue(
-      svc.ctx.loop, w->work,
+  int rc = svc.queue(
+      w->work,
       [](uv_work_t* work) {
         auto* w = static_cast<FileJob*>(work->data);
         try {

@@ -32,6 +32,14 @@ struct FileService {
   const Context& ctx;
   WorkGate& gate;
   Journal& journal;
+  // The /v1/filesystem/{uid}/{gid} services: the user their jobs run as.
+  const fs::Identity* identity = nullptr;
+
+  // Queues file work through the gate, as this service's user.
+  int queue(WorkGate::Ticket& t, uv_work_cb work, uv_after_work_cb after) {
+    t.identity = identity;
+    return gate.queue(ctx.loop, t, work, after);
+  }
 };
 
 // The HTTP status and envelope code of a file system error kind.

@@ -166,7 +166,7 @@ class SearchStream final : public http::Source {
     s->work.req.data = s;
     s->walk = std::move(walk_);
     link(*s, s->stream, *this, step);
-    int rc = svc_.gate.queue(svc_.ctx.loop, s->work, run_step, step_done);
+    int rc = svc_.queue(s->work, run_step, step_done);
     if (rc != 0) {
       delete s;
       fail(std::string("cannot queue work: ") + uv_strerror(rc));
@@ -261,8 +261,8 @@ void handle_search(FileService& svc, Exchange& ex, const QueryParams& q) {
   o->svc = &svc;
   o->root = *path;
   if (pattern) o->pattern = *pattern;
-  int rc = svc.gate.queue(
-      svc.ctx.loop, o->work,
+  int rc = svc.queue(
+      o->work,
       [](uv_work_t* w) {
         auto* o = static_cast<SearchOpen*>(w->data);
         auto walk = fs::SearchWalk::start(o->root, o->pattern, fs::process_env_lookup());
@@ -307,16 +307,34 @@ void handle_remove_directories(FileService& svc, Exchange& ex, const QueryParams
 
 }  // namespace
 
-void add_file_routes(RouteTable& routes, FileService& svc) {
-  routes.add("GET", "/files/info", [&svc](Exchange& ex) { handle_info(svc, ex, ex.query); });
-  routes.add("DELETE", "/files", [&svc](Exchange& ex) { handle_delete_files(svc, ex, ex.query); });
-  routes.add("POST", "/files/permissions", [&svc](Exchange& ex) { handle_permissions(svc, ex, ex.request()); });
-  routes.add("POST", "/files/mv", [&svc](Exchange& ex) { handle_move(svc, ex, ex.request()); });
-  routes.add("GET", "/files/search", [&svc](Exchange& ex) { handle_search(svc, ex, ex.query); });
-  routes.add("POST", "/files/replace", [&svc](Exchange& ex) { handle_replace(svc, ex, ex.request(), ex.query); });
-  routes.add("GET", "/directories/list", [&svc](Exchange& ex) { handle_list(svc, ex, ex.query); });
-  routes.add("POST", "/directories", [&svc](Exchange& ex) { handle_make_directories(svc, ex, ex.request()); });
-  routes.add("DELETE", "/directories", [&svc](Exchange& ex) { handle_remove_directories(svc, ex, ex.query); });
+void add_file_routes(RouteTable& routes, const std::string& prefix, const FileServiceFor& service) {
+  routes.add("GET", prefix + "/files/info", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_info(*svc, ex, ex.query);
+  });
+  routes.add("DELETE", prefix + "/files", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_delete_files(*svc, ex, ex.query);
+  });
+  routes.add("POST", prefix + "/files/permissions", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_permissions(*svc, ex, ex.request());
+  });
+  routes.add("POST", prefix + "/files/mv", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_move(*svc, ex, ex.request());
+  });
+  routes.add("GET", prefix + "/files/search", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_search(*svc, ex, ex.query);
+  });
+  routes.add("POST", prefix + "/files/replace", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_replace(*svc, ex, ex.request(), ex.query);
+  });
+  routes.add("GET", prefix + "/directories/list", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_list(*svc, ex, ex.query);
+  });
+  routes.add("POST", prefix + "/directories", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_make_directories(*svc, ex, ex.request());
+  });
+  routes.add("DELETE", prefix + "/directories", [service](Exchange& ex) {
+    if (FileService* svc = service(ex)) handle_remove_directories(*svc, ex, ex.query);
+  });
 }
 
 }  // namespace execd::api

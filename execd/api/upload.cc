@@ -375,8 +375,8 @@ class Upload final : public http::Source {
     }
     queue_.clear();
     link(*job, job->upload, *this, job_);
-    svc_.gate.queue(
-        svc_.ctx.loop, job->work,
+    svc_.queue(
+        job->work,
         [](uv_work_t* w) {
           auto* job = static_cast<WriteJob*>(w->data);
           for (auto& op : job->ops) job->disk->run(op);  // op.data goes back to the loop for reuse
@@ -447,9 +447,13 @@ void upload_head(FileService& svc, Exchange& ex) {
 
 }  // namespace
 
-void add_upload_route(RouteTable& routes, FileService& svc) {
+void add_upload_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service) {
   routes.add_streaming(
-      "POST", "/files/upload", [&svc](Exchange& ex) { upload_head(svc, ex); }, [](Exchange&) {});
+      "POST", prefix + "/files/upload",
+      [service](Exchange& ex) {
+        if (FileService* svc = service(ex)) upload_head(*svc, ex);
+      },
+      [](Exchange&) {});
 }
 
 }  // namespace execd::api

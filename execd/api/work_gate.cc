@@ -18,9 +18,15 @@ int WorkGate::queue(uv_loop_t* loop, Ticket& t, uv_work_cb work, uv_after_work_c
 }
 
 int WorkGate::start(Ticket& t) {
-  int rc = uv_queue_work(t.loop, &t.req, t.work, &WorkGate::finished);
+  int rc = uv_queue_work(t.loop, &t.req, &WorkGate::run, &WorkGate::finished);
   if (rc == 0) ++running_;
   return rc;
+}
+
+void WorkGate::run(uv_work_t* req) {
+  Ticket& t = *reinterpret_cast<Ticket*>(req);
+  fs::ThreadIdentity as(t.identity);
+  t.work(req);
 }
 
 void WorkGate::finished(uv_work_t* req, int status) {

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <deque>
 
+#include "fs/identity.h"
+
 namespace execd::api {
 
 class WorkGate {
@@ -24,6 +26,8 @@ class WorkGate {
     uv_loop_t* loop = nullptr;
     uv_work_cb work = nullptr;
     uv_after_work_cb after = nullptr;
+    // Set: the work runs as this user (fs/identity); it outlives the ticket.
+    const fs::Identity* identity = nullptr;
   };
 
   explicit WorkGate(size_t cap) : cap_(cap) {}
@@ -40,6 +44,7 @@ class WorkGate {
   size_t waiting() const { return waiting_.size(); }
 
  private:
+  static void run(uv_work_t* req);
   static void finished(uv_work_t* req, int status);
   int start(Ticket& t);
   void start_waiting();
