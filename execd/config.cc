@@ -65,7 +65,11 @@ const char* const kUsage =
     "                                  (no limits, no containment of setsid children)\n"
     "  --cgroup-parent PATH            cgroup (as in /proc/self/cgroup) under which execd-<pid>/cmd-<n>\n"
     "                                  are made (default: execd's own cgroup)\n"
-    "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
+    "  --init [-- CMD ARGS...]         PID-1 duties: reap orphans; with CMD, start it (stdio inherited),\n"
+    "                                  forward TERM/INT/HUP/USR1/USR2/WINCH to it and exit with its status\n"
+    "                                  (env EXECD_INIT=1 turns --init on)\n"
+    "  --runtime-init                  warm pool: only /ping, /ready and /init answer until POST /init binds\n"
+    "                                  this execd (a token is then optional: /init brings its hash)\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
     "                                  JUPYTER_TOKEN, EXECD_JUPYTER_IDLE_POLL_INTERVAL); ignored:\n"
@@ -193,7 +197,7 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
   for (int i = 1; i < argc; ++i) {
     std::string raw = argv[i];
     if (raw == "--") {
-      if (i + 1 < argc) return "unexpected argument: " + std::string(argv[i + 1]);
+      for (int j = i + 1; j < argc; ++j) cfg.entrypoint.emplace_back(argv[j]);
       break;
     }
     // Go: one or two dashes, then a name that starts with neither '-' nor '='.
@@ -251,6 +255,9 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     } else if (name == "init") {
       if (!bool_value()) return bad_bool();
       cfg.init_mode = flag_value;
+    } else if (name == "runtime-init") {
+      if (!bool_value()) return bad_bool();
+      cfg.runtime_init = flag_value;
     } else if (name == "host") {
       if (!need_value() || value.empty()) return "--host needs an address";
       cfg.host = value;
@@ -383,7 +390,15 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     }
     cfg.access_token_source = "EXECD_ACCESS_TOKEN_FILE";
   }
-  if (cfg.access_token.empty() && !cfg.insecure_no_auth)
+  // The OpenSandbox server (runtime.execd_run_as_init) sets EXECD_INIT=1.
+  if (const char* v = getenv_nonempty("EXECD_INIT")) {
+    bool on = false;
+    if (protocol::parse_go_bool(v, on) && on) cfg.init_mode = true;
+  }
+  if (!cfg.entrypoint.empty() && !cfg.init_mode)
+    return "unexpected argument: " + cfg.entrypoint.front() + " (an entrypoint after -- needs --init)";
+  // A warm-pool execd may start without a token: POST /init brings its hash.
+  if (cfg.access_token.empty() && !cfg.insecure_no_auth && !cfg.runtime_init)
     return "no access token: give --access-token, --access-token-file, EXECD_ACCESS_TOKEN or "
            "EXECD_ACCESS_TOKEN_FILE (or --insecure-no-auth to run without one)";
   if (!cfg.access_token.empty() && cfg.insecure_no_auth)

@@ -42,6 +42,11 @@ struct Config {
   size_t max_records = 4096;              // finished records kept at most
   int64_t pty_replay_bytes = 1ll << 20;   // replay ring per PTY session
   bool init_mode = false;                 // PID-1 duties
+  // --init -- CMD ARGS...: the entrypoint execd starts, supervises and
+  // exits with (empty: none).
+  std::vector<std::string> entrypoint;
+  // --runtime-init: a warm-pool execd, unbound until POST /init.
+  bool runtime_init = false;
   bool state_dir_given = false;           // --state-dir on the command line
   bool journal = true;                    // --no-journal turns it off
   bool cgroups = true;                    // --no-cgroups: process groups only (pty/cgroup)

@@ -65,6 +65,11 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       journal_(ctx_, file_gate_),
       executions_(loop, registry_settings(ctx_.config), journal_),
       commands_{ctx_, runtime_, executions_},
+      entrypoint_(ctx_.config.entrypoint.empty()
+                      ? nullptr
+                      : std::make_unique<Entrypoint>(runtime_, ctx_.config.entrypoint,
+                                                     [this](int status) { entrypoint_exited(status); })),
+      binding_(ctx_, routes_, commands_, entrypoint_.get()),
       sessions_(ctx_, runtime_, executions_),
       ptys_(ctx_, runtime_, journal_),
       files_{ctx_, file_gate_, journal_},
@@ -106,14 +111,24 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
   api::add_code_routes(routes_, code_, commands_, sessions_);
+  api::add_runtime_routes(routes_, binding_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
     s->data = this;
   }
-  auto on_signal = [](uv_signal_t* h, int signum) { static_cast<Daemon*>(h->data)->shutdown(signum); };
+  auto on_signal = [](uv_signal_t* h, int signum) { static_cast<Daemon*>(h->data)->on_signal(signum); };
   uv_signal_start(&sigterm_, on_signal, SIGTERM);
   uv_signal_start(&sigint_, on_signal, SIGINT);
+  if (entrypoint_) {
+    forwarding_ = true;
+    const int more[4] = {SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH};
+    for (int i = 0; i < 4; ++i) {
+      uv_signal_init(loop, &forwarded_[i]);
+      forwarded_[i].data = this;
+      uv_signal_start(&forwarded_[i], on_signal, more[i]);
+    }
+  }
   uv_timer_init(loop, &housekeeping_);
   housekeeping_.data = this;
   uv_timer_start(&housekeeping_, [](uv_timer_t* t) { static_cast<Daemon*>(t->data)->on_tick(); }, kHousekeepingMs,
@@ -135,7 +150,16 @@ int Daemon::listen() {
   return 0;
 }
 
-void Daemon::run() { uv_run(loop_, UV_RUN_DEFAULT); }
+void Daemon::run() {
+  // Started once execd listens: what it runs can reach execd at once.
+  std::string error;
+  if (entrypoint_ && !entrypoint_->start(ctx_.child_env(), error)) {
+    spdlog::error("the entrypoint could not start: {}", error);
+    exit_status_ = error.find("permission denied") != std::string::npos ? 126 : 127;  // as a shell says
+    shutdown(SIGTERM);
+  }
+  uv_run(loop_, UV_RUN_DEFAULT);
+}
 
 bool Daemon::drained() const {
   return executions_.running() == 0 && server_.connection_count() == 0 && code_.kernels_alive() == 0;
@@ -158,6 +182,18 @@ void Daemon::on_tick() {
                    server_.connection_count());
     finish();
   }
+}
+
+void Daemon::on_signal(int signum) {
+  // While the entrypoint runs, it decides: execd follows when it exits.
+  if (entrypoint_ && entrypoint_->running()) return entrypoint_->forward(signum);
+  if (signum == SIGTERM || signum == SIGINT) shutdown(signum);
+}
+
+void Daemon::entrypoint_exited(int status) {
+  exit_status_ = status;
+  spdlog::info("the entrypoint ended with status {}: execd stops", status);
+  shutdown(SIGTERM);
 }
 
 void Daemon::shutdown(int signum) {
@@ -222,6 +258,9 @@ void Daemon::finish() {
     // left to do but exit.
     uv_close(reinterpret_cast<uv_handle_t*>(&d->sigterm_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&d->sigint_), nullptr);
+    if (d->forwarding_)
+      for (uv_signal_t& f : d->forwarded_) uv_close(reinterpret_cast<uv_handle_t*>(&f), nullptr);
+    d->binding_.close();
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });

@@ -6,7 +6,9 @@
 // it is built, in the order of the members below. shutdown() (SIGTERM/SIGINT)
 // stops accepting, forwards the signal to every command, shell and terminal,
 // lets open streams drain within the grace period, then kills what is left
-// and lets the loop end.
+// and lets the loop end. With an entrypoint (--init -- CMD), SIGTERM and the
+// other signals a container's init gets go to the entrypoint instead, and
+// its exit is what shuts execd down.
 #pragma once
 
 #include <uv.h>
@@ -21,8 +23,10 @@
 #include "execd/api/metrics.h"
 #include "execd/api/proxy.h"
 #include "execd/api/pty.h"
+#include "execd/api/runtime_binding.h"
 #include "execd/api/sessions.h"
 #include "execd/context.h"
+#include "execd/entrypoint.h"
 #include "execd/exec/registry.h"
 #include "execd/http/server.h"
 #include "execd/routes.h"
@@ -47,9 +51,13 @@ class Daemon {
   // Runs the loop until shutdown has finished.
   void run();
   void shutdown(int signum);
+  // What execd exits with: the entrypoint's status (--init -- CMD), else 0.
+  int exit_status() const { return exit_status_; }
 
  private:
   void on_tick();
+  void on_signal(int signum);
+  void entrypoint_exited(int status);
   void finish();
   bool drained() const;
 
@@ -64,6 +72,8 @@ class Daemon {
   api::Journal journal_;
   exec::Registry executions_;  // reloading records writes to the journal
   api::CommandService commands_;
+  std::unique_ptr<Entrypoint> entrypoint_;  // --init -- CMD
+  api::RuntimeBinding binding_;
   api::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
   api::FileService files_;
@@ -72,6 +82,10 @@ class Daemon {
   api::ProxyService proxy_;
   api::CodeRegistry code_;
   uv_signal_t sigterm_, sigint_;
+  // With an entrypoint: what a container's init is sent, passed on to it.
+  uv_signal_t forwarded_[4];
+  bool forwarding_ = false;
+  int exit_status_ = 0;
   uv_timer_t housekeeping_;
   uint64_t deadline_ = 0;
   bool stopping_ = false, finished_ = false;

@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 2 << 20);
 
   uv_loop_t* loop = uv_default_loop();
+  int exit_status = 0;
   {
     execd::Daemon daemon(loop, std::move(ctx), children);
     int rc = daemon.listen();
@@ -259,10 +260,11 @@ int main(int argc, char** argv) {
     spdlog::info("execd {} listening on {} (state dir {}, framing {}{})", EXECD_VERSION, where(daemon.bound_port()), cfg.state_dir,
                  cfg.exact_framing ? "exact" : "compat", cfg.init_mode ? ", init mode" : "");
     daemon.run();
+    exit_status = daemon.exit_status();
     if (ephemeral_state) remove_dir_files(cfg.state_dir);
   }
   uv_loop_close(loop);
   spdlog::info("execd stopped");
   power_off_if_machine_init();
-  return 0;
+  return exit_status;
 }

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "protocol/errors.h"
+#include "protocol/sha.h"
 #include "protocol/token.h"
 
 namespace execd {
@@ -15,7 +16,16 @@ void RouteTable::add(std::string method, std::string pattern, Handler h) {
 }
 
 void RouteTable::add_open(std::string method, std::string pattern, Handler h) {
-  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, true});
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, true, true});
+}
+
+void RouteTable::add_before_binding(std::string method, std::string pattern, Handler h) {
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, false, true});
+}
+
+void RouteTable::bind(std::string token_sha256) {
+  held_ = false;
+  if (!token_sha256.empty()) token_sha256_ = std::move(token_sha256);
 }
 
 void RouteTable::add_streaming(std::string method, std::string pattern, Handler head, Handler h) {
@@ -27,9 +37,12 @@ void RouteTable::add_prefix_streaming(std::string prefix, Handler head, Handler 
 }
 
 bool RouteTable::authorized(const http::Exchange& ex) const {
-  if (token_.empty()) return true;  // --insecure-no-auth
+  if (open_to_all()) return true;  // --insecure-no-auth, or held with no token yet
   const std::string* given = ex.header("x-execd-access-token");
-  return given && protocol::token_equal(token_, *given);
+  if (!given) return false;
+  // The binding gave a hash: execd never saw the token itself.
+  if (!token_sha256_.empty()) return protocol::token_equal(token_sha256_, protocol::lower_hex(protocol::sha256(*given)));
+  return protocol::token_equal(token_, *given);
 }
 
 void RouteTable::route(http::Exchange& ex) const {
@@ -44,8 +57,14 @@ void RouteTable::route(http::Exchange& ex) const {
   protocol::Router<Route>::Match match;
   using Outcome = protocol::Router<Route>::Outcome;
   if (!prefix_route) match = router_.match(req.method, req.path);
+  bool found = !prefix_route && match.outcome == Outcome::found;
+  if (held_ && !(found && match.target->before_binding)) {
+    // Not bound yet: nothing but /ping, /ready and /init, whoever asks.
+    ex.respond_error(503, "NOT_INITIALIZED", "execd is not bound to a sandbox yet (POST /init)");
+    return;
+  }
   ex.authorized = authorized(ex);
-  bool open = !prefix_route && match.outcome == Outcome::found && match.target->open;
+  bool open = found && match.target->open;
   if (!ex.authorized && !open) {
     // Answered at once, before any body is read, and the connection closes:
     // a client without the token costs nothing beyond its request head, on

@@ -5,6 +5,10 @@
 // body is in;
 // a routed, authorized request gets its handler as the exchange's
 // on_complete, and a streaming route also runs its head handler then.
+// A warm-pool execd (--runtime-init) is held: until bind(), only open routes
+// and those added with add_before_binding answer, everything else is 503
+// before the token is looked at; a binding may replace the token by its
+// SHA-256, against which every later request's token is checked.
 #pragma once
 
 #include <functional>
@@ -35,15 +39,29 @@ class RouteTable {
   // Routes `ex` (called at head time).
   void route(http::Exchange& ex) const;
 
+  // --runtime-init: hold every route but the open ones and those below.
+  void hold_until_bound() { held_ = true; }
+  // Answers even while held (POST /init); needs the token if execd has one.
+  void add_before_binding(std::string method, std::string pattern, Handler h);
+  // POST /init bound execd; `token_sha256` (64 lowercase hex digits, or
+  // empty to keep the token execd has) checks tokens from now on.
+  void bind(std::string token_sha256);
+  bool held() const { return held_; }
+  // No token at all: every request is authorized (--insecure-no-auth).
+  bool open_to_all() const { return token_.empty() && token_sha256_.empty(); }
+
  private:
   struct Route {
     Handler handler;
     Handler head;
     bool open = false;  // no token needed (/ping)
+    bool before_binding = false;  // answers while held (open ones too)
   };
   bool authorized(const http::Exchange& ex) const;
 
   std::string token_;
+  std::string token_sha256_;  // set by bind(): checked instead of token_
+  bool held_ = false;
   protocol::Router<Route> router_;
   std::vector<std::pair<std::string, Route>> prefixes_;
 

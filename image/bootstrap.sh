@@ -23,7 +23,10 @@
 #        - with none, execd runs with --insecure-no-auth and ONE warning line
 #          goes to stderr, unless EXECD_REQUIRE_TOKEN is true: then nothing is
 #          started and the script exits 78;
-#   5. runs the command in the background, forwards SIGTERM/SIGINT/SIGHUP to it
+#   5. with EXECD_INIT true (the server's runtime.execd_run_as_init), execs
+#      `execd --init -- COMMAND...` instead: execd is this process (PID 1),
+#      supervises the command and exits with its status.  Otherwise
+#      runs the command in the background, forwards SIGTERM/SIGINT/SIGHUP to it
 #      and to execd, waits for it and exits with its status (after asking execd
 #      to finish).  Without a command it waits for execd and exits with its
 #      status.
@@ -34,6 +37,7 @@
 #   EXECD_ACCESS_TOKEN      the token (execd reads it from its environment)
 #   EXECD_ACCESS_TOKEN_FILE file holding the token (read by execd; EXECD_ACCESS_TOKEN wins)
 #   EXECD_REQUIRE_TOKEN     1/true/yes/on: refuse to run execd without a token
+#   EXECD_INIT              1/true/yes/on: exec execd --init with the command (step 5)
 #   EXECD_ENVS              env file execd re-reads for every command
 #   EXECD_LOG_FILE          append execd's stderr (its log) to this file
 #   EXECD_BOOTSTRAP_PRE_SCRIPT  file sourced (with `.`) before execd starts
@@ -250,6 +254,27 @@ fi
 launcher=
 if env --default-signal=INT true >/dev/null 2>&1; then
     launcher="env --default-signal=INT,QUIT"
+fi
+
+# EXECD_INIT (the server's runtime.execd_run_as_init): execd itself becomes
+# this process (PID 1 in the sandbox) and runs the command as its entrypoint:
+# it reaps every orphan, passes TERM/INT/HUP/USR1/USR2/WINCH to the command
+# and exits with its status. Both share this script's stdout and stderr
+# (EXECD_LOG_FILE is not applied: the command's output would go there too).
+if truthy "${EXECD_INIT:-}"; then
+    shell=${BOOTSTRAP_SHELL:-}
+    [ -z "$shell" ] && { shell=$(command -v bash 2>/dev/null) || shell="sh"; }
+    if [ -n "${BOOTSTRAP_CMD:-}" ]; then
+        set -- "$shell" -c "$BOOTSTRAP_CMD"
+    elif [ $# -ge 2 ] && [ "$1" = "-c" ]; then
+        shift
+        set -- "$shell" -c "$*"
+    fi
+    [ -n "${EXECD_LOG_FILE:-}" ] && log "EXECD_INIT: EXECD_LOG_FILE is not applied (execd and the command share stderr)"
+    [ $# -gt 0 ] && set -- -- "$@"
+    set -f
+    # shellcheck disable=SC2086
+    exec $launcher "$EXECD" --init $EXECD_ARGS $insecure_arg "$@"
 fi
 
 # start_execd ARGS...: start execd in the background, $execd_pid.

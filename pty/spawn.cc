@@ -184,6 +184,8 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
     ws.ws_row = opts.rows;
     ws.ws_col = opts.cols;
     ioctl(master, TIOCSWINSZ, &ws);
+  } else if (opts.inherit_stdio) {
+    // fds 0-2 stay as they are
   } else {
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return fail("pipe");
     // A bigger stdout pipe means fewer, larger reads for a fast writer (best
@@ -205,6 +207,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   const uid_t uid = set_creds ? *opts.uid : 0;
   const gid_t gid = opts.gid ? *opts.gid : 0;
   const bool use_pty = opts.use_pty;
+  const bool inherit_stdio = opts.inherit_stdio && !opts.use_pty;
   const bool new_session = opts.new_session;
   const int extra_fd3 = opts.extra_fd3;
   const int* join_fds = place.cgroup_procs_fds.data();
@@ -235,7 +238,8 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
     } else if (setpgid(0, 0) < 0) {
       child_fail(&failure, "setpgid");
     }
-    if (dup2(child_in, 0) < 0 || dup2(child_out, 1) < 0 || dup2(child_err, 2) < 0) child_fail(&failure, "dup2");
+    if (!inherit_stdio && (dup2(child_in, 0) < 0 || dup2(child_out, 1) < 0 || dup2(child_err, 2) < 0))
+      child_fail(&failure, "dup2");
     if (extra_fd3 >= 0) {
       if (extra_fd3 == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(extra_fd3, 3) < 0) child_fail(&failure, "dup2 fd 3");
     }
@@ -304,6 +308,8 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
     slave = -1;
     out.stdin_fd = out.stdout_fd = master;
     master = -1;
+  } else if (inherit_stdio) {
+    // nothing to keep
   } else {
     close(out_pipe[1]);
     close(err_pipe[1]);

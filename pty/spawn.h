@@ -37,6 +37,7 @@ struct SpawnOptions {
   unsigned short rows = 24, cols = 80;
   bool new_session = false;        // pipes: setsid() instead of setpgid() (bash sessions)
   int extra_fd3 = -1;              // if >= 0: becomes the child's fd 3 (bash session status channel)
+  bool inherit_stdio = false;      // keep execd's fds 0-2 (the --init entrypoint): no pipes
 };
 
 struct Spawned {

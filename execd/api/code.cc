@@ -363,7 +363,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     conn_file_ = reg_.ctx.config.state_dir + "/kernel-" + id_ + ".json";
     if (!pty::allocate_connection(conn, reg_.ctx.config.state_dir + "/k-" + id_.substr(0, 12), error) ||
         !pty::write_connection_file(conn_file_, conn.to_json(spec_.name), error) ||
-        !pty::kernel_spawn_options(spec_, conn_file_, reg_.ctx.base_env, cwd_, opts, error)) {
+        !pty::kernel_spawn_options(spec_, conn_file_, reg_.ctx.child_env(), cwd_, opts, error)) {
       remove_connection_file();
       state_ = State::stopped;
       return fail_start("kernel " + spec_.name + " cannot start: " + error);

@@ -143,6 +143,42 @@ void handle_run(CommandService& svc, http::Exchange& ex) {
       after_prepare);
 }
 
+}  // namespace
+
+bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, std::string& error) {
+  if (!svc.executions.accepting()) {
+    error = "execd is shutting down";
+    return false;
+  }
+  if (!req.id.empty() && svc.executions.find(req.id)) {
+    error = "id " + req.id + " is in use";
+    return false;
+  }
+  auto w = std::make_unique<PrepareWork>();
+  w->svc = &svc;
+  w->req = std::move(req);
+  w->framing = protocol::Framing::exact;
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::command;
+  spec.id = w->req.id;
+  spec.content = protocol::command_text(w->req);
+  spec.argv = w->req.argv;
+  spec.fingerprint = protocol::request_fingerprint(w->req);
+  spec.background = true;
+  w->id = svc.executions.create(std::move(spec)).id();
+  if (!runners::needs_pool(svc.ctx, w->req)) {
+    w->error = runners::prepare_spawn(svc.ctx, w->req, w->opts);
+    start_command(svc, nullptr, *w);
+    return true;
+  }
+  fs::queue_job<PrepareWork>(
+      svc.ctx.loop, std::move(w), [](PrepareWork& w) { w.error = runners::prepare_spawn(w.svc->ctx, w.req, w.opts); },
+      [](PrepareWork& w, int) { start_command(*w.svc, nullptr, w); });
+  return true;
+}
+
+namespace {
+
 void respond_unknown(http::Exchange& ex, const std::string& id) {
   ex.respond_error(404, codes::kInvalidRequestBody, "command not found: " + id);
 }

@@ -9,6 +9,7 @@
 #include "execd/http/exchange.h"
 #include "execd/routes.h"
 #include "protocol/envelope.h"
+#include "protocol/requests.h"
 #include "pty/runtime.h"
 
 namespace execd::api {
@@ -26,6 +27,12 @@ void add_command_routes(RouteTable& routes, CommandService& svc, SessionRegistry
 // DELETE /command's handler; DELETE /code?id= falls back to it for ids that
 // are not code contexts, as the Go daemon's shared Interrupt does.
 void interrupt_command(CommandService& svc, SessionRegistry& sessions, http::Exchange& ex);
+
+// Starts a command no client asked for (a lifecycle hook), in the
+// background, recorded and journaled like any; `req.id` names it. False
+// with `error` when it cannot even be created (execd is stopping, the id is
+// taken); a start that fails later is the execution's own result.
+bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, std::string& error);
 
 // Exact framing when the server is configured for it or the client asks
 // with `Accept: application/x-ndjson`.

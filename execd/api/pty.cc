@@ -372,7 +372,7 @@ pty::SpawnOptions spawn_options(const Context& ctx, PtyEntry& e, bool use_pty) {
     o.argv.emplace_back("-c");
     o.argv.push_back(e.command);
   }
-  o.env = ctx.base_env;
+  o.env = ctx.child_env();
   if (use_pty) {
     bool set = false;
     for (auto& kv : o.env)

@@ -25,6 +25,8 @@ void apply_env_file(const std::string& path, std::vector<std::string>& env) {
       [&](const std::string& k, const std::string& v) { pty::set_env(env, k, v); });
 }
 
+}  // namespace
+
 // argv[0] with a slash is a path (a relative one from the command's cwd);
 // a bare name is searched in the absolute entries of the command's own PATH
 // (a relative entry would make the lookup depend on the cwd: skipped, as
@@ -48,10 +50,8 @@ void set_argv_program(const std::vector<std::string>& argv, const std::vector<st
   }
 }
 
-}  // namespace
-
 std::vector<std::string> environment_with_env_file(const Context& ctx) {
-  std::vector<std::string> env = ctx.base_env;
+  std::vector<std::string> env = ctx.child_env();
   if (const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS"); envs_file && *envs_file)
     apply_env_file(envs_file, env);
   return env;

@@ -17,6 +17,11 @@
 
 namespace execd::runners {
 
+// argv[0] as Go's exec.Command finds it: a name with "/" as a path (from the
+// cwd), a bare name on the PATH of `env`, tried by the child in order.
+void set_argv_program(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                      pty::SpawnOptions& opts);
+
 std::optional<protocol::ApiError> prepare_spawn(const Context& ctx, const protocol::CommandRequest& req,
                                                 pty::SpawnOptions& opts);
 // execd's environment for what it starts (its secrets left out) with the

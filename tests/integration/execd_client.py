@@ -460,9 +460,11 @@ def start_execd(*extra_args, token="generate", state_dir=None, env=None,
             "--state-dir", str(state_dir)]
     if token is not None:
         args += ["--access-token", token]
-    args += list(extra_args)
-    # EXECD_EXTRA_ARGS="--no-cgroups": the whole suite against another mode.
-    args += os.environ.get("EXECD_EXTRA_ARGS", "").split()
+    # EXECD_EXTRA_ARGS="--no-cgroups": the whole suite against another mode
+    # (before a "--", which starts an --init entrypoint's argv).
+    extra = list(extra_args)
+    cut = extra.index("--") if "--" in extra else len(extra)
+    args += extra[:cut] + os.environ.get("EXECD_EXTRA_ARGS", "").split() + extra[cut:]
     e = dict(os.environ if env is None else env)
     e.pop("EXECD_ACCESS_TOKEN", None) if env is None else None
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -1,0 +1,171 @@
+// execd/api/runtime_binding: see header.
+#include "execd/api/runtime_binding.h"
+
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
+#include "execd/exec/execution.h"
+#include "protocol/errors.h"
+
+namespace execd::api {
+
+namespace {
+constexpr uint64_t kTickMs = 50;
+}
+
+RuntimeBinding::RuntimeBinding(const Context& ctx, RouteTable& routes, CommandService& commands,
+                               Entrypoint* entrypoint)
+    : ctx_(ctx), routes_(routes), commands_(commands), entrypoint_(entrypoint) {
+  uv_timer_init(ctx_.loop, &timer_);
+  timer_.data = this;
+  uv_unref(reinterpret_cast<uv_handle_t*>(&timer_));
+  if (ctx_.config.runtime_init) routes_.hold_until_bound();
+  else ready_ = true;  // nothing to wait for
+}
+
+RuntimeBinding::~RuntimeBinding() { close(); }
+
+void RuntimeBinding::close() {
+  if (closed_) return;
+  closed_ = true;
+  uv_timer_stop(&timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+}
+
+void RuntimeBinding::handle_init(http::Exchange& ex) {
+  namespace codes = protocol::codes;
+  auto decoded = protocol::decode_init_request(ex.request().body);
+  if (auto* msg = std::get_if<std::string>(&decoded)) return ex.respond_error(400, codes::kInvalidRequestBody, *msg);
+  if (!ctx_.config.runtime_init)
+    return ex.respond_error(409, "NOT_RUNTIME_INIT", "execd was not started with --runtime-init: nothing to bind");
+  if (initialized_)
+    return ex.respond_error(409, "ALREADY_INITIALIZED",
+                            "execd is already bound to sandbox " + bound_.sandbox_id + " generation " +
+                                std::to_string(bound_.generation));
+  protocol::InitRequest r = std::move(std::get<protocol::InitRequest>(decoded));
+  if (r.token_sha256.empty() && routes_.open_to_all() && !ctx_.config.insecure_no_auth)
+    return ex.respond_error(400, codes::kInvalidRequestBody,
+                            "accessTokenHash is required: execd has no token of its own");
+  if (closed_ || !commands_.executions.accepting())
+    return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
+  std::vector<std::string> warnings;
+  if (r.restart_entrypoint && !entrypoint_)
+    warnings.push_back("entrypointPolicy restart: execd runs no entrypoint (started without --init -- CMD)");
+  if (!r.telemetry_attributes.empty())
+    warnings.push_back("telemetry.attributes are kept and reported by GET /ready; execd exports no telemetry");
+  initialized_ = true;
+  bound_ = std::move(r);
+  *ctx_.bound_env = bound_.envs;
+  routes_.bind(bound_.token_sha256);
+  spdlog::info("bound to sandbox {} generation {} ({} envs, {} preStart and {} periodic hooks)", bound_.sandbox_id,
+               bound_.generation, bound_.envs.size(), bound_.pre_start.size(), bound_.periodic.size());
+  uint64_t now = uv_now(ctx_.loop);
+  for (const auto& h : bound_.periodic) {
+    Periodic p;
+    p.hook = h;
+    p.next_ms = now + static_cast<uint64_t>(h.interval_ms);
+    periodic_.push_back(std::move(p));
+  }
+  uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<RuntimeBinding*>(t->data)->on_tick(); }, 0, kTickMs);
+  ex.respond(200, "application/json; charset=utf-8", protocol::init_response_json(bound_, warnings));
+}
+
+bool RuntimeBinding::start_hook(const protocol::LifecycleHook& hook, const std::string& id, std::string& error) {
+  protocol::CommandRequest req;
+  req.id = id;
+  req.command = hook.command;
+  req.argv = hook.argv;
+  req.timeout_ms = hook.timeout_ms;
+  return start_trusted_command(commands_, std::move(req), error);
+}
+
+bool RuntimeBinding::done(const std::string& id) const {
+  const exec::Execution* e = commands_.executions.find(id);
+  return !e || e->done();  // gone: discarded before it started
+}
+
+void RuntimeBinding::advance_pre_start() {
+  if (!pre_start_running_.empty()) {
+    const exec::Execution* e = commands_.executions.find(pre_start_running_);
+    protocol::ExecutionResult res;
+    if (e) res = e->result();
+    bool ok = e && res.start_error.empty() && res.exit_code && *res.exit_code == 0;
+    if (!ok) {
+      pre_start_error_ = "preStart hook " + bound_.pre_start[pre_start_next_ - 1].name + " failed (" +
+                         (!e ? std::string("not started")
+                             : !res.start_error.empty() ? res.start_error
+                             : res.exit_code ? "exit code " + std::to_string(*res.exit_code)
+                                             : "signal " + res.signal) +
+                         "): see /command/status/" + pre_start_running_;
+      spdlog::warn("{}", pre_start_error_);
+      pre_start_running_.clear();
+      return;  // not ready, ever: the sandbox is not what was asked for
+    }
+    pre_start_running_.clear();
+  }
+  if (pre_start_next_ < bound_.pre_start.size()) {
+    const auto& hook = bound_.pre_start[pre_start_next_++];
+    std::string id = "lifecycle-prestart-" + hook.name + "-" + std::to_string(bound_.generation), error;
+    if (!start_hook(hook, id, error)) {
+      pre_start_error_ = "preStart hook " + hook.name + " could not start: " + error;
+      return;
+    }
+    pre_start_running_ = id;
+    return;
+  }
+  all_started();
+}
+
+void RuntimeBinding::all_started() {
+  if (ready_) return;
+  if (entrypoint_ && bound_.restart_entrypoint) entrypoint_->restart(ctx_.child_env());
+  ready_ = true;
+  spdlog::info("sandbox {} generation {} ready", bound_.sandbox_id, bound_.generation);
+}
+
+void RuntimeBinding::on_tick() {
+  if (closed_) return;
+  if (!ready_ && pre_start_error_.empty() && (pre_start_running_.empty() || done(pre_start_running_)))
+    advance_pre_start();
+  if (!ready_ && !pre_start_error_.empty()) {
+    uv_timer_stop(&timer_);  // never ready: nothing more to do
+    return;
+  }
+  if (!ready_ || !commands_.executions.accepting()) return;
+  uint64_t now = uv_now(ctx_.loop);
+  for (Periodic& p : periodic_) {
+    if (now < p.next_ms) continue;
+    p.next_ms = now + static_cast<uint64_t>(p.hook.interval_ms);
+    if (!p.last_id.empty() && !done(p.last_id)) continue;  // still running: this turn is skipped
+    std::string id = "lifecycle-periodic-" + p.hook.name + "-" + std::to_string(bound_.generation) + "-" +
+                     std::to_string(++p.runs),
+                error;
+    if (start_hook(p.hook, id, error)) p.last_id = id;
+    else spdlog::warn("periodic hook {} not started: {}", p.hook.name, error);
+  }
+  if (periodic_.empty()) uv_timer_stop(&timer_);
+}
+
+void RuntimeBinding::handle_ready(http::Exchange& ex) {
+  nlohmann::ordered_json j;
+  j["initialized"] = initialized_ || !ctx_.config.runtime_init;
+  j["ready"] = ready_;
+  j["sandboxId"] = initialized_ ? nlohmann::ordered_json(bound_.sandbox_id) : nlohmann::ordered_json();
+  j["generation"] = initialized_ ? nlohmann::ordered_json(bound_.generation) : nlohmann::ordered_json();
+  if (!pre_start_error_.empty()) j["error"] = pre_start_error_;
+  if (initialized_ && ex.authorized && !bound_.telemetry_attributes.empty()) {  // not for anonymous probes
+    nlohmann::ordered_json attrs = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : bound_.telemetry_attributes) attrs[k] = v;
+    j["telemetry"]["attributes"] = std::move(attrs);
+  }
+  ex.respond(ready_ ? 200 : 503, "application/json; charset=utf-8",
+             j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace), {"Cache-Control: no-store"});
+}
+
+void add_runtime_routes(RouteTable& routes, RuntimeBinding& binding) {
+  routes.add_before_binding("POST", "/init", [&binding](http::Exchange& ex) { binding.handle_init(ex); });
+  routes.add_open("GET", "/ready", [&binding](http::Exchange& ex) { binding.handle_ready(ex); });
+}
+
+}  // namespace execd::api

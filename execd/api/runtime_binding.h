@@ -1,0 +1,66 @@
+// execd/api/runtime_binding: binding a warm-pool execd to its sandbox
+// (--runtime-init; OpenSandbox PR 1871, OSEP-0020/0021):
+//   POST /init   one-shot: sandbox id and generation, the token's SHA-256,
+//                the environment every later process gets, telemetry
+//                attributes, lifecycle hooks, the entrypoint policy
+//   GET  /ready  200 once bound and the preStart hooks have run, else 503
+// Hooks run as trusted background commands (ids lifecycle-<phase>-<name>-
+// <generation>[-<n>]): their output and results are in /command/status,
+// /logs and the journal like any command's.
+#pragma once
+
+#include <uv.h>
+
+#include <string>
+#include <vector>
+
+#include "execd/api/commands.h"
+#include "execd/context.h"
+#include "execd/entrypoint.h"
+#include "execd/routes.h"
+#include "protocol/runtime_init.h"
+
+namespace execd::api {
+
+class RuntimeBinding {
+ public:
+  // `entrypoint` may be null (execd runs none).
+  RuntimeBinding(const Context& ctx, RouteTable& routes, CommandService& commands, Entrypoint* entrypoint);
+  ~RuntimeBinding();
+  RuntimeBinding(const RuntimeBinding&) = delete;
+  RuntimeBinding& operator=(const RuntimeBinding&) = delete;
+
+  void handle_init(http::Exchange& ex);
+  void handle_ready(http::Exchange& ex);
+  // Shutdown: no more periodic hooks; the timer handle is closed.
+  void close();
+
+ private:
+  struct Periodic {
+    protocol::LifecycleHook hook;
+    uint64_t next_ms = 0;
+    std::string last_id;
+    uint64_t runs = 0;
+  };
+  void on_tick();
+  bool start_hook(const protocol::LifecycleHook& hook, const std::string& id, std::string& error);
+  // The preStart hook now running has ended: the next one, or ready.
+  void advance_pre_start();
+  void all_started();
+  bool done(const std::string& id) const;
+
+  const Context& ctx_;
+  RouteTable& routes_;
+  CommandService& commands_;
+  Entrypoint* entrypoint_;
+  bool initialized_ = false, ready_ = false, closed_ = false;
+  protocol::InitRequest bound_;
+  size_t pre_start_next_ = 0;
+  std::string pre_start_running_, pre_start_error_;
+  std::vector<Periodic> periodic_;
+  uv_timer_t timer_;
+};
+
+void add_runtime_routes(RouteTable& routes, RuntimeBinding& binding);
+
+}  // namespace execd::api
