@@ -103,7 +103,7 @@ def wait_port_free(port: int = EXECD_PORT, timeout: float = 30) -> None:
 
 
 class Server:
-    def __init__(self, dockerd, execd_image: str, workdir: Path):
+    def __init__(self, dockerd, execd_image: str, workdir: Path, runtime_extra: str = ""):
         self.port = free_port()
         self.api_key = secrets.token_hex(16)
         self.workdir = workdir
@@ -121,6 +121,7 @@ level = "INFO"
 [runtime]
 type = "docker"
 execd_image = "{execd_image}"
+{runtime_extra}
 
 [store]
 type = "sqlite"
@@ -461,3 +462,40 @@ def test_require_token_sandbox_never_ready(server, dockerd):
     assert seen["state"]["ExitCode"] == 78, seen["state"]
     assert "refusing to start execd: EXECD_REQUIRE_TOKEN=1" in seen["logs"], seen["logs"]
     assert port_free(EXECD_PORT)
+
+
+def test_execd_run_as_init(dockerd, execd_server_image, base_image, tmp_path_factory):
+    """runtime.execd_run_as_init = true (OSEP-0018): the server sets EXECD_INIT=1,
+    bootstrap.sh execs execd --init, and execd is the sandbox's PID 1 running
+    the sandbox's command; commands work and the sandbox's end is execd's."""
+    from opensandbox.models.execd_sync import ExecutionHandlersSync  # noqa: F401
+    _, SandboxSync = sdk()
+    kill_tok_sandbox()
+    wait_port_free()
+    srv = Server(dockerd, execd_server_image, tmp_path_factory.mktemp("server-init"),
+                 runtime_extra="execd_run_as_init = true")
+    try:
+        token = secrets.token_hex(16)
+        sb = SandboxSync.create(SANDBOX_IMAGE, env={"EXECD_ACCESS_TOKEN": token},
+                                connection_config=srv.config(token),
+                                ready_timeout=timedelta(seconds=60), timeout=timedelta(minutes=5))
+        try:
+            ex = sb.commands.run("tr '\\0' ' ' < /proc/1/cmdline; echo; echo \"init=$EXECD_INIT\"")
+            assert ex.exit_code == 0, ex
+            out = stdout_of(ex)
+            assert "execd --init" in out and " -- " in out, out
+            assert "init=1" in out
+            ex = sb.commands.run(["sh", "-c", "echo argv-through-init"])
+            assert stdout_of(ex) == "argv-through-init\n"
+            name = container_of(dockerd, sb.id)
+            logs = container_logs(dockerd, name)
+            assert "entrypoint started" in logs, logs[-2000:]
+        finally:
+            sb.kill()
+        deadline = time.monotonic() + 30
+        while dockerd.run("inspect", container_of(dockerd, sb.id), check=False).returncode == 0:
+            assert time.monotonic() < deadline, "container still there after kill"
+            time.sleep(0.5)
+    finally:
+        srv.stop()
+        wait_port_free(timeout=15)
