@@ -464,10 +464,12 @@ def test_require_token_sandbox_never_ready(server, dockerd):
     assert port_free(EXECD_PORT)
 
 
-def test_execd_run_as_init(dockerd, execd_server_image, base_image, tmp_path_factory):
+def test_execd_run_as_init_and_the_cli(dockerd, execd_server_image, base_image, tmp_path_factory):
     """runtime.execd_run_as_init = true (OSEP-0018): the server sets EXECD_INIT=1,
     bootstrap.sh execs execd --init, and execd is the sandbox's PID 1 running
-    the sandbox's command; commands work and the sandbox's end is execd's."""
+    the sandbox's command; the SDK and `osb` (opensandbox-cli 1.1.1, argv
+    included) work through it, and the sandbox's end is execd's. The sandbox
+    is an open one: the CLI has no way to send an execd token."""
     from opensandbox.models.execd_sync import ExecutionHandlersSync  # noqa: F401
     _, SandboxSync = sdk()
     kill_tok_sandbox()
@@ -475,9 +477,7 @@ def test_execd_run_as_init(dockerd, execd_server_image, base_image, tmp_path_fac
     srv = Server(dockerd, execd_server_image, tmp_path_factory.mktemp("server-init"),
                  runtime_extra="execd_run_as_init = true")
     try:
-        token = secrets.token_hex(16)
-        sb = SandboxSync.create(SANDBOX_IMAGE, env={"EXECD_ACCESS_TOKEN": token},
-                                connection_config=srv.config(token),
+        sb = SandboxSync.create(SANDBOX_IMAGE, connection_config=srv.config(None),
                                 ready_timeout=timedelta(seconds=60), timeout=timedelta(minutes=5))
         try:
             ex = sb.commands.run("tr '\\0' ' ' < /proc/1/cmdline; echo; echo \"init=$EXECD_INIT\"")
@@ -490,6 +490,22 @@ def test_execd_run_as_init(dockerd, execd_server_image, base_image, tmp_path_fac
             name = container_of(dockerd, sb.id)
             logs = container_logs(dockerd, name)
             assert "entrypoint started" in logs, logs[-2000:]
+            osb = Path(sys.executable).parent / "osb"
+            if not osb.exists():
+                unavailable(f"{osb} not found (pip install opensandbox-cli)")
+            home = tmp_path_factory.mktemp("osb-home")
+
+            def cli(*args):
+                r = subprocess.run([str(osb), "--domain", f"127.0.0.1:{srv.port}", "--api-key", srv.api_key,
+                                    "--protocol", "http", "--no-color", *args],
+                                   env=dict(os.environ, HOME=str(home)), capture_output=True, text=True, timeout=120)
+                assert r.returncode == 0, (args, r.stdout, r.stderr)
+                return r.stdout
+            assert "a b|$HOME|''|" in cli("command", "run", "-o", "raw", "--argv", sb.id, "--",
+                                          "printf", "%s|", "a b", "$HOME", "''")
+            assert "shell-$((6*7))" not in cli("command", "run", "-o", "raw", sb.id, "--", "echo", "shell-$((6*7))")
+            cli("file", "write", sb.id, "/tmp/from-cli.txt", "-c", "written by osb")
+            assert "written by osb" in cli("file", "cat", sb.id, "/tmp/from-cli.txt")
         finally:
             sb.kill()
         deadline = time.monotonic() + 30
