@@ -18,44 +18,15 @@
 #include "protocol/errors.h"
 #include "protocol/jupyter.h"
 
-#ifdef EXECD_WITH_CODE
-#include <zmq.h>
-
 #include "execd/kernel_channels.h"
 #include "pty/command.h"
 #include "pty/kernel.h"
-#endif
 
 namespace execd::api {
 
 namespace codes = protocol::codes;
 namespace jp = protocol::jupyter;
 using json = nlohmann::json;
-
-#ifndef EXECD_WITH_CODE
-
-class CodeRegistryImpl {};
-CodeRegistry::CodeRegistry(const Context&, pty::Runtime&, exec::Registry&) {}
-CodeRegistry::~CodeRegistry() = default;
-void CodeRegistry::shutdown_all() {}
-void CodeRegistry::kill_all() {}
-size_t CodeRegistry::kernels_alive() const { return 0; }
-void CodeRegistry::close() {}
-
-void add_code_routes(RouteTable& routes, CodeRegistry&, CommandService&, SessionRegistry&) {
-  auto unavailable = [](http::Exchange& ex) {
-    ex.respond_error(501, "NOT_IMPLEMENTED", "code interpreting is not built into this execd (static build without libzmq)");
-  };
-  routes.add("POST", "/code", unavailable);
-  routes.add("DELETE", "/code", unavailable);
-  routes.add("POST", "/code/context", unavailable);
-  routes.add("GET", "/code/contexts", unavailable);
-  routes.add("DELETE", "/code/contexts", unavailable);
-  routes.add("GET", "/code/contexts/:id", unavailable);
-  routes.add("DELETE", "/code/contexts/:id", unavailable);
-}
-
-#else
 
 namespace {
 
@@ -93,9 +64,9 @@ class CodeContext;
 struct ReadyWaiter : Awaitable {};
 
 // One run of code in a context: the runner of a /code execution. Kernel
-// output is not pausable (iopub is PUB/SUB: ZeroMQ would drop what execd
-// stopped reading); a client that falls behind catches up from the
-// execution's retained log instead (--code-spill-limit bytes of it).
+// output is not pausable (iopub is PUB/SUB: the kernel drops what its queue
+// cannot hold once execd stops reading); a client that falls behind catches
+// up from the execution's retained log instead (--code-spill-limit bytes of it).
 class CodeRun final : public exec::Runner {
  public:
   CodeRun(exec::RunSink& s, std::string c) : sink(s), code(std::move(c)) {}
@@ -131,7 +102,6 @@ class CodeRegistryImpl {
   pty::Runtime& runtime;
   exec::Registry& executions;
   const uint64_t heartbeat_timeout_ms;
-  void* zmq = nullptr;
   std::map<std::string, std::unique_ptr<CodeContext>> contexts;
   std::map<std::string, std::string> defaults;  // kernel name -> context id
   std::vector<std::unique_ptr<CodeContext>> dying;
@@ -150,11 +120,8 @@ class CodeRegistryImpl {
     for (const auto& k : specs) s += (s.empty() ? "" : ", ") + k.name;
     return s.empty() ? "none" : s;
   }
-  void* zmq_ctx() {
-    if (!zmq) zmq = zmq_ctx_new();
-    return zmq;
-  }
-  // A kernel holds its process, five sockets and what ZeroMQ opens for them.
+  // A kernel holds its process (a pidfd and its output pipes) and five
+  // sockets; kept as before, with room to spare.
   static constexpr size_t kKernelDescriptors = 24;
   bool admit_context(http::Exchange& ex) {
     return admit(ex, contexts.size() + dying.size(), ctx.config.max_code_contexts, "code contexts",
@@ -311,6 +278,22 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   // KernelChannelHandler
   void on_heartbeat() override { last_heartbeat_ = uv_now(reg_.ctx.loop); }
 
+  void on_kernel_messages_dropped(KernelChannel ch, uint64_t count, uint64_t bytes) override {
+    if (!run_ || ch != KernelChannel::iopub) return;
+    std::string note = "execd: the kernel sent " + std::to_string(count) + " message(s) larger than " +
+                       "--max-kernel-message (" + std::to_string(reg_.ctx.config.max_kernel_message_bytes) +
+                       " bytes), " + std::to_string(bytes) + " bytes in all; skipped\n";
+    run_->sink.output(exec::kStderr, reinterpret_cast<const uint8_t*>(note.data()), note.size());
+  }
+
+  // Garbage from a kernel leaves nothing to trust on that channel: the
+  // kernel is ended and the run reports why, as for any kernel that died.
+  void on_channel_failed(KernelChannel ch, const std::string& why) override {
+    if (death_reason_.empty())
+      death_reason_ = std::string("the kernel broke the wire protocol on its ") + channel_name(ch) + " channel: " + why;
+    kill();
+  }
+
   bool on_kernel_message(KernelChannel ch, const jp::WireView& m) override {
     auto env = jp::read_envelope(m);
     if (!env) return true;
@@ -378,7 +361,8 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     }
     spdlog::info("code context {}: kernel {} started, pid {}", id_, spec_.name, cmd_->pid());
     session_ = random_uuid();
-    channels_ = KernelChannels::connect(reg_.ctx.loop, reg_.zmq_ctx(), conn, *this, error);
+    channels_ = KernelChannels::connect(reg_.ctx.loop, conn, *this,
+                                        static_cast<uint64_t>(reg_.ctx.config.max_kernel_message_bytes), error);
     if (!channels_) {
       death_reason_ = "cannot connect to the kernel: " + error;
       cmd_->signal_group(SIGKILL);
@@ -509,7 +493,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   }
 
   // A print larger than a piece: its text is unescaped and handed on a
-  // piece at a time, straight from ZeroMQ's frame; when the run's log is
+  // piece at a time, straight from the received frame; when the run's log is
   // behind the disk, the rest waits (the socket is not read meanwhile) so
   // that one message never holds more than a piece and the log's budget.
   bool stream_in_pieces(std::string_view content) {
@@ -719,8 +703,6 @@ void CodeRegistry::close() {
   for (auto& [id, c] : impl_->contexts) c.release()->destroy();
   impl_->contexts.clear();
   impl_->defaults.clear();
-  if (impl_->zmq) zmq_ctx_term(impl_->zmq);
-  impl_->zmq = nullptr;
 }
 
 // ---------------------------------------------------------------------------
@@ -866,7 +848,5 @@ void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& com
     ex.respond_empty(200);
   });
 }
-
-#endif
 
 }  // namespace execd::api

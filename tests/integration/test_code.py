@@ -696,7 +696,7 @@ def test_one_large_print_costs_about_its_size_and_the_memory_goes_back(tmp_path_
         assert got == size
         peak = vm_hwm_kib(ex.pid) - base_hwm
         print(f"one {size >> 20} MiB print: execd peak RSS +{peak >> 10} MiB")
-        # ZeroMQ's copy of the message, plus pieces: well under twice the print.
+        # The message held whole to verify it, plus pieces: well under twice the print.
         assert peak < (4 if SANITIZED else 2) * (size >> 10), peak
         wait_until(lambda: vm_rss_kib(ex.pid) - base_rss < 48 << 10, 10 * SLOW, 0.2,
                    "execd to give the print's memory back")

@@ -1,5 +1,5 @@
 """/code and a client that reads slowly: kernel output (iopub, which execd
-must keep reading or ZeroMQ drops it) goes to the run's retained log on
+must keep reading or the kernel drops it) goes to the run's retained log on
 disk, not memory, and a client that is behind catches up from there.
 
 * a client that stalls while the kernel prints 200 MB gets every byte
@@ -155,7 +155,8 @@ def test_stalled_reader_gets_200_mb_exactly_with_bounded_rss(big, tmp_path):
     done = tmp_path / "done"
     # At most ~50 MB/s: the bound is on what the slow client costs. A kernel
     # that outprints execd itself (a loaded machine, a sanitized build) leaves
-    # the difference in ZeroMQ's receive queue; that is not this test's subject.
+    # the difference in execd's read-ahead (4 MiB of messages per channel) and
+    # the socket buffers; that is not this test's subject.
     c, r = open_code(big, {"code": printing_code(mib, done, pace=0.02), "context": {"id": ctx}}, exact=True,
                      timeout=300)
     reader = NdjsonReader(r)
