@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -397,6 +398,12 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
 
   void tick() {
     uint64_t now = uv_now(reg_.ctx.loop);
+    // Time the loop itself was held up (a large kernel message verified in
+    // one go, a loaded machine) does not count against the kernel: its
+    // heartbeat reply may be sitting unread in the socket meanwhile.
+    if (last_tick_ && now - last_tick_ > 2 * kTickMs)
+      last_heartbeat_ = std::min(now, last_heartbeat_ + (now - last_tick_ - kTickMs));
+    last_tick_ = now;
     switch (state_) {
       case State::starting:
         if (now - started_ > kStartTimeoutMs) {
@@ -619,6 +626,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   std::string session_, conn_file_, stderr_tail_, death_reason_;
   uv_timer_t timer_;
   uint64_t started_ = 0, last_info_sent_ = 0, last_heartbeat_ = 0, last_ping_ = 0, stop_started_ = 0;
+  uint64_t last_tick_ = 0;
   bool shell_ready_ = false, iopub_seen_ = false, term_sent_ = false, ever_ready_ = false;
   Link<CodeRun> run_;
   std::vector<std::unique_ptr<ReadyWaiter>> waiters_;
