@@ -84,7 +84,7 @@ bench: build static venv
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/python tests/bench/bench_pty.py
 	$(VENV)/bin/python tests/bench/bench_resume.py --execd $(BUILD)/execd --client $(BUILD)/stream_client
 	$(VENV)/bin/python tests/bench/bench_proxy.py --execd $(BUILD)/execd
-	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd
+	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd --static $(BUILD)/execd-static
 	$(VENV)/bin/python tests/bench/bench_fair.py --execd $(BUILD)/execd
 
 # make test-vm: execd as PID 1 of a QEMU micro-VM (tests/vm). QEMU without
