@@ -39,6 +39,8 @@ const char* const kUsage =
     "  --log-limit BYTES               retained output per command (default 67108864)\n"
     "  --code-spill-limit BYTES        /code output kept on disk for a slow client before its stream\n"
     "                                  ends with OutputOverflow (default 1073741824; 0 = none)\n"
+    "  --max-kernel-message BYTES      largest message taken from a kernel; a larger one is skipped\n"
+    "                                  and the run told so on stderr (default 1073741824)\n"
     "  --max-body BYTES                largest JSON request body (default 8388608)\n"
     "  --pty-replay-bytes BYTES        replay buffer per PTY session (default 1048576)\n"
     "  --kill-grace D                  TERM to KILL delay on timeout/interrupt (default 2s)\n"
@@ -337,6 +339,11 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       int64_t n;
       if (!need_value() || !parse_int(value, 0, int64_t(1) << 50, n)) return "--code-spill-limit needs a byte count";
       cfg.code_spill_limit_bytes = n;
+    } else if (name == "max-kernel-message") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 4096, int64_t(1) << 40, n))
+        return "--max-kernel-message needs a byte count >= 4096";
+      cfg.max_kernel_message_bytes = n;
     } else if (name == "log-limit" || name == "max-body") {
       int64_t n;
       if (!need_value() || !parse_int(value, 0, int64_t(1) << 50, n)) return "--" + name + " needs a byte count";

@@ -31,6 +31,7 @@ struct Config {
   int64_t retention_ms = 15 * 60 * 1000;  // finished command records and output
   int64_t log_limit_bytes = 64ll << 20;   // retained output per command
   int64_t code_spill_limit_bytes = 1ll << 30;  // /code output a slow client may lag behind by
+  int64_t max_kernel_message_bytes = 1ll << 30;  // one message from a kernel, held whole to verify it
   int64_t max_body_bytes = 8ll << 20;     // buffered JSON bodies
   int64_t kill_grace_ms = 2000;           // TERM → KILL on timeout/interrupt
   int64_t idle_timeout_ms = 120 * 1000;   // silent client with no response in progress

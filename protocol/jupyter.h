@@ -3,7 +3,7 @@
 // delimiter, the HMAC-SHA256 signature, header / parent_header / metadata /
 // content, buffers), the header and request shapes execd sends, and the
 // fields it reads back from replies. Frames are plain strings so the same
-// code serves ZeroMQ, unit tests and a future fuzzer.
+// code serves the kernel channels, unit tests and the fuzzer.
 //
 // Also here: the /code request bodies and the stream events of a code
 // execution (`result`, `execution_count`, `error`, `execution_complete`),

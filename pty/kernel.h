@@ -2,7 +2,7 @@
 // speaking to it: finding installed kernelspecs, choosing one for a language,
 // the connection file (loopback TCP ports, the signing key), and the spawn
 // options built from kernel.json's argv and env. The process itself runs as a
-// pty::Command (own process group, reaped by execd's Reaper); the ZeroMQ
+// pty::Command (own process group, reaped by execd's Reaper); the ZMTP
 // channels to it live in execd/kernel_channels.
 //
 // Kernelspecs are searched, first hit per name wins, in: every entry of

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,13 +19,9 @@
 #include "protocol/errors.h"
 #include "protocol/jupyter.h"
 
-#ifdef EXECD_WITH_CODE
-#include <zmq.h>
-
 #include "execd/kernel_channels.h"
 #include "pty/command.h"
 #include "pty/kernel.h"
-#endif
 
 namespace execd::api {
 
@@ -32,38 +29,12 @@ namespace codes = protocol::codes;
 namespace jp = protocol::jupyter;
 using json = nlohmann::json;
 
-#ifndef EXECD_WITH_CODE
-
-class CodeRegistryImpl {};
-CodeRegistry::CodeRegistry(const Context&, pty::Runtime&, exec::Registry&) {}
-CodeRegistry::~CodeRegistry() = default;
-void CodeRegistry::shutdown_all() {}
-void CodeRegistry::kill_all() {}
-size_t CodeRegistry::kernels_alive() const { return 0; }
-void CodeRegistry::close() {}
-
-void add_code_routes(RouteTable& routes, CodeRegistry&, CommandService&, SessionRegistry&) {
-  auto unavailable = [](http::Exchange& ex) {
-    ex.respond_error(501, "NOT_IMPLEMENTED", "code interpreting is not built into this execd (static build without libzmq)");
-  };
-  routes.add("POST", "/code", unavailable);
-  routes.add("DELETE", "/code", unavailable);
-  routes.add("POST", "/code/context", unavailable);
-  routes.add("GET", "/code/contexts", unavailable);
-  routes.add("DELETE", "/code/contexts", unavailable);
-  routes.add("GET", "/code/contexts/:id", unavailable);
-  routes.add("DELETE", "/code/contexts/:id", unavailable);
-}
-
-#else
-
 namespace {
 
 constexpr uint64_t kTickMs = 100;
 constexpr uint64_t kStartTimeoutMs = 30000;
 constexpr uint64_t kKernelInfoRetryMs = 500;
 constexpr uint64_t kHeartbeatIntervalMs = 1000;
-constexpr uint64_t kLoopStallMs = 1000;  // a tick this late: execd itself was busy
 constexpr uint64_t kShutdownGraceMs = 2000;
 constexpr uint64_t kSigintRepeatMs = 500;
 // The kernel sends its execute reply on shell before it publishes idle on
@@ -94,9 +65,9 @@ class CodeContext;
 struct ReadyWaiter : Awaitable {};
 
 // One run of code in a context: the runner of a /code execution. Kernel
-// output is not pausable (iopub is PUB/SUB: ZeroMQ would drop what execd
-// stopped reading); a client that falls behind catches up from the
-// execution's retained log instead (--code-spill-limit bytes of it).
+// output is not pausable (iopub is PUB/SUB: the kernel drops what its queue
+// cannot hold once execd stops reading); a client that falls behind catches
+// up from the execution's retained log instead (--code-spill-limit bytes of it).
 class CodeRun final : public exec::Runner {
  public:
   CodeRun(exec::RunSink& s, std::string c) : sink(s), code(std::move(c)) {}
@@ -132,7 +103,6 @@ class CodeRegistryImpl {
   pty::Runtime& runtime;
   exec::Registry& executions;
   const uint64_t heartbeat_timeout_ms;
-  void* zmq = nullptr;
   std::map<std::string, std::unique_ptr<CodeContext>> contexts;
   std::map<std::string, std::string> defaults;  // kernel name -> context id
   std::vector<std::unique_ptr<CodeContext>> dying;
@@ -151,11 +121,8 @@ class CodeRegistryImpl {
     for (const auto& k : specs) s += (s.empty() ? "" : ", ") + k.name;
     return s.empty() ? "none" : s;
   }
-  void* zmq_ctx() {
-    if (!zmq) zmq = zmq_ctx_new();
-    return zmq;
-  }
-  // A kernel holds its process, five sockets and what ZeroMQ opens for them.
+  // A kernel holds its process (a pidfd and its output pipes) and five
+  // sockets; kept as before, with room to spare.
   static constexpr size_t kKernelDescriptors = 24;
   bool admit_context(http::Exchange& ex) {
     return admit(ex, contexts.size() + dying.size(), ctx.config.max_code_contexts, "code contexts",
@@ -312,6 +279,22 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   // KernelChannelHandler
   void on_heartbeat() override { last_heartbeat_ = uv_now(reg_.ctx.loop); }
 
+  void on_kernel_messages_dropped(KernelChannel ch, uint64_t count, uint64_t bytes) override {
+    if (!run_ || ch != KernelChannel::iopub) return;
+    std::string note = "execd: the kernel sent " + std::to_string(count) + " message(s) larger than " +
+                       "--max-kernel-message (" + std::to_string(reg_.ctx.config.max_kernel_message_bytes) +
+                       " bytes), " + std::to_string(bytes) + " bytes in all; skipped\n";
+    run_->sink.output(exec::kStderr, reinterpret_cast<const uint8_t*>(note.data()), note.size());
+  }
+
+  // Garbage from a kernel leaves nothing to trust on that channel: the
+  // kernel is ended and the run reports why, as for any kernel that died.
+  void on_channel_failed(KernelChannel ch, const std::string& why) override {
+    if (death_reason_.empty())
+      death_reason_ = std::string("the kernel broke the wire protocol on its ") + channel_name(ch) + " channel: " + why;
+    kill();
+  }
+
   bool on_kernel_message(KernelChannel ch, const jp::WireView& m) override {
     auto env = jp::read_envelope(m);
     if (!env) return true;
@@ -379,7 +362,8 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     }
     spdlog::info("code context {}: kernel {} started, pid {}", id_, spec_.name, cmd_->pid());
     session_ = random_uuid();
-    channels_ = KernelChannels::connect(reg_.ctx.loop, reg_.zmq_ctx(), conn, *this, error);
+    channels_ = KernelChannels::connect(reg_.ctx.loop, conn, *this,
+                                        static_cast<uint64_t>(reg_.ctx.config.max_kernel_message_bytes), error);
     if (!channels_) {
       death_reason_ = "cannot connect to the kernel: " + error;
       cmd_->signal_group(SIGKILL);
@@ -414,10 +398,11 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
 
   void tick() {
     uint64_t now = uv_now(reg_.ctx.loop);
-    // A stall of execd's own loop (a huge message being cut up on a loaded
-    // machine) is not the kernel's silence: its answers may be waiting
-    // unread. The heartbeat window starts again after one.
-    if (last_tick_ && now - last_tick_ > kLoopStallMs) last_heartbeat_ = std::max(last_heartbeat_, now);
+    // Time the loop itself was held up (a large kernel message verified in
+    // one go, a loaded machine) does not count against the kernel: its
+    // heartbeat reply may be sitting unread in the socket meanwhile.
+    if (last_tick_ && now - last_tick_ > 2 * kTickMs)
+      last_heartbeat_ = std::min(now, last_heartbeat_ + (now - last_tick_ - kTickMs));
     last_tick_ = now;
     switch (state_) {
       case State::starting:
@@ -515,7 +500,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   }
 
   // A print larger than a piece: its text is unescaped and handed on a
-  // piece at a time, straight from ZeroMQ's frame; when the run's log is
+  // piece at a time, straight from the received frame; when the run's log is
   // behind the disk, the rest waits (the socket is not read meanwhile) so
   // that one message never holds more than a piece and the log's budget.
   bool stream_in_pieces(std::string_view content) {
@@ -640,7 +625,8 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   KernelChannels* channels_ = nullptr;
   std::string session_, conn_file_, stderr_tail_, death_reason_;
   uv_timer_t timer_;
-  uint64_t started_ = 0, last_info_sent_ = 0, last_heartbeat_ = 0, last_ping_ = 0, stop_started_ = 0, last_tick_ = 0;
+  uint64_t started_ = 0, last_info_sent_ = 0, last_heartbeat_ = 0, last_ping_ = 0, stop_started_ = 0;
+  uint64_t last_tick_ = 0;
   bool shell_ready_ = false, iopub_seen_ = false, term_sent_ = false, ever_ready_ = false;
   Link<CodeRun> run_;
   std::vector<std::unique_ptr<ReadyWaiter>> waiters_;
@@ -725,8 +711,6 @@ void CodeRegistry::close() {
   for (auto& [id, c] : impl_->contexts) c.release()->destroy();
   impl_->contexts.clear();
   impl_->defaults.clear();
-  if (impl_->zmq) zmq_ctx_term(impl_->zmq);
-  impl_->zmq = nullptr;
 }
 
 // ---------------------------------------------------------------------------
@@ -872,7 +856,5 @@ void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& com
     ex.respond_empty(200);
   });
 }
-
-#endif
 
 }  // namespace execd::api

@@ -1,17 +1,15 @@
 // execd/api/code: code interpreting. A code context is one Jupyter kernel
-// (started from an installed kernelspec, spoken to over ZeroMQ through
+// (started from an installed kernelspec, spoken to over ZMTP through
 // execd/kernel_channels) with its working directory; /code runs code in one.
 // Each run is an execution (execd/exec) whose runner speaks to the kernel,
 // so both framings behave as /command does, and a run has an id (the
 // EXECD-RUN-ID header), a status, retained output, resume, a record and a
-// journal entry like any command. The registry owns every context, the
-// default context per kernelspec, and the ZeroMQ context.
+// journal entry like any command. The registry owns every context and the
+// default context per kernelspec.
 //
 // One execution per context at a time: a second one gets 409 CONTEXT_BUSY at
 // once (a kernel runs requests serially anyway; a hidden queue would make a
 // client's timeout count someone else's code and hide a stuck context).
-//
-// Built without libzmq (the static build), every /code route answers 501.
 #pragma once
 
 #include <cstddef>

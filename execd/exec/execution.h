@@ -83,8 +83,8 @@ class RunSink {
 class Runner {
  public:
   virtual ~Runner() = default;
-  // A process writing to a pipe can be paused; a kernel's iopub cannot (not
-  // reading it would make ZeroMQ drop messages).
+  // A process writing to a pipe can be paused; a kernel's iopub cannot (a
+  // kernel drops what its publishing queue cannot hold).
   virtual bool pausable() const = 0;
   virtual void set_paused(bool paused) {}
   // DELETE: stops the run, or what it left running. False if nothing runs.

@@ -515,3 +515,58 @@ def test_execd_run_as_init_and_the_cli(dockerd, execd_server_image, base_image, 
     finally:
         srv.stop()
         wait_port_free(timeout=15)
+
+
+# ---------------------------------------------------------------------------
+# /code under the server: the code-interpreter image as the sandbox image, the
+# server's injected execd (execd_image, the static binary) serving it
+# ---------------------------------------------------------------------------
+
+CODE_IMAGE = "execd-test-code-interpreter:latest"   # as in test_code_image.py
+
+
+@pytest.fixture(scope="module")
+def code_sandbox_image(dockerd, base_image):
+    t0 = time.monotonic()
+    build_execd_target(dockerd, ROOT, CODE_IMAGE, target="code-interpreter")
+    TIMINGS["build code-interpreter"] = time.monotonic() - t0
+    return CODE_IMAGE
+
+
+def test_code_interpreter_sdk_through_the_injected_static_execd(server, dockerd, code_sandbox_image):
+    """`opensandbox-code-interpreter` 1.1.1 on a sandbox the server starts: the
+    kernels come from the image, execd is the one copied out of execd_image
+    (static), and CodeInterpreter.create's strict health check (a TCP probe of
+    ${JUPYTER_PORT}, which the image points at execd) passes."""
+    if importlib.util.find_spec("code_interpreter") is None:
+        unavailable("Python package opensandbox-code-interpreter not installed")
+    from code_interpreter.sync.code_interpreter import CodeInterpreterSync
+    _, SandboxSync = sdk()
+    kill_tok_sandbox()
+    wait_port_free()
+    token = secrets.token_hex(16)
+    t0 = time.monotonic()
+    sb = SandboxSync.create(code_sandbox_image, env={"EXECD_ACCESS_TOKEN": token},
+                            connection_config=server.config(token),
+                            ready_timeout=timedelta(seconds=60), timeout=timedelta(minutes=10))
+    try:
+        # The execd that runs commands (their parent) maps no shared libc: the
+        # static build, as the server injected it.
+        ps = sb.commands.run("readlink /proc/$PPID/exe; grep -c 'libc[.-]' /proc/$PPID/maps")
+        assert stdout_of(ps).split("\n")[1] == "0", stdout_of(ps)
+        ci = CodeInterpreterSync.create(sb, ready_timeout=timedelta(seconds=60))
+        ctx = ci.codes.create_context("python")
+        ci.codes.run("x = 20", context=ctx)
+        e = ci.codes.run("print('hi')\nx * 2 + 2", context=ctx)
+        TIMINGS["code sandbox: create -> first result"] = time.monotonic() - t0
+        assert e.error is None, e.error
+        assert [m.text for m in e.logs.stdout] == ["hi\n"]
+        assert [r.text for r in e.result] == ["42"]
+        bad = ci.codes.run("1/0", context=ctx)
+        assert bad.error is not None and bad.error.name == "ZeroDivisionError"
+        bash = ci.codes.run("echo from-bash", language="bash")
+        assert [m.text for m in bash.logs.stdout] == ["from-bash\n"], bash
+        NOTES.append(f"code sandbox under the server: create -> first 42 "
+                     f"{TIMINGS['code sandbox: create -> first result']:.2f}s (execd {stdout_of(ps).split()[0]})")
+    finally:
+        sb.kill()
