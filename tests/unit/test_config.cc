@@ -273,7 +273,8 @@ TEST_CASE("config: unknown flags and bad syntax fail with one line") {
   CHECK(parse({"positional"}).error == "unexpected argument: positional");
   CHECK(parse({"-"}).error == "unexpected argument: -");
   CHECK(parse({"--insecure-no-auth", "--"}).error.empty());  // "--" ends the flags
-  CHECK(parse({"--insecure-no-auth", "--", "x"}).error == "unexpected argument: x");
+  CHECK(parse({"--insecure-no-auth", "--", "x"}).error ==
+        "unexpected argument: x (an entrypoint after -- needs --init)");
   for (const auto& err : {parse({"--no-such-flag"}).error, parse({"--port=x"}).error})
     CHECK(err.find('\n') == std::string::npos);
 }
@@ -354,4 +355,23 @@ TEST_CASE("config: --vsock-port and --no-tcp") {
   CHECK(parse({"--insecure-no-auth", "--vsock-port=1024", "--no-tcp=false"}).cfg.tcp);
   CHECK(parse({"--insecure-no-auth", "--no-tcp"}).error == "--no-tcp needs --vsock-port (execd would listen nowhere)");
   CHECK_FALSE(parse({"--insecure-no-auth", "--vsock-port=1", "--no-tcp=maybe"}).error.empty());
+}
+
+TEST_CASE("config: --init with an entrypoint, EXECD_INIT, --runtime-init") {
+  Parsed p = parse({"--insecure-no-auth", "--init", "--", "sh", "-c", "echo --port 1"});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.init_mode);
+  CHECK(p.cfg.entrypoint == std::vector<std::string>{"sh", "-c", "echo --port 1"});  // flags end at --
+  CHECK(p.cfg.port == 44772);
+  p = parse({"--insecure-no-auth", "--", "server"}, {{"EXECD_INIT", "1"}});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.init_mode);
+  CHECK(p.cfg.entrypoint.size() == 1);
+  p = parse({"--insecure-no-auth"}, {{"EXECD_INIT", "false"}});
+  CHECK(!p.cfg.init_mode);
+  // A warm execd may start without a token (POST /init brings its hash).
+  p = parse({"--runtime-init"});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.runtime_init);
+  CHECK(!parse({}).error.empty());
 }
