@@ -18,6 +18,10 @@ void RouteTable::add_open(std::string method, std::string pattern, Handler h) {
   router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, true});
 }
 
+void RouteTable::add_open_streaming(std::string method, std::string pattern, Handler head, Handler h) {
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), true});
+}
+
 void RouteTable::add_streaming(std::string method, std::string pattern, Handler head, Handler h) {
   router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), false});
 }
@@ -28,8 +32,9 @@ void RouteTable::add_prefix_streaming(std::string prefix, Handler head, Handler 
 
 bool RouteTable::authorized(const http::Exchange& ex) const {
   if (token_.empty()) return true;  // --insecure-no-auth
-  const std::string* given = ex.header("x-execd-access-token");
-  return given && protocol::token_equal(token_, *given);
+  for (const auto& name : token_headers_)
+    if (const std::string* given = ex.header(name); given && protocol::token_equal(token_, *given)) return true;
+  return false;
 }
 
 void RouteTable::route(http::Exchange& ex) const {
@@ -51,6 +56,7 @@ void RouteTable::route(http::Exchange& ex) const {
     // a client without the token costs nothing beyond its request head, on
     // every route (prefix routes too: the proxy once buffered whole bodies
     // before its 401). Without the token nobody learns which routes exist.
+    if (unauthorized_) return unauthorized_(ex);
     ex.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
     return;
   }
