@@ -108,6 +108,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     api::add_envd_process_routes(envd_routes_, envd_processes_);
     api::add_envd_filesystem_routes(envd_routes_, envd_fs_);
     api::add_envd_file_routes(envd_routes_, files_, metrics_);
+    api::add_e2b_code_routes(envd_routes_, code_);
   }
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {

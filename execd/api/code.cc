@@ -14,7 +14,9 @@
 #include "execd/api/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/exec/reader.h"
+#include "protocol/e2b_code.h"
 #include "protocol/errors.h"
+#include "protocol/json_text.h"
 #include "protocol/jupyter.h"
 
 #ifdef EXECD_WITH_CODE
@@ -52,6 +54,17 @@ void add_code_routes(RouteTable& routes, CodeRegistry&, CommandService&, Session
   routes.add("DELETE", "/code/contexts", unavailable);
   routes.add("GET", "/code/contexts/:id", unavailable);
   routes.add("DELETE", "/code/contexts/:id", unavailable);
+}
+
+void add_e2b_code_routes(RouteTable& routes, CodeRegistry&) {
+  auto unavailable = [](http::Exchange& ex) {
+    ex.respond(501, "text/plain", "code interpreting is not built into this execd (static build without libzmq)");
+  };
+  routes.add("POST", "/execute", unavailable);
+  routes.add("POST", "/contexts", unavailable);
+  routes.add("GET", "/contexts", unavailable);
+  routes.add("DELETE", "/contexts/:id", unavailable);
+  routes.add("POST", "/contexts/:id/restart", unavailable);
 }
 
 #else
@@ -244,6 +257,24 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     if (cmd_) cmd_->signal_group(SIGKILL);
   }
 
+  // E2B's restart: a fresh kernel in the same context (state is lost);
+  // `ex` is answered once it is ready. A run in progress ends with an error.
+  void restart(http::Exchange& ex) {
+    if (run_) {
+      run_->sink.event(jp::error_event("ContextRestarting", "the context was restarted", {}, unix_ms()));
+      finish_run("aborted");
+    }
+    wait_ready(ex);
+    if (!cmd_) {
+      if (state_ == State::stopped) start();
+      return;
+    }
+    if (state_ == State::stopping) return;  // being deleted: the waiter hears so
+    restart_pending_ = true;
+    death_reason_ = "restarted";
+    cmd_->signal_group(SIGKILL);
+  }
+
   // Frees the context once its timer has closed.
   void destroy() {
     if (channels_) channels_->close();
@@ -277,6 +308,10 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     if (was == State::stopping) {
       reg_.forget(this);
       return;
+    }
+    if (restart_pending_) {
+      restart_pending_ = false;
+      return start();
     }
     std::string detail = reason;
     std::string tail = stderr_tail();
@@ -576,6 +611,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   pty::KernelConnection conn_;
   std::string cwd_;
   State state_ = State::stopped;
+  bool restart_pending_ = false;
   pty::Command* cmd_ = nullptr;
   KernelChannels* channels_ = nullptr;
   std::string session_, conn_file_, stderr_tail_, death_reason_;
@@ -688,6 +724,10 @@ bool prepare_cwd(const std::string& cwd, std::string& error) {
 }
 
 void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
+  if (reg.contexts.size() >= static_cast<size_t>(reg.ctx.config.max_code_contexts))
+    return ex.respond_error(429, "TOO_MANY_CONTEXTS",
+                            "too many code contexts: " + std::to_string(reg.ctx.config.max_code_contexts) +
+                                " exist (--max-code-contexts); delete one first");
   auto decoded = jp::decode_create_context(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody,
@@ -708,6 +748,56 @@ void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
   c.ensure_started();
 }
 
+// Too many contexts: refused before a kernel is started.
+bool at_context_limit(CodeRegistryImpl& reg) {
+  return reg.contexts.size() >= static_cast<size_t>(reg.ctx.config.max_code_contexts);
+}
+std::string context_limit_message(CodeRegistryImpl& reg) {
+  return "too many code contexts: " + std::to_string(reg.ctx.config.max_code_contexts) +
+         " exist (--max-code-contexts); delete one first";
+}
+
+// The default context of a language (made on first use), or null with
+// `error` set.
+CodeContext* default_context(CodeRegistryImpl& reg, const std::string& language, int& status, std::string& error) {
+  const pty::KernelSpec* spec = reg.spec_for(language);
+  if (!spec) {
+    status = 400;
+    error = "no kernelspec for language '" + language + "' (installed: " + reg.installed() + ")";
+    return nullptr;
+  }
+  auto d = reg.defaults.find(spec->name);
+  CodeContext* c = d == reg.defaults.end() ? nullptr : reg.find(d->second);
+  if (c) return c;
+  if (at_context_limit(reg)) {
+    status = 429;
+    error = context_limit_message(reg);
+    return nullptr;
+  }
+  c = &reg.create(language, *spec, "");
+  reg.defaults[spec->name] = c->id();
+  return c;
+}
+
+// Starts `code` in `c` as an execution whose stream `format` writes.
+void start_code_run(CodeRegistryImpl& reg, http::Exchange& ex, CodeContext& c, std::string code,
+                    std::unique_ptr<exec::StreamFormat> format) {
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::code_run;
+  spec.content = code;
+  spec.owner = c.id();
+  spec.language = c.language();
+  spec.fingerprint = "code-run";
+  spec.cwd = c.cwd();
+  exec::Execution& e =
+      reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
+  auto run = std::make_unique<CodeRun>(e, std::move(code));
+  ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original, std::move(format), 0,
+                                                    0, std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
+  c.begin_run(*run);
+  e.start(std::move(run));
+}
+
 void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
   auto decoded = jp::decode_run_code(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
@@ -721,34 +811,120 @@ void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
     if (!c) return context_not_found(ex, req.context_id);
   } else {
     if (req.language.empty()) req.language = "python";
-    const pty::KernelSpec* spec = reg.spec_for(req.language);
-    if (!spec)
-      return ex.respond_error(400, codes::kInvalidRequestBody,
-                              "no kernelspec for language '" + req.language + "' (installed: " + reg.installed() + ")");
-    auto d = reg.defaults.find(spec->name);
-    c = d == reg.defaults.end() ? nullptr : reg.find(d->second);
-    if (!c) {
-      c = &reg.create(req.language, *spec, "");
-      reg.defaults[spec->name] = c->id();
-    }
+    int status = 0;
+    std::string error;
+    c = default_context(reg, req.language, status, error);
+    if (!c) return ex.respond_error(status, status == 429 ? "TOO_MANY_CONTEXTS" : codes::kInvalidRequestBody, error);
   }
   if (c->busy())
     return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::code_run;
-  spec.content = req.code;
-  spec.owner = c->id();
-  spec.language = c->language();
-  spec.fingerprint = "code-run";
-  spec.cwd = c->cwd();
-  exec::Execution& e =
-      reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
-  auto run = std::make_unique<CodeRun>(e, std::move(req.code));
-  ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original,
-                                                    framing_for(reg.ctx, ex), 0, 0,
-                                                    std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
-  c->begin_run(*run);
-  e.start(std::move(run));
+  start_code_run(reg, ex, *c, std::move(req.code), exec::envelope_format(framing_for(reg.ctx, ex), false));
+}
+
+// ---------------------------------------------------------------------------
+// E2B's code-interpreter API (e2b-code-interpreter): /execute, /contexts.
+
+namespace e2b = protocol::e2b_code;
+
+// A code run's stream as E2B's server writes it: NDJSON lines, kernel
+// output as text (a character split by a read of the retained log is held
+// back until it is whole), results and errors translated from the run's
+// stored events, end_of_execution last.
+class E2BCodeFormat final : public exec::StreamFormat {
+ public:
+  const char* content_type() const override { return "application/x-ndjson"; }
+  uint64_t ping_interval_ms() const override { return 10000; }
+  void begin(std::string&, std::string_view, int64_t) override {}
+  void ping(std::string& out, int64_t) override { e2b::append_keepalive_line(out); }
+  void gap(std::string&, protocol::OutputStream, uint64_t, uint64_t, int64_t) override {}
+  void output(std::string& out, protocol::OutputStream s, const uint8_t* data, size_t len, int64_t ts) override {
+    std::string& carry = carry_[static_cast<int>(s)];
+    carry.append(reinterpret_cast<const char*>(data), len);
+    size_t tail = protocol::utf8_incomplete_tail(reinterpret_cast<const uint8_t*>(carry.data()), carry.size());
+    if (tail == carry.size()) return;
+    e2b::append_stream_line(out, s == protocol::OutputStream::err, std::string_view(carry).substr(0, carry.size() - tail),
+                            ts * 1000000);
+    carry.erase(0, carry.size() - tail);
+  }
+  void flush(std::string& out, protocol::OutputStream s, int64_t ts) override {
+    std::string& carry = carry_[static_cast<int>(s)];
+    if (carry.empty()) return;
+    e2b::append_stream_line(out, s == protocol::OutputStream::err, carry, ts * 1000000);
+    carry.clear();
+  }
+  void terminal(std::string& out, const protocol::ExecutionResult& r, int64_t) override {
+    if (!r.start_error.empty()) e2b::append_error_line(out, "ExecutionError", r.start_error, "");
+    e2b::append_end_line(out);
+  }
+  void background_ack(std::string& out, int64_t) override { e2b::append_end_line(out); }
+  void overflow(std::string& out, std::string_view message, const protocol::ExecutionResult&, int64_t) override {
+    e2b::append_error_line(out, "OutputOverflow", message, "");
+    e2b::append_end_line(out);
+  }
+  void event(std::string& out, std::string_view json_object) override {
+    e2b::translate_event(out, json_object, main_pending_);
+  }
+
+ private:
+  std::string carry_[2];
+  bool main_pending_ = false;
+};
+
+std::string home_dir(const Context& ctx) {
+  const char* home = env_lookup(ctx.base_env, "HOME");
+  return home && *home ? home : "/";
+}
+
+void e2b_text(http::Exchange& ex, int status, const std::string& text) {
+  ex.respond(status, "text/plain; charset=utf-8", text);
+}
+
+void handle_e2b_execute(CodeRegistryImpl& reg, http::Exchange& ex) {
+  auto decoded = e2b::decode_execute(ex.request().body);
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) return e2b_text(ex, 422, err->message);
+  auto& req = std::get<e2b::ExecuteRequest>(decoded);
+  if (req.context_id && req.language) return e2b_text(ex, 400, "Only one of context_id or language can be provided");
+  if (!reg.executions.accepting()) return e2b_text(ex, 503, "execd is shutting down");
+  CodeContext* c = nullptr;
+  if (req.context_id) {
+    c = reg.find(*req.context_id);
+    if (!c) return e2b_text(ex, 404, "Context " + *req.context_id + " not found");
+  } else {
+    int status = 0;
+    std::string error;
+    c = default_context(reg, e2b::normalize_language(req.language.value_or("")), status, error);
+    if (!c) return e2b_text(ex, status == 429 ? 429 : 500, error);
+  }
+  if (c->busy()) return e2b_text(ex, 409, "context " + c->id() + " is already running code");
+  start_code_run(reg, ex, *c, std::move(req.code), std::make_unique<E2BCodeFormat>());
+}
+
+void handle_e2b_create(CodeRegistryImpl& reg, http::Exchange& ex) {
+  auto decoded = e2b::decode_create_context(ex.request().body);
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) return e2b_text(ex, 422, err->message);
+  auto& req = std::get<e2b::CreateContextRequest>(decoded);
+  if (!reg.executions.accepting()) return e2b_text(ex, 503, "execd is shutting down");
+  std::string language = e2b::normalize_language(req.language.value_or(""));
+  const pty::KernelSpec* spec = reg.spec_for(language);
+  if (!spec)
+    return e2b_text(ex, 500, "no kernelspec for language '" + language + "' (installed: " + reg.installed() + ")");
+  if (at_context_limit(reg)) return e2b_text(ex, 429, context_limit_message(reg));
+  std::string cwd = req.cwd && !req.cwd->empty() ? *req.cwd : home_dir(reg.ctx);
+  std::string error;
+  if (!prepare_cwd(cwd, error)) return e2b_text(ex, 500, error);
+  CodeContext& c = reg.create(language, *spec, cwd);
+  c.wait_ready(ex);
+  c.ensure_started();
+}
+
+void handle_e2b_list(CodeRegistryImpl& reg, http::Exchange& ex) {
+  std::string out = "[";
+  for (auto& [id, c] : reg.contexts) {
+    if (out.size() > 1) out += ',';
+    out += e2b::context_json(c->id(), c->language(), c->cwd().empty() ? home_dir(reg.ctx) : c->cwd());
+  }
+  out += ']';
+  ex.respond_json(200, out);
 }
 
 void handle_list(CodeRegistryImpl& reg, http::Exchange& ex) {
@@ -796,6 +972,25 @@ void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& com
     if (!reg.find(id)) return context_not_found(ex, id);
     reg.remove(id);
     ex.respond_empty(200);
+  });
+}
+
+void add_e2b_code_routes(RouteTable& routes, CodeRegistry& code) {
+  CodeRegistryImpl& reg = *code.impl();
+  routes.add("POST", "/execute", [&reg](http::Exchange& ex) { handle_e2b_execute(reg, ex); });
+  routes.add("POST", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_create(reg, ex); });
+  routes.add("GET", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_list(reg, ex); });
+  routes.add("DELETE", "/contexts/:id", [&reg](http::Exchange& ex) {
+    const std::string& id = ex.params.get("id");
+    if (!reg.find(id)) return e2b_text(ex, 404, "Context " + id + " not found");
+    reg.remove(id);
+    ex.respond_empty(204);
+  });
+  routes.add("POST", "/contexts/:id/restart", [&reg](http::Exchange& ex) {
+    const std::string& id = ex.params.get("id");
+    CodeContext* c = reg.find(id);
+    if (!c) return e2b_text(ex, 404, "Context " + id + " not found");
+    c->restart(ex);
   });
 }
 
