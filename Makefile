@@ -14,7 +14,7 @@ PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
                 libspdlog-dev libfmt-dev doctest-dev libssl-dev libzmq3-dev python3-venv curl procps clang
 
-.PHONY: all deps venv build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean
+.PHONY: all deps venv e2b-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean
 
 all: build
 
@@ -34,6 +34,18 @@ $(VENV)/.ready: tests/requirements.txt
 	touch $@
 
 venv: deps $(VENV)/.ready
+
+# E2B's JS SDK from npm for tests/integration/test_e2b_js.py, at the version
+# package-lock.json pins. The SDK wants Node >= 20.18; Debian 12's own nodejs
+# (installed when there is no npm at all) is 18, and the test says so.
+E2B_JS := tests/e2b_js
+$(E2B_JS)/node_modules/.ready: $(E2B_JS)/package.json $(E2B_JS)/package-lock.json
+	@command -v npm >/dev/null || { echo "installing nodejs and npm (Debian)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	npm ci --prefix $(E2B_JS) --no-audit --no-fund --loglevel=error
+	touch $@
+
+e2b-js: $(E2B_JS)/node_modules/.ready
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -66,7 +78,7 @@ unit: build build-asan
 	./$(BUILD)/unit_tests
 	ASAN_OPTIONS=detect_leaks=1 ./$(ASAN_BUILD)/unit_tests
 
-integration: build build-asan venv
+integration: build build-asan venv e2b-js
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/pytest -q tests/integration
 	EXECD_BIN=$(CURDIR)/$(ASAN_BUILD)/execd EXECD_SANITIZED=1 $(VENV)/bin/pytest -q tests/integration
 

@@ -41,8 +41,10 @@ constexpr size_t kStdinQueue = 256 << 10;             // input waiting for the p
 // end event and an end-of-stream message.
 class ProcessEventFormat final : public exec::StreamFormat {
  public:
-  ProcessEventFormat(uint32_t pid, bool pty, uint64_t keepalive_ms)
-      : pid_(pid), pty_(pty), keepalive_ms_(keepalive_ms ? keepalive_ms : kDefaultKeepaliveMs) {}
+  // `start`: the stream of the Start call itself, whose deadline
+  // (Connect-Timeout-Ms) was the process's timeout.
+  ProcessEventFormat(uint32_t pid, bool pty, uint64_t keepalive_ms, bool start)
+      : pid_(pid), pty_(pty), start_(start), keepalive_ms_(keepalive_ms ? keepalive_ms : kDefaultKeepaliveMs) {}
   void set_pid(uint32_t pid) { pid_ = pid; }
 
   const char* content_type() const override { return "application/connect+json"; }
@@ -65,6 +67,13 @@ class ProcessEventFormat final : public exec::StreamFormat {
   void terminal(std::string& out, const protocol::ExecutionResult& r, int64_t) override {
     if (!r.start_error.empty()) {
       cn::Error e{cn::Code::invalid_argument, "error starting process: " + r.start_error};
+      return cn::append_end_stream(out, &e, gaps_);
+    }
+    if (r.timed_out && start_) {
+      // The call's own deadline ended the process: the call failed with it,
+      // so the SDK raises its timeout whichever side noticed first.
+      cn::Error e{cn::Code::deadline_exceeded,
+                  "the process ran past the call's deadline (Connect-Timeout-Ms) and was stopped"};
       return cn::append_end_stream(out, &e, gaps_);
     }
     envd::EndEvent end;
@@ -94,7 +103,7 @@ class ProcessEventFormat final : public exec::StreamFormat {
   }
 
   uint32_t pid_;
-  bool pty_;
+  bool pty_, start_;
   uint64_t keepalive_ms_;
   cn::Metadata gaps_;
 };
@@ -168,7 +177,7 @@ void start_process(StartWork& w) {
   bool keep_stdin = w.start.pty || w.req.stdin_open.value_or(true);
   spec.stdin_open = keep_stdin;
   exec::Execution& e = svc.executions.create(std::move(spec));
-  auto format = std::make_unique<ProcessEventFormat>(0, w.start.pty, w.info.keepalive_ms);
+  auto format = std::make_unique<ProcessEventFormat>(0, w.start.pty, w.info.keepalive_ms, true);
   ProcessEventFormat* fmt = format.get();
   ex->attach(std::make_unique<exec::ExecutionReader>(*ex, e, exec::ExecutionReader::Role::original, std::move(format),
                                                      0, 0, std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
@@ -234,7 +243,7 @@ void handle_connect(EnvdProcesses& svc, http::Exchange& ex, std::string_view mes
   // From the first byte still kept: what was written while nobody was
   // attached arrives too (envd drops it).
   auto reader = std::make_unique<exec::ExecutionReader>(
-      ex, *e, exec::ExecutionReader::Role::resume, std::make_unique<ProcessEventFormat>(p->pid, p->pty, info.keepalive_ms),
+      ex, *e, exec::ExecutionReader::Role::resume, std::make_unique<ProcessEventFormat>(p->pid, p->pty, info.keepalive_ms, false),
       0, 0, std::vector<std::string>{"EXECD-RUN-ID: " + e->id()});
   exec::ExecutionReader& r = *reader;
   ex.attach(std::move(reader));
