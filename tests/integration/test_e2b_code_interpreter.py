@@ -95,3 +95,23 @@ def test_port_49999_without_sandbox_url(ci, monkeypatch):
     assert '"text":"42"' in r.text and '"is_main_result":true' in r.text
     r = httpx.post(f"{ci_url}/execute", json={"code": "1", "context_id": "x", "language": "python"})
     assert r.status_code == 400
+
+
+def test_context_limit_refuses_before_a_kernel_starts(tmp_path):
+    from execd_client import pids_with_cmdline, start_execd
+    state = tmp_path / "state"
+    ex = start_execd("--envd-port", "0", "--max-code-contexts", "1", env=kernel_env(), state_dir=state)
+    try:
+        url = listener_url(ex)
+        r = httpx.post(f"{url}/contexts", json={"language": "python"}, timeout=60 * SLOW)
+        assert r.status_code == 200, r.text
+        r = httpx.post(f"{url}/contexts", json={"language": "python"}, timeout=60 * SLOW)
+        assert r.status_code == 429 and "--max-code-contexts" in r.text
+        # /execute with no context would make a default one: refused the same way.
+        r = httpx.post(f"{url}/execute", json={"code": "1"}, timeout=60 * SLOW)
+        assert r.status_code == 429
+        st, js = ex.json("POST", "/code/context", {"language": "python"})
+        assert st == 429 and js["code"] == "TOO_MANY_CONTEXTS"
+        assert len(pids_with_cmdline(f"{state}/kernel-")) == 1
+    finally:
+        assert ex.stop() == 0
