@@ -38,7 +38,8 @@ void add_unary(RouteTable& routes, const std::string& path, Handler h);
 void add_server_stream(RouteTable& routes, const std::string& path, Handler h);
 // Registers a client-streaming method: `head` runs when the request head is
 // in (a Source then takes the enveloped body); `h` when it is complete.
-void add_client_stream(RouteTable& routes, const std::string& path, std::function<void(http::Exchange&, const CallInfo&)> head,
+void add_client_stream(RouteTable& routes, const std::string& path,
+                       std::function<void(http::Exchange&, const CallInfo&)> head,
                        std::function<void(http::Exchange&)> complete);
 
 // Unary answers.

@@ -17,7 +17,9 @@ namespace execd::api {
 
 namespace codes = protocol::codes;
 
-namespace {
+// Named, not anonymous: the unity build puts this file in one translation
+// unit with the other api/ files.
+namespace envd_files_impl {
 
 // Why a /files request may not go on, or nothing: the header token, or the
 // signature for this path, user and operation (envd's validateSigning).
@@ -67,7 +69,7 @@ std::string envd_metrics_body(const metrics::MetricsSample& s) {
   return out;
 }
 
-}  // namespace
+}  // namespace envd_files_impl
 
 std::string envd_file_signature(const std::string& path, const std::string& operation, const std::string& user,
                                 const std::string& token, std::optional<int64_t> expiration) {
@@ -94,11 +96,12 @@ std::string envd_upload_reply(const std::vector<std::string>& paths) {
 }
 
 void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService& metrics) {
+  namespace impl = envd_files_impl;
   routes.add_open("GET", "/health", [](http::Exchange& ex) { ex.respond_empty(204); });
   // Open routes: the token or a signature is checked here, as envd does.
   routes.add_open("GET", "/files", [&files](http::Exchange& ex) {
-    std::string path = query_or_empty(ex, "path"), user = query_or_empty(ex, "username");
-    if (auto why = refuse_file_access(files.ctx, ex, path, user, "read"))
+    std::string path = impl::query_or_empty(ex, "path"), user = impl::query_or_empty(ex, "username");
+    if (auto why = impl::refuse_file_access(files.ctx, ex, path, user, "read"))
       return ex.respond_error(401, codes::kUnauthorized, *why);
     envd_download(files, ex, path, user);
   });
@@ -106,8 +109,8 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
       "POST", "/files",
       [&files](http::Exchange& ex) {
         const std::string* path = protocol::query_value(ex.query, "path");
-        std::string user = query_or_empty(ex, "username");
-        if (auto why = refuse_file_access(files.ctx, ex, path ? *path : std::string(), user, "write")) {
+        std::string user = impl::query_or_empty(ex, "username");
+        if (auto why = impl::refuse_file_access(files.ctx, ex, path ? *path : std::string(), user, "write")) {
           // Before any byte of the body is taken; the connection closes.
           return ex.respond_error(401, codes::kUnauthorized, *why);
         }
@@ -129,7 +132,7 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
     out += '}';
     ex.respond_json(200, out);
   });
-  routes.add("GET", "/metrics", [&metrics](http::Exchange& ex) { metrics.answer(ex, envd_metrics_body); });
+  routes.add("GET", "/metrics", [&metrics](http::Exchange& ex) { metrics.answer(ex, impl::envd_metrics_body); });
 }
 
 }  // namespace execd::api

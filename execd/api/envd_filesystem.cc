@@ -35,7 +35,9 @@ struct ReadyWait : Awaitable {
   }
 };
 
-namespace {
+// Named, not anonymous: the unity build puts this file in one translation
+// unit with the other api/ files.
+namespace envd_filesystem_impl {
 
 constexpr uint64_t kDefaultKeepaliveMs = 90 * 1000;
 
@@ -466,7 +468,7 @@ void handle_remove_watcher(EnvdFilesystem& svc, http::Exchange& ex, std::string_
   rpc::respond(ex, "{}");
 }
 
-}  // namespace
+}  // namespace envd_filesystem_impl
 
 EnvdFilesystem::~EnvdFilesystem() { close(); }
 
@@ -484,19 +486,21 @@ void EnvdFilesystem::close() {
 }
 
 void add_envd_filesystem_routes(RouteTable& routes, EnvdFilesystem& svc) {
+  namespace impl = envd_filesystem_impl;
   const std::string base = "/filesystem.Filesystem/";
-  using H = void (*)(EnvdFilesystem&, http::Exchange&, std::string_view, const CallInfo&);
-  for (auto [name, h] : {std::pair<const char*, H>{"Stat", handle_stat}, {"MakeDir", handle_make_dir},
-                         {"Move", handle_move}, {"ListDir", handle_list_dir}, {"Remove", handle_remove},
-                         {"CreateWatcher", handle_create_watcher}})
+  using WithUser = void (*)(EnvdFilesystem&, http::Exchange&, std::string_view, const CallInfo&);
+  using Plain = void (*)(EnvdFilesystem&, http::Exchange&, std::string_view);
+  for (auto [name, h] : {std::pair<const char*, WithUser>{"Stat", impl::handle_stat}, {"MakeDir", impl::handle_make_dir},
+                         {"Move", impl::handle_move}, {"ListDir", impl::handle_list_dir},
+                         {"Remove", impl::handle_remove}, {"CreateWatcher", impl::handle_create_watcher}})
     rpc::add_unary(routes, base + name,
                    [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo& i) { h(svc, ex, m, i); });
-  rpc::add_unary(routes, base + "GetWatcherEvents",
-                 [&svc](http::Exchange& ex, std::string_view m, const CallInfo&) { handle_get_events(svc, ex, m); });
-  rpc::add_unary(routes, base + "RemoveWatcher",
-                 [&svc](http::Exchange& ex, std::string_view m, const CallInfo&) { handle_remove_watcher(svc, ex, m); });
+  for (auto [name, h] : {std::pair<const char*, Plain>{"GetWatcherEvents", impl::handle_get_events},
+                         {"RemoveWatcher", impl::handle_remove_watcher}})
+    rpc::add_unary(routes, base + name,
+                   [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo&) { h(svc, ex, m); });
   rpc::add_server_stream(routes, base + "WatchDir", [&svc](http::Exchange& ex, std::string_view m, const CallInfo& i) {
-    handle_watch_dir(svc, ex, m, i);
+    impl::handle_watch_dir(svc, ex, m, i);
   });
 }
 

@@ -29,7 +29,9 @@ namespace envd = protocol::envd;
 namespace cn = protocol::connect;
 using rpc::CallInfo;
 
-namespace {
+// Named, not anonymous: the unity build puts this file in one translation
+// unit with the other api/ files.
+namespace envd_process_impl {
 
 constexpr uint64_t kDefaultKeepaliveMs = 90 * 1000;  // envd's, when the client names none
 constexpr size_t kStdinQueue = 256 << 10;             // input waiting for the process before a writer waits
@@ -243,8 +245,9 @@ void handle_connect(EnvdProcesses& svc, http::Exchange& ex, std::string_view mes
   // From the first byte still kept: what was written while nobody was
   // attached arrives too (envd drops it).
   auto reader = std::make_unique<exec::ExecutionReader>(
-      ex, *e, exec::ExecutionReader::Role::resume, std::make_unique<ProcessEventFormat>(p->pid, p->pty, info.keepalive_ms, false),
-      0, 0, std::vector<std::string>{"EXECD-RUN-ID: " + e->id()});
+      ex, *e, exec::ExecutionReader::Role::resume,
+      std::make_unique<ProcessEventFormat>(p->pid, p->pty, info.keepalive_ms, false), 0, 0,
+      std::vector<std::string>{"EXECD-RUN-ID: " + e->id()});
   exec::ExecutionReader& r = *reader;
   ex.attach(std::move(reader));
   if (!e->starting()) r.begin();
@@ -467,7 +470,7 @@ void handle_update(EnvdProcesses& svc, http::Exchange& ex, std::string_view mess
   rpc::respond(ex, "{}");
 }
 
-}  // namespace
+}  // namespace envd_process_impl
 
 // --- the table ----------------------------------------------------------------
 
@@ -529,27 +532,23 @@ void EnvdProcesses::prune() {
 size_t EnvdProcesses::executions_kept_hint() const { return ctx.config.max_records + 1024; }
 
 void add_envd_process_routes(RouteTable& routes, EnvdProcesses& svc) {
+  namespace impl = envd_process_impl;
   const std::string base = "/process.Process/";
-  rpc::add_server_stream(routes, base + "Start",
-                         [&svc](http::Exchange& ex, std::string_view m, const CallInfo& i) { handle_start(svc, ex, m, i); });
-  rpc::add_server_stream(routes, base + "Connect", [&svc](http::Exchange& ex, std::string_view m, const CallInfo& i) {
-    handle_connect(svc, ex, m, i);
-  });
-  rpc::add_unary(routes, base + "List",
-                 [&svc](http::Exchange& ex, std::string_view m, const CallInfo&) { handle_list(svc, ex, m); });
-  rpc::add_unary(routes, base + "SendInput",
-                 [&svc](http::Exchange& ex, std::string_view m, const CallInfo&) { handle_send_input(svc, ex, m); });
-  rpc::add_unary(routes, base + "CloseStdin",
-                 [&svc](http::Exchange& ex, std::string_view m, const CallInfo&) { handle_close_stdin(svc, ex, m); });
-  rpc::add_unary(routes, base + "SendSignal",
-                 [&svc](http::Exchange& ex, std::string_view m, const CallInfo&) { handle_send_signal(svc, ex, m); });
-  rpc::add_unary(routes, base + "Update",
-                 [&svc](http::Exchange& ex, std::string_view m, const CallInfo&) { handle_update(svc, ex, m); });
+  using Unary = void (*)(EnvdProcesses&, http::Exchange&, std::string_view);
+  using Stream = void (*)(EnvdProcesses&, http::Exchange&, std::string_view, const CallInfo&);
+  for (auto [name, h] : {std::pair<const char*, Stream>{"Start", impl::handle_start}, {"Connect", impl::handle_connect}})
+    rpc::add_server_stream(routes, base + name,
+                           [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo& i) { h(svc, ex, m, i); });
+  for (auto [name, h] : {std::pair<const char*, Unary>{"List", impl::handle_list}, {"SendInput", impl::handle_send_input},
+                         {"CloseStdin", impl::handle_close_stdin}, {"SendSignal", impl::handle_send_signal},
+                         {"Update", impl::handle_update}})
+    rpc::add_unary(routes, base + name,
+                   [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo&) { h(svc, ex, m); });
   rpc::add_client_stream(
       routes, base + "StreamInput",
       [&svc](http::Exchange& ex, const CallInfo&) {
-        auto body = std::make_unique<StreamInputBody>(svc, ex);
-        StreamInputBody& b = *body;
+        auto body = std::make_unique<impl::StreamInputBody>(svc, ex);
+        impl::StreamInputBody& b = *body;
         ex.attach(std::move(body));
         ex.on_complete = [&b](http::Exchange&) { b.complete(); };
       },

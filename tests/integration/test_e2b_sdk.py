@@ -256,3 +256,52 @@ def test_upload_and_download_urls(sbx, tmp_path):
     assert r.json() == [{"name": "via-url.bin", "type": "file", "path": path}]
     r = httpx.get(sbx.download_url(path))
     assert r.status_code == 200 and r.content == b"\x01\x02uploaded"
+
+
+def test_control_plane_hands_out_the_token(execd_factory, monkeypatch, tmp_path):
+    """Outside debug mode the SDK gets envd's token from E2B's API
+    (POST /v2/sandboxes: envdAccessToken, trafficAccessToken). A stand-in
+    for that one call hands out execd's --envd-access-token; the unmodified
+    SDK then sends X-Access-Token on every call and signs its file URLs."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    token = "handed-out-by-the-control-plane"
+    calls = []
+
+    class API(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            calls.append(("POST", self.path, self.headers.get("x-api-key")))
+            body = json.dumps({"sandboxID": "sbx-1", "templateID": "base", "clientID": "c", "envdVersion": "0.6.13",
+                               "envdAccessToken": token, "trafficAccessToken": token, "domain": None}).encode()
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    api = HTTPServer(("127.0.0.1", 0), API)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    try:
+        ex, url = start_e2b(execd_factory, "--envd-access-token", token, "--envd-host", "127.0.0.1")
+        monkeypatch.delenv("E2B_DEBUG", raising=False)
+        monkeypatch.setenv("E2B_API_URL", f"http://127.0.0.1:{api.server_port}")
+        monkeypatch.setenv("E2B_API_KEY", "e2b_test_key")
+        monkeypatch.setenv("E2B_SANDBOX_URL", url)
+        sbx = Sandbox.create()
+        assert calls == [("POST", "/v2/sandboxes", "e2b_test_key")]
+        assert sbx.commands.run("echo authorized").stdout == "authorized\n"
+        path = str(tmp_path / "signed.txt")
+        sbx.files.write(path, "signed")
+        signed = sbx.download_url(path)
+        assert "signature=v1_" in signed
+        assert httpx.get(signed).content == b"signed"
+        assert httpx.get(signed.split("&signature=")[0]).status_code == 401
+        assert httpx.post(f"{url}/process.Process/List", json={}).status_code == 401
+    finally:
+        api.shutdown()
