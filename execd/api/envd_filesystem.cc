@@ -230,6 +230,19 @@ envd::EventType event_type(watch::Change c) {
   return envd::EventType::unspecified;
 }
 
+// Pool thread: the entry of every event that leaves one behind (envd's
+// opCarriesEntry), as it is now; none for what is gone already.
+void fill_entries(const std::string& dir, std::vector<envd::FsEvent>& events) {
+  fs::OwnerNames names;
+  for (auto& ev : events) {
+    if (ev.type != envd::EventType::create && ev.type != envd::EventType::write &&
+        ev.type != envd::EventType::chmod)
+      continue;
+    auto e = fs::stat_entry(dir + "/" + ev.name);
+    if (e) ev.entry = entry_info(e.value(), names);
+  }
+}
+
 cn::Error too_many_watchers(const EnvdFilesystem& svc) {
   return {cn::Code::resource_exhausted, "too many watchers: " + std::to_string(svc.ctx.config.envd_max_watchers) +
                                             " are open (--envd-max-watchers)"};
@@ -259,10 +272,22 @@ cn::Error watch_setup_error(const std::string& message) {
 }
 
 // WatchDir: a stream of the watcher's events, keepalives between them.
+class WatchStream;
+
+// Stats a batch of a stream's events on the pool (include_entry).
+struct EntryJob {
+  Link<WatchStream> stream;
+  std::string dir;
+  std::vector<envd::FsEvent> events;
+};
+
 class WatchStream final : public http::Source {
  public:
-  WatchStream(EnvdFilesystem& svc, http::Exchange& ex, const CallInfo& info)
-      : svc_(svc), ex_(ex), keepalive_ms_(info.keepalive_ms ? info.keepalive_ms : kDefaultKeepaliveMs) {
+  WatchStream(EnvdFilesystem& svc, http::Exchange& ex, const CallInfo& info, bool include_entry)
+      : svc_(svc),
+        ex_(ex),
+        keepalive_ms_(info.keepalive_ms ? info.keepalive_ms : kDefaultKeepaliveMs),
+        include_entry_(include_entry) {
     ++svc_.streams;
     uint64_t now = ex.connection().host().now_ms();
     last_sent_ = now;
@@ -271,6 +296,7 @@ class WatchStream final : public http::Source {
   ~WatchStream() override { --svc_.streams; }
 
   void start(const std::string& dir, bool recursive) {
+    dir_ = dir;
     watcher_ = watch::DirWatcher::start(
         svc_.ctx.loop, dir, recursive, [this](const watch::Event& e) { event(e); },
         [this](const std::string& error) { ready(error); },
@@ -315,13 +341,25 @@ class WatchStream final : public http::Source {
 
   void event(const watch::Event& e) {
     if (ended_) return;
-    if (queue_.size() >= static_cast<size_t>(svc_.ctx.config.envd_watcher_queue)) {
-      cn::Error err{cn::Code::resource_exhausted, "the client did not read " + std::to_string(queue_.size()) +
+    size_t waiting = queue_.size() + unstatted_.size() + (job_ ? kEntryBatch : 0);
+    if (waiting >= static_cast<size_t>(svc_.ctx.config.envd_watcher_queue)) {
+      cn::Error err{cn::Code::resource_exhausted, "the client did not read " + std::to_string(waiting) +
                                                       " events (--envd-watcher-queue); the watch ends"};
       return end(&err);
     }
-    queue_.push_back(envd::FsEvent{e.name, event_type(e.change), std::nullopt});
+    envd::FsEvent ev{e.name, event_type(e.change), std::nullopt};
+    if (include_entry_) {
+      unstatted_.push_back(std::move(ev));
+      return stat_next();
+    }
+    queue_.push_back(std::move(ev));
     if (!blocked_) flush();
+  }
+
+  void entries_done(std::vector<envd::FsEvent> events) {
+    for (auto& ev : events) queue_.push_back(std::move(ev));
+    if (!blocked_) flush();
+    stat_next();
   }
 
   void flush() {
@@ -335,6 +373,26 @@ class WatchStream final : public http::Source {
       }
       if (!send(std::move(out))) return;
     }
+  }
+
+  // One pool job at a time, so events keep their order.
+  void stat_next() {
+    if (job_ || unstatted_.empty() || ended_) return;
+    auto job = std::make_unique<EntryJob>();
+    job->dir = dir_;
+    while (!unstatted_.empty() && job->events.size() < kEntryBatch) {
+      job->events.push_back(std::move(unstatted_.front()));
+      unstatted_.pop_front();
+    }
+    link(*job, job->stream, *this, job_);
+    fs::queue_job<EntryJob>(
+        svc_.ctx.loop, std::move(job), [](EntryJob& j) { fill_entries(j.dir, j.events); },
+        [](EntryJob& j, int) {
+          if (WatchStream* s = j.stream.get()) {
+            j.stream.cut();
+            s->entries_done(std::move(j.events));
+          }
+        });
   }
 
   bool send(std::string&& out) {
@@ -353,11 +411,17 @@ class WatchStream final : public http::Source {
     ex_.end(std::move(out));
   }
 
+  static constexpr size_t kEntryBatch = 256;
+
   EnvdFilesystem& svc_;
   http::Exchange& ex_;
   std::unique_ptr<watch::DirWatcher> watcher_;
-  std::deque<envd::FsEvent> queue_;
+  std::string dir_;
+  std::deque<envd::FsEvent> queue_;      // ready to send
+  std::deque<envd::FsEvent> unstatted_;  // include_entry: waiting for their entries
+  Link<EntryJob> job_;
   uint64_t keepalive_ms_, last_sent_ = 0, deadline_ = 0;
+  bool include_entry_;
   bool live_ = false, ended_ = false, blocked_ = false;
 };
 
@@ -373,7 +437,7 @@ void handle_watch_dir(EnvdFilesystem& svc, http::Exchange& ex, std::string_view 
                  if (!error.empty()) return rpc::stream_error(ex, {cn::Code::unauthenticated, error});
                  if (svc.watchers() >= static_cast<size_t>(svc.ctx.config.envd_max_watchers))
                    return rpc::stream_error(ex, too_many_watchers(svc));
-                 auto stream = std::make_unique<WatchStream>(svc, ex, info);
+                 auto stream = std::make_unique<WatchStream>(svc, ex, info, req.include_entry);
                  WatchStream& s = *stream;
                  ex.attach(std::move(stream));
                  s.start(dir, req.recursive);
@@ -396,6 +460,8 @@ void handle_create_watcher(EnvdFilesystem& svc, http::Exchange& ex, std::string_
                  auto w = std::make_unique<EnvdFilesystem::PollingWatcher>();
                  EnvdFilesystem::PollingWatcher* pw = w.get();
                  pw->id = random_uuid();
+                 pw->dir = dir;
+                 pw->include_entry = req.include_entry;
                  auto* wait = new ReadyWait;
                  wait->watcher = pw;
                  pw->waiting = wait;
@@ -453,7 +519,11 @@ void handle_get_events(EnvdFilesystem& svc, http::Exchange& ex, std::string_view
   }
   std::vector<envd::FsEvent> events(std::make_move_iterator(w.events.begin()), std::make_move_iterator(w.events.end()));
   w.events.clear();
-  rpc::respond(ex, envd::watcher_events_response(events));
+  if (!w.include_entry) return rpc::respond(ex, envd::watcher_events_response(events));
+  run_file_job(svc.files, ex, [dir = w.dir, events = std::move(events)]() mutable {
+    fill_entries(dir, events);
+    return reply(envd::watcher_events_response(events));
+  });
 }
 
 void handle_remove_watcher(EnvdFilesystem& svc, http::Exchange& ex, std::string_view m) {

@@ -15,6 +15,10 @@
 // that, the next GetWatcherEvents says how many were dropped), and a WatchDir
 // stream whose client does not read holds as many before it ends with
 // resource_exhausted.
+//
+// include_entry: events that leave something behind (create, write, chmod)
+// carry the entry as it is when the event is read (a pool job stats them in
+// batches); for an entry gone by then, none, as envd does.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +48,8 @@ class EnvdFilesystem {
     std::deque<protocol::envd::FsEvent> events;
     uint64_t dropped = 0;   // events beyond --envd-watcher-queue since the last read
     std::string error;      // the watch ended (its directory went, the kernel dropped events)
+    std::string dir;        // the watched directory, resolved
+    bool include_entry = false;
     bool dead = false;      // to be let go of (outside the watcher's callbacks)
     ReadyWait* waiting = nullptr;  // the CreateWatcher call waiting for it to be live
   };

@@ -246,6 +246,15 @@ def test_watch_dir_recursive(sbx, tmp_path):
     wait_until(has_all, 10 * SLOW, interval=0.05, what=f"the watch events (seen {seen})")
     assert not any(".execd-" in n for n, _ in seen)  # execd's own temp files stay hidden
     w.stop()
+    # include_entry: what an event left behind comes with it.
+    w = sbx.files.watch_dir(str(d), include_entry=True)
+    (d / "with-entry.txt").write_text("12345")
+    got = []
+    wait_until(lambda: got.extend(w.get_new_events()) or any(e.entry for e in got), 10 * SLOW, interval=0.05,
+               what="an event with its entry")
+    e = next(e for e in got if e.entry)
+    assert e.name == "with-entry.txt" and e.entry.path == str(d / "with-entry.txt") and e.entry.type == FileType.FILE
+    w.stop()
 
 
 def test_upload_and_download_urls(sbx, tmp_path):

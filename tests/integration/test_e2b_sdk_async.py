@@ -136,5 +136,13 @@ def test_files_and_watch(e2b, tmp_path):
                 ("deep", FilesystemEventType.REMOVE)}
         await until(lambda: asyncio.sleep(0, want <= set(events)), 10 * SLOW, f"the watch events ({events})")
         await w.stop()
+        entries = []
+        w = await sbx.files.watch_dir(str(d), lambda e: entries.append(e), include_entry=True)
+        await sbx.files.write(f"{d}/entry.txt", "123")
+        await until(lambda: asyncio.sleep(0, any(e.entry and e.name == "entry.txt" for e in entries)), 10 * SLOW,
+                    f"an event with its entry ({entries})")
+        e = next(e for e in entries if e.entry and e.name == "entry.txt")
+        assert e.entry.size == 3 and e.entry.type == FileType.FILE
+        await w.stop()
 
     run(main())
