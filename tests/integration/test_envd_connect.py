@@ -90,6 +90,26 @@ def test_binary_output_and_keepalives(envd):
     assert headers["content-type"] == "application/connect+json"
 
 
+def test_every_process_is_an_execution(envd):
+    """A process started through envd has an execution's id, status, resume
+    stream, record and journal entry on the OpenSandbox API."""
+    st, headers, body = call(envd.envd, "/process.Process/Start",
+                             {"process": {"cmd": "/bin/bash", "args": ["-c", "printf 'one\\ntwo\\n'; exit 4"]}},
+                             stream=True)
+    run_id = headers["execd-run-id"]
+    _, out, _, _, ev = process_output(stream_messages(body)[0])
+    assert out == b"one\ntwo\n" and ev["exitCode"] == 4
+    st, status = envd.json("GET", f"/command/status/{run_id}")
+    assert st == 200 and status["kind"] == "process" and status["exit_code"] == 4, status
+    assert status["content"] == "/bin/bash -c 'printf '\\''one\\ntwo\\n'\\''; exit 4'"
+    r = envd.request("GET", f"/command/{run_id}/stream?stdout=4")
+    assert r[0] == 200 and b'"text":"two\\n"' in r[2]
+    st, _, journal = envd.request("GET", "/journal")
+    entries = [json.loads(l) for l in journal.splitlines() if l]
+    mine = [e for e in entries if e.get("id") == run_id]
+    assert mine and mine[0]["type"] == "process" and mine[0]["result"]["exit_code"] == 4
+
+
 def test_connect_names_the_gap_in_its_trailer(envd, tmp_path):
     # 6 MiB while nobody is attached, 4 MiB kept: Connect replays the newest
     # bytes and says which were lost, in the end-of-stream metadata.
