@@ -388,3 +388,22 @@ def test_watcher_limits(execd_factory, tmp_path):
     assert call(url, "/filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})[0] == 404
     assert call(url, "/filesystem.Filesystem/CreateWatcher", {"path": str(tmp_path)})[0] == 200
 
+
+
+def test_rest_routes_health_envs_metrics(envd):
+    def get(path):
+        with socket.create_connection(host_port(envd.envd), timeout=TIMEOUT) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            return read_response(s, TIMEOUT)
+
+    status, _, body = get("/health")
+    assert status == 204 and body == b""
+    status, _, body = get("/envs")
+    envs = json.loads(body)
+    assert status == 200 and envs["PATH"] and "EXECD_ACCESS_TOKEN" not in envs
+    status, _, body = get("/metrics")
+    m = json.loads(body)
+    assert status == 200 and set(m) == {"ts", "cpu_count", "cpu_used_pct", "mem_total", "mem_used", "mem_total_mib",
+                                        "mem_used_mib", "disk_used", "disk_total"}
+    assert m["cpu_count"] >= 1 and 0 < m["mem_used"] <= m["mem_total"] and 0 < m["disk_used"] <= m["disk_total"]
+    assert abs(m["ts"] - time.time()) < 60 and m["mem_total_mib"] == m["mem_total"] // MiB
