@@ -21,6 +21,10 @@ struct Context {
   // execd's environment minus secrets, as "K=V"; commands start from this.
   std::vector<std::string> base_env;
   std::string shell;  // bash, else sh
+  // The home of execd's own user (its passwd entry, else HOME, else "/"; "/"
+  // if it is not a directory), found once at start: the default working
+  // directory of E2B processes, which need no lookup on the loop then.
+  std::string home;
 };
 
 // Milliseconds since the Unix epoch (event timestamps).

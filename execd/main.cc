@@ -20,6 +20,7 @@
 #include "execd/config.h"
 #include "execd/context.h"
 #include "execd/daemon.h"
+#include "execd/runners/command_spawn.h"
 #include "protocol/json_text.h"
 #include "pty/spawn.h"
 
@@ -161,6 +162,12 @@ int main(int argc, char** argv) {
   ctx.shell = execd::pty::find_in_path("bash");
   if (ctx.shell.empty()) ctx.shell = execd::pty::find_in_path("sh");
   if (ctx.shell.empty()) ctx.shell = "/bin/sh";
+  {
+    execd::runners::UserIds self;
+    execd::runners::lookup_user("", self);
+    struct stat st {};
+    ctx.home = stat(self.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? self.home : "/";
+  }
 
   // The state dir belongs to one execd at a time (a second one would take
   // the first one's running commands for lost ones): a lock file says whose.

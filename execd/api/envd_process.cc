@@ -227,6 +227,12 @@ void handle_start(EnvdProcesses& svc, http::Exchange& ex, std::string_view messa
     if (w->req.pty->cols) w->start.cols = static_cast<uint16_t>(std::min<uint32_t>(w->req.pty->cols, 0xffff));
   }
   await(ex, *w);
+  if (!runners::process_needs_pool(svc.ctx, w->start)) {
+    // Nothing that blocks (the default user, its home): prepare here and
+    // save two thread hops, as POST /command does.
+    w->error = runners::prepare_process_spawn(svc.ctx, w->start, w->opts);
+    return start_process(*w);
+  }
   fs::queue_job<StartWork>(
       svc.ctx.loop, std::move(w),
       [](StartWork& w) { w.error = runners::prepare_process_spawn(w.svc->ctx, w.start, w.opts); },

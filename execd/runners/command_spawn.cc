@@ -82,8 +82,11 @@ std::optional<ApiError> prepare_process_spawn(const Context& ctx, const ProcessS
   if (const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS"); envs_file && *envs_file)
     apply_env_file(envs_file, ctx.base_env, env);
   UserIds user;
-  if (!lookup_user(req.user, user))
+  if (req.user.empty()) {
+    user.home = ctx.home.empty() ? "/" : ctx.home;  // execd's own user: nothing to look up
+  } else if (!lookup_user(req.user, user)) {
     return ApiError{401, std::string(codes::kUnauthorized), "error looking up user '" + req.user + "': unknown user"};
+  }
   if (!req.user.empty()) {
     // As the user: its ids and groups, and the variables a login sets.
     opts.uid = user.uid;
@@ -103,6 +106,8 @@ std::optional<ApiError> prepare_process_spawn(const Context& ctx, const ProcessS
     else if (cwd[0] != '/') cwd = user.home + "/" + cwd;
     if (stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       return ApiError{400, std::string(codes::kInvalidRequestBody), "working directory does not exist or is not a directory: " + cwd};
+  } else if (req.user.empty()) {
+    cwd = user.home;  // checked at start (Context::home)
   } else {
     cwd = stat(user.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? user.home : "/";
   }
@@ -119,6 +124,11 @@ std::optional<ApiError> prepare_process_spawn(const Context& ctx, const ProcessS
   opts.rows = req.rows;
   opts.cols = req.cols;
   return std::nullopt;
+}
+
+bool process_needs_pool(const Context& ctx, const ProcessStart& req) {
+  const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS");
+  return !req.user.empty() || (req.cwd && !req.cwd->empty()) || (envs_file && *envs_file);
 }
 
 std::optional<ApiError> prepare_spawn(const Context& ctx, const protocol::CommandRequest& req, pty::SpawnOptions& opts) {

@@ -42,6 +42,9 @@ struct ProcessStart {
 };
 std::optional<protocol::ApiError> prepare_process_spawn(const Context& ctx, const ProcessStart& req,
                                                         pty::SpawnOptions& opts);
+// Whether it blocks: a user to look up, a cwd to check, an env file to read.
+// Without those (the default user's home is Context::home) it runs on the loop.
+bool process_needs_pool(const Context& ctx, const ProcessStart& req);
 
 // A user's home directory and ids by name (empty: execd's own user).
 // False if there is no such user.
