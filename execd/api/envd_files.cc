@@ -114,6 +114,15 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
           // Before any byte of the body is taken; the connection closes.
           return ex.respond_error(401, codes::kUnauthorized, *why);
         }
+        // envd takes gzip bodies; execd does not decompress, and writing the
+        // compressed bytes as the file would be silent corruption.
+        if (const std::string* enc = ex.header("content-encoding"); enc && !enc->empty() && *enc != "identity") {
+          ex.on_complete = [e = *enc](http::Exchange& x) {
+            x.respond_error(415, codes::kInvalidFile,
+                            "Content-Encoding " + e + " is not supported; send the file as it is");
+          };
+          return;
+        }
         envd_upload_head(files, ex, path ? std::optional<std::string>(*path) : std::nullopt, user);
       },
       [](http::Exchange&) {});
