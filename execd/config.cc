@@ -42,11 +42,22 @@ const char* const kUsage =
     "  --kill-grace D                  TERM to KILL delay on timeout/interrupt (default 2s)\n"
     "  --idle-timeout D                close connections silent this long between requests (default 2m)\n"
     "  --proxy-timeout D               /proxy/{port}: 504 when the service sends no response head\n"
-    "                                  this long after the request (default 60s)\n"
+    "                                  this long after the request, or a body stops moving either\n"
+    "                                  way for this long (default 60s)\n"
+    "  --proxy-idle-timeout D          /proxy/{port}: close a tunnel (after a 101) silent both ways\n"
+    "                                  this long (default 10m)\n"
     "  --header-timeout D              a request head must arrive within this from its first byte (default 10s)\n"
     "  --body-timeout D                longest silence inside a request body (default 60s)\n"
     "  --max-connections N             connections held at once; idle and unauthenticated ones are shed first\n"
     "                                  (default 16384, and never more than the open-files limit allows)\n"
+    "  --max-code-contexts N           code contexts (kernels) at once, both APIs (default 32)\n"
+    "  --max-sessions N                bash sessions at once (default 64)\n"
+    "  --max-ptys N                    PTY sessions at once (default 64)\n"
+    "  --max-running N                 executions running at once: commands, session runs, code runs\n"
+    "                                  (default 4096)\n"
+    "  --max-readers N                 resume readers and retried starts streaming at once (default 1024)\n"
+    "  --max-journal-followers N       GET /journal?follow=true at once (default 64)\n"
+    "  --max-tunnels N                 /proxy tunnels (after a 101) at once (default 1024)\n"
     "  --no-cgroups                    no per-command cgroups: commands are process groups only\n"
     "                                  (no limits, no containment of setsid children)\n"
     "  --cgroup-parent PATH            cgroup (as in /proc/self/cgroup) under which execd-<pid>/cmd-<n>\n"
@@ -62,7 +73,6 @@ const char* const kUsage =
     "  --envd-max-processes N          E2B processes running at once (default 1024)\n"
     "  --envd-max-watchers N           E2B directory watchers at once (default 128)\n"
     "  --envd-watcher-queue N          events a polling watcher keeps between reads (default 65536)\n"
-    "  --max-code-contexts N           code contexts (kernels) at once, both APIs (default 64)\n"
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
@@ -287,14 +297,12 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || value.empty()) return "--envd-access-token-file needs a path";
       envd_token_file = value;
       envd_token_file_flag = true;
-    } else if (name == "envd-max-processes" || name == "envd-max-watchers" || name == "envd-watcher-queue" ||
-               name == "max-code-contexts") {
+    } else if (name == "envd-max-processes" || name == "envd-max-watchers" || name == "envd-watcher-queue") {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--" + name + " needs a count >= 1";
-      (name == "envd-max-processes"   ? cfg.envd_max_processes
-       : name == "envd-max-watchers"  ? cfg.envd_max_watchers
-       : name == "envd-watcher-queue" ? cfg.envd_watcher_queue
-                                      : cfg.max_code_contexts) = n;
+      (name == "envd-max-processes"  ? cfg.envd_max_processes
+       : name == "envd-max-watchers" ? cfg.envd_max_watchers
+                                     : cfg.envd_watcher_queue) = n;
     } else if (name == "access-token") {
       if (!need_value() || value.empty()) return "--access-token needs a non-empty value";
       token_flag_value = value;
@@ -322,11 +330,11 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
         return "--graceful-shutdown-timeout needs a duration like 1500ms, 2s or 1m";
       cfg.graceful_shutdown_ms = ns <= 0 ? 0 : static_cast<int64_t>(ns / 1e6);  // Go: negative = no drain
       grace_flag = true;
-    } else if (name == "proxy-timeout") {
+    } else if (name == "proxy-timeout" || name == "proxy-idle-timeout") {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) <= 0)
-        return "--proxy-timeout needs a positive duration like 500ms, 30s or 2m";
-      cfg.proxy_timeout_ms = ms;
+        return "--" + name + " needs a positive duration like 500ms, 30s or 2m";
+      (name == "proxy-timeout" ? cfg.proxy_timeout_ms : cfg.proxy_idle_timeout_ms) = ms;
     } else if (name == "retention" || name == "kill-grace" || name == "idle-timeout") {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)
@@ -337,6 +345,19 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)
         return "--" + name + " needs a duration like 1500ms, 2s or 1m";
       (name == "header-timeout" ? cfg.header_timeout_ms : cfg.body_timeout_ms) = ms;
+    } else if (name == "max-code-contexts" || name == "max-sessions" || name == "max-ptys" ||
+               name == "max-running" || name == "max-readers" || name == "max-journal-followers" ||
+               name == "max-tunnels") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--" + name + " needs a count >= 1";
+      size_t& slot = name == "max-code-contexts" ? cfg.max_code_contexts
+                     : name == "max-sessions"    ? cfg.max_sessions
+                     : name == "max-ptys"        ? cfg.max_ptys
+                     : name == "max-running"     ? cfg.max_running
+                     : name == "max-readers"     ? cfg.max_readers
+                     : name == "max-journal-followers" ? cfg.max_journal_followers
+                                                       : cfg.max_tunnels;
+      slot = static_cast<size_t>(n);
     } else if (name == "max-connections") {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--max-connections needs a count >= 1";

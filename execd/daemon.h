@@ -68,12 +68,12 @@ class Daemon {
   pty::Runtime runtime_;
   RouteTable routes_;
   http::Server server_;
+  api::WorkGate file_gate_;  // before the journal: its readers go through it
   api::Journal journal_;
   exec::Registry executions_;  // reloading records writes to the journal
   api::CommandService commands_;
   api::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
-  api::WorkGate file_gate_;
   api::FileService files_;
   api::MetricsService metrics_;
   api::ProxyService proxy_;

@@ -19,6 +19,7 @@
 #include "execd/api/connect_rpc.h"
 #include "execd/exec/reader.h"
 #include "execd/http/connection.h"
+#include "execd/limits.h"
 #include "execd/runners/command.h"
 #include "execd/runners/command_spawn.h"
 #include "fs/pool_job.h"
@@ -155,6 +156,18 @@ struct StartWork : Awaitable {
   std::optional<protocol::ApiError> error;
 };
 
+// Past --envd-max-processes, or past --max-running (every kind of run
+// together, both APIs): resource_exhausted before anything is spawned.
+std::optional<cn::Error> start_refusal(EnvdProcesses& svc) {
+  if (svc.running() >= static_cast<size_t>(svc.ctx.config.envd_max_processes))
+    return cn::Error{cn::Code::resource_exhausted, "too many processes: " +
+                                                       std::to_string(svc.ctx.config.envd_max_processes) +
+                                                       " are running (--envd-max-processes)"};
+  if (auto r = refuse_past(svc.executions.running(), svc.ctx.config.max_running, "running executions", "max-running"))
+    return cn::Error{cn::Code::resource_exhausted, r->message};
+  return std::nullopt;
+}
+
 void start_process(StartWork& w) {
   http::Exchange* ex = w.exchange();
   if (!ex) return;  // the client left before anything ran: nothing starts
@@ -164,10 +177,7 @@ void start_process(StartWork& w) {
                                    w.error->message});
   if (!svc.executions.accepting()) return rpc::stream_error(*ex, {cn::Code::unavailable, "execd is shutting down"});
   // Checked again: others may have started while this one was prepared.
-  if (svc.running() >= static_cast<size_t>(svc.ctx.config.envd_max_processes))
-    return rpc::stream_error(*ex, {cn::Code::resource_exhausted,
-                                   "too many processes: " + std::to_string(svc.ctx.config.envd_max_processes) +
-                                       " are running (--envd-max-processes)"});
+  if (auto err = start_refusal(svc)) return rpc::stream_error(*ex, *err);
   exec::ExecutionSpec spec;
   spec.kind = exec::Kind::process;
   spec.content = command_line(w.req.process);
@@ -208,10 +218,7 @@ void handle_start(EnvdProcesses& svc, http::Exchange& ex, std::string_view messa
   if (!decoded(ex, d, true)) return;
   if (!svc.executions.accepting()) return rpc::stream_error(ex, {cn::Code::unavailable, "execd is shutting down"});
   // Refused before anything is looked up or spawned.
-  if (svc.running() >= static_cast<size_t>(svc.ctx.config.envd_max_processes))
-    return rpc::stream_error(ex, {cn::Code::resource_exhausted,
-                                  "too many processes: " + std::to_string(svc.ctx.config.envd_max_processes) +
-                                      " are running (--envd-max-processes)"});
+  if (auto err = start_refusal(svc)) return rpc::stream_error(ex, *err);
   auto w = std::make_unique<StartWork>();
   w->svc = &svc;
   w->req = std::move(std::get<envd::StartRequest>(d));
@@ -248,6 +255,8 @@ void handle_connect(EnvdProcesses& svc, http::Exchange& ex, std::string_view mes
   EnvdProcesses::Entry* p = svc.find(sel);
   exec::Execution* e = p ? svc.execution(*p) : nullptr;
   if (!e) return rpc::stream_error(ex, not_found(sel));
+  if (auto r = refuse_past(svc.executions.readers(), svc.ctx.config.max_readers, "resume readers", "max-readers"))
+    return rpc::stream_error(ex, {cn::Code::resource_exhausted, r->message});
   // From the first byte still kept: what was written while nobody was
   // attached arrives too (envd drops it).
   auto reader = std::make_unique<exec::ExecutionReader>(

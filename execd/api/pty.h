@@ -29,6 +29,8 @@ class PtyRegistry {
 
   PtyEntry* create();
   PtyEntry* find(const std::string& id);
+  // Sessions held, removed ones whose process still runs included.
+  size_t count() const { return entries_.size() + dying_.size(); }
   // Takes the entry out of the table; it is freed now, or after its process exits.
   void remove(PtyEntry* e);
   // SIGKILL to every process of every session (daemon exit).

@@ -39,6 +39,8 @@ class SessionRegistry {
 
   SessionEntry* create(const std::string& cwd, std::string& error);
   SessionEntry* find(const std::string& id);
+  // Sessions held, deleted ones whose shell is still going included.
+  size_t count() const { return entries_.size() + dying_.size(); }
   // The execution id of the session's latest run ("" if none).
   std::string latest_run(const std::string& id);
   // Kills everything the session started; the shell object goes once reaped

@@ -45,6 +45,9 @@ class Registry {
   Execution* find(const std::string& id);
   // Executions not finished yet (reserved or running).
   size_t running() const { return running_; }
+  // Readers streaming an execution that are not its original response.
+  size_t readers() const { return readers_; }
+  void count_reader(int delta) { readers_ = static_cast<size_t>(static_cast<int64_t>(readers_) + delta); }
   // Shutdown: `sig` to every running execution.
   void signal_all(int sig);
   // Refuses new starts from now on (shutdown).
@@ -77,6 +80,7 @@ class Registry {
   // sweep erases a finished execution, from the front).
   std::deque<Execution*> finished_order_;
   size_t running_ = 0;
+  size_t readers_ = 0;
   uint64_t sweep_period_ = 1000;
   uv_timer_t sweep_timer_;
   bool accepting_ = true;

@@ -111,7 +111,7 @@ def test_context_limit_refuses_before_a_kernel_starts(tmp_path):
         r = httpx.post(f"{url}/execute", json={"code": "1"}, timeout=60 * SLOW)
         assert r.status_code == 429
         st, js = ex.json("POST", "/code/context", {"language": "python"})
-        assert st == 429 and js["code"] == "TOO_MANY_CONTEXTS"
+        assert st == 429 and js["code"] == "LIMIT_REACHED"
         assert len(pids_with_cmdline(f"{state}/kernel-")) == 1
     finally:
         assert ex.stop() == 0
