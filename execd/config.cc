@@ -73,6 +73,7 @@ const char* const kUsage =
     "  --envd-max-processes N          E2B processes running at once (default 1024)\n"
     "  --envd-max-watchers N           E2B directory watchers at once (default 128)\n"
     "  --envd-watcher-queue N          events a polling watcher keeps between reads (default 65536)\n"
+    "  --envd-max-list-entries N       entries one ListDir may answer (default 262144)\n"
     "  --init                          PID-1 duties: reap orphans, forward SIGTERM/SIGINT\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
@@ -297,12 +298,14 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || value.empty()) return "--envd-access-token-file needs a path";
       envd_token_file = value;
       envd_token_file_flag = true;
-    } else if (name == "envd-max-processes" || name == "envd-max-watchers" || name == "envd-watcher-queue") {
+    } else if (name == "envd-max-processes" || name == "envd-max-watchers" || name == "envd-watcher-queue" ||
+               name == "envd-max-list-entries") {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--" + name + " needs a count >= 1";
-      (name == "envd-max-processes"  ? cfg.envd_max_processes
-       : name == "envd-max-watchers" ? cfg.envd_max_watchers
-                                     : cfg.envd_watcher_queue) = n;
+      (name == "envd-max-processes"   ? cfg.envd_max_processes
+       : name == "envd-max-watchers"  ? cfg.envd_max_watchers
+       : name == "envd-watcher-queue" ? cfg.envd_watcher_queue
+                                      : cfg.envd_max_list_entries) = n;
     } else if (name == "access-token") {
       if (!need_value() || value.empty()) return "--access-token needs a non-empty value";
       token_flag_value = value;

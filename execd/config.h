@@ -54,6 +54,7 @@ struct Config {
   int64_t envd_max_processes = 1024;      // E2B processes running at once
   int64_t envd_max_watchers = 128;        // directory watchers (WatchDir streams and polling watchers)
   int64_t envd_watcher_queue = 65536;     // events a polling watcher keeps between GetWatcherEvents
+  int64_t envd_max_list_entries = 262144; // entries one ListDir answers (its depth can reach the whole disk)
   // What a client can make execd keep at once (execd/limits): 429 past it.
   size_t max_code_contexts = 32;
   size_t max_sessions = 64;               // bash sessions

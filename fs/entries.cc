@@ -39,7 +39,8 @@ Result<Entry> stat_entry(const std::string& path) {
   return e;
 }
 
-Result<std::vector<Entry>> walk_entries(const std::string& shown_root, const std::string& real_root, int depth) {
+Result<std::vector<Entry>> walk_entries(const std::string& shown_root, const std::string& real_root, int depth,
+                                        size_t max_entries) {
   std::vector<Entry> out;
   struct Level {
     std::string rel;
@@ -64,6 +65,9 @@ Result<std::vector<Entry>> walk_entries(const std::string& shown_root, const std
       if (n != "." && n != "..") names.push_back(std::move(n));
     }
     closedir(d);
+    if (out.size() + names.size() > max_entries)
+      return Error{ErrorKind::no_space, "more than " + std::to_string(max_entries) + " entries under " + shown_root +
+                                            " (--envd-max-list-entries); list with a smaller depth"};
     std::sort(names.begin(), names.end());
     std::vector<Level> subdirs;
     for (const auto& n : names) {

@@ -39,7 +39,9 @@ Result<Entry> stat_entry(const std::string& path);
 // lexical order, each directory's entries right after it; symlinks are
 // listed, never entered; a directory that cannot be read is listed, not
 // entered. Reported paths are `shown_root` joined with the relative path.
-Result<std::vector<Entry>> walk_entries(const std::string& shown_root, const std::string& real_root, int depth);
+// More than `max_entries`: a no_space error, and the walk stops there.
+Result<std::vector<Entry>> walk_entries(const std::string& shown_root, const std::string& real_root, int depth,
+                                        size_t max_entries);
 
 // mkdir -p; the directories it creates get `uid`/`gid` when given.
 Status make_dirs_owned(const std::string& path, std::optional<uid_t> uid, std::optional<gid_t> gid);

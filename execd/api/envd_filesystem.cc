@@ -173,7 +173,8 @@ void handle_move(EnvdFilesystem& svc, http::Exchange& ex, std::string_view m, co
 void handle_list_dir(EnvdFilesystem& svc, http::Exchange& ex, std::string_view m, const CallInfo& info) {
   auto d = envd::decode_list_dir(m);
   if (!decoded(ex, d)) return;
-  run_file_job(svc.files, ex, [req = std::get<envd::ListDirRequest>(d), user = info.user]() -> FileReply {
+  auto max_entries = static_cast<size_t>(svc.ctx.config.envd_max_list_entries);
+  run_file_job(svc.files, ex, [req = std::get<envd::ListDirRequest>(d), user = info.user, max_entries]() -> FileReply {
     User u;
     if (auto err = lookup(user, u)) return *err;
     std::string shown = fs::resolve_user_path(req.path, u.ids.home);
@@ -188,7 +189,7 @@ void handle_list_dir(EnvdFilesystem& svc, http::Exchange& ex, std::string_view m
     if (stat(real.c_str(), &st) != 0) return error_reply(fs::errno_error(errno, "stat " + real));
     if (!S_ISDIR(st.st_mode)) return error_reply(cn::Code::invalid_argument, "path is not a directory: " + shown);
     int depth = req.depth == 0 ? 1 : static_cast<int>(std::min<uint32_t>(req.depth, 4096));
-    auto entries = fs::walk_entries(shown, real, depth);
+    auto entries = fs::walk_entries(shown, real, depth, max_entries);
     if (!entries) return error_reply(entries.error());
     fs::OwnerNames names;
     std::vector<envd::EntryInfo> out;

@@ -390,6 +390,43 @@ def test_watcher_limits(execd_factory, tmp_path):
 
 
 
+def test_list_dir_entry_limit(execd_factory, tmp_path):
+    ex = execd_factory("--envd-port", "0", "--envd-max-list-entries", "5")
+    url = listener_url(ex)
+    for i in range(3):
+        (tmp_path / f"d{i}").mkdir()
+        (tmp_path / f"d{i}" / "f").write_text("x")
+    st, _, body = call(url, "/filesystem.Filesystem/ListDir", {"path": str(tmp_path), "depth": 1})
+    assert st == 200 and len(json.loads(body)["entries"]) == 3
+    st, _, body = call(url, "/filesystem.Filesystem/ListDir", {"path": str(tmp_path), "depth": 2})
+    err = json.loads(body)
+    assert st == 429 and err["code"] == "resource_exhausted" and "--envd-max-list-entries" in err["message"]
+
+
+def test_shared_caps_hold_on_the_envd_listener(execd_factory):
+    """--max-running counts executions of both APIs; a Connect is a resume
+    reader under --max-readers."""
+    ex = execd_factory("--envd-port", "0", "--max-running", "1", "--max-readers", "1")
+    url = listener_url(ex)
+    s = dial(url)
+    s.sendall(request_bytes(url, "/process.Process/Start", start_body("sleep 6071", tag="held")))
+    assert recv_until(s, bytearray(), lambda b: b'"start"' in b, "a start")
+    msgs, end = start_process(url, "sleep 6072")
+    assert msgs == [] and end["error"]["code"] == "resource_exhausted" and "--max-running" in end["error"]["message"]
+    assert not pids_with_cmdline("sleep 6072")
+    st, js = ex.json("POST", "/command", {"command": "true"})
+    assert st == 429 and js["code"] == "LIMIT_REACHED"
+    c = dial(url)
+    c.sendall(request_bytes(url, "/process.Process/Connect", envelope({"process": {"tag": "held"}})))
+    assert recv_until(c, bytearray(), lambda b: b'"start"' in b, "the first Connect's start")
+    st, _, body = call(url, "/process.Process/Connect", {"process": {"tag": "held"}}, stream=True)
+    end = stream_messages(body)[1]
+    assert end["error"]["code"] == "resource_exhausted" and "--max-readers" in end["error"]["message"]
+    c.close()
+    s.close()
+    assert call(url, "/process.Process/SendSignal", {"process": {"tag": "held"}, "signal": "SIGNAL_SIGKILL"})[0] == 200
+
+
 def test_rest_routes_health_envs_metrics(envd):
     def get(path):
         with socket.create_connection(host_port(envd.envd), timeout=TIMEOUT) as s:
