@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string_view>
+#include <tuple>
 
 #include "fs/small_file.h"
 #include "protocol/go_syntax.h"
@@ -66,6 +67,7 @@ const char* const kUsage =
     "                                  (off by default; E2B uses 49983; 0 = any free port)\n"
     "  --code-interpreter-port N       E2B's code-interpreter API (/execute, /contexts) on this port too\n"
     "                                  (off by default; E2B uses 49999); also served on --envd-port\n"
+    "                                  (env EXECD_ENVD_PORT, EXECD_CODE_INTERPRETER_PORT; a flag wins)\n"
     "  --envd-host ADDR                address of the E2B listeners (default 127.0.0.1; with an envd\n"
     "                                  token, --host); without a token only loopback is allowed\n"
     "  --envd-access-token TOKEN       X-Access-Token the E2B listeners require (envd's header)\n"
@@ -210,6 +212,7 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
   std::string token_flag_value, token_file;
   std::string envd_token_flag_value, envd_token_file;
   bool envd_token_flag = false, envd_token_file_flag = false, envd_host_flag = false;
+  bool envd_port_flag = false, code_interpreter_port_flag = false;
   bool token_flag = false, token_file_flag = false, grace_flag = false;
   bool jupyter_host_flag = false, jupyter_token_flag = false, jupyter_poll_flag = false;
 
@@ -286,6 +289,7 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || !parse_int(value, 0, 65535, p))
         return "--" + name + " needs a number between 0 and 65535 (0 = any free port)";
       (name == "envd-port" ? cfg.envd_port : cfg.code_interpreter_port) = static_cast<int>(p);
+      (name == "envd-port" ? envd_port_flag : code_interpreter_port_flag) = true;
     } else if (name == "envd-host") {
       if (!need_value() || value.empty()) return "--envd-host needs an address";
       cfg.envd_host = value;
@@ -442,6 +446,17 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     if (read_token_file(path, cfg.envd_access_token) != TokenFileError::none)
       return "cannot read a token from EXECD_ENVD_ACCESS_TOKEN_FILE " + std::string(path);
     cfg.envd_access_token_source = "EXECD_ENVD_ACCESS_TOKEN_FILE";
+  }
+  // The ports from the environment too (a flag wins), so that an image's
+  // fixed command line can turn the E2B listeners on: `docker run -e ...`.
+  for (auto [var, port, flag] : {std::tuple{"EXECD_ENVD_PORT", &cfg.envd_port, envd_port_flag},
+                                 std::tuple{"EXECD_CODE_INTERPRETER_PORT", &cfg.code_interpreter_port,
+                                            code_interpreter_port_flag}}) {
+    const char* v = getenv_nonempty(var);
+    if (!v || flag) continue;
+    int64_t p;
+    if (!parse_int(v, 0, 65535, p)) return std::string(var) + " needs a number between 0 and 65535";
+    *port = static_cast<int>(p);
   }
   if (!envd_host_flag) cfg.envd_host = cfg.envd_access_token.empty() ? "127.0.0.1" : cfg.host;
   if (cfg.envd_access_token.empty() && (cfg.envd_port >= 0 || cfg.code_interpreter_port >= 0) &&
