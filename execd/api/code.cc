@@ -952,6 +952,12 @@ void handle_e2b_execute(CodeRegistryImpl& reg, http::Exchange& ex) {
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) return e2b_text(ex, 422, err->message);
   auto& req = std::get<e2b::ExecuteRequest>(decoded);
   if (req.context_id && req.language) return e2b_text(ex, 400, "Only one of context_id or language can be provided");
+  // Refused rather than ignored: code that reads the variables would
+  // otherwise run against the wrong environment and nobody would know.
+  if (!req.env_vars.empty())
+    return e2b_text(ex, 501,
+                    "env_vars (run_code's envs) is not supported by execd's code interpreter: set them in the code, "
+                    "or in the environment of a command");
   if (!reg.executions.accepting()) return e2b_text(ex, 503, "execd is shutting down");
   CodeContext* c = nullptr;
   if (req.context_id) {

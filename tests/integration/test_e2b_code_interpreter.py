@@ -95,6 +95,10 @@ def test_port_49999_without_sandbox_url(ci, monkeypatch):
     assert '"text":"42"' in r.text and '"is_main_result":true' in r.text
     r = httpx.post(f"{ci_url}/execute", json={"code": "1", "context_id": "x", "language": "python"})
     assert r.status_code == 400
+    # envs are not applied, so they are refused, not dropped.
+    r = httpx.post(f"{ci_url}/execute", json={"code": "import os; os.environ.get('K')", "env_vars": {"K": "v"}},
+                   timeout=30 * SLOW)
+    assert r.status_code == 501 and "env_vars" in r.text
 
 
 def test_context_limit_refuses_before_a_kernel_starts(tmp_path):
