@@ -123,6 +123,16 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
           };
           return;
         }
+        // envd keeps X-Metadata-* as the file's user.e2b.* xattrs; execd
+        // does not, and a file written without what was asked is refused.
+        for (const auto& [name, value] : ex.request().headers)
+          if (name.rfind("x-metadata-", 0) == 0) {
+            ex.on_complete = [n = name](http::Exchange& x) {
+              x.respond_error(501, codes::kInvalidFile,
+                              "file metadata (" + n + ") is not supported by execd; upload without metadata");
+            };
+            return;
+          }
         envd_upload_head(files, ex, path ? std::optional<std::string>(*path) : std::nullopt, user);
       },
       [](http::Exchange&) {});

@@ -454,3 +454,12 @@ def test_gzip_upload_is_refused_not_stored(envd, tmp_path):
                                 "application/octet-stream", headers={"Content-Encoding": "gzip"}))
         status, _, body = read_response(s, TIMEOUT)
     assert status == 415 and b"Content-Encoding gzip" in body and not target.exists()
+
+
+def test_upload_with_metadata_is_refused_not_stored_without_it(envd, tmp_path):
+    target = tmp_path / "meta.txt"
+    with socket.create_connection(host_port(envd.envd), timeout=TIMEOUT) as s:
+        s.sendall(request_bytes(envd.envd, f"/files?path={target}", b"plain", "application/octet-stream",
+                                headers={"X-Metadata-Owner": "me"}))
+        status, _, body = read_response(s, TIMEOUT)
+    assert status == 501 and b"x-metadata-owner" in body and not target.exists()
