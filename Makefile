@@ -14,7 +14,7 @@ PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
                 libspdlog-dev libfmt-dev doctest-dev libssl-dev python3-venv curl procps clang
 
-.PHONY: all deps venv build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean \
+.PHONY: all deps venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean \
         vm-deps vm-guest test-vm k8s-deps k8s-build test-k8s
 
 all: build
@@ -35,6 +35,29 @@ $(VENV)/.ready: tests/requirements.txt
 	touch $@
 
 venv: deps $(VENV)/.ready
+
+# E2B's JS SDK from npm for tests/integration/test_e2b_js.py, at the version
+# package-lock.json pins. The SDK wants Node >= 20.18; Debian 12's own nodejs
+# (installed when there is no npm at all) is 18, and the test says so.
+E2B_JS := tests/e2b_js
+$(E2B_JS)/node_modules/.ready: $(E2B_JS)/package.json $(E2B_JS)/package-lock.json
+	@command -v npm >/dev/null || { echo "installing nodejs and npm (Debian)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	npm ci --prefix $(E2B_JS) --no-audit --no-fund --loglevel=error
+	touch $@
+
+e2b-js: $(E2B_JS)/node_modules/.ready
+
+# OpenSandbox's JS SDK from npm for tests/integration/test_opensandbox_js.py,
+# at the version package-lock.json pins (0.1.11; Node >= 20).
+OS_JS := tests/opensandbox_js
+$(OS_JS)/node_modules/.ready: $(OS_JS)/package.json $(OS_JS)/package-lock.json
+	@command -v npm >/dev/null || { echo "installing nodejs and npm (Debian)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	npm ci --prefix $(OS_JS) --no-audit --no-fund --loglevel=error
+	touch $@
+
+opensandbox-js: $(OS_JS)/node_modules/.ready
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -67,7 +90,7 @@ unit: build build-asan
 	./$(BUILD)/unit_tests
 	ASAN_OPTIONS=detect_leaks=1 ./$(ASAN_BUILD)/unit_tests
 
-integration: build build-asan venv
+integration: build build-asan venv e2b-js opensandbox-js
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/pytest -q tests/integration
 	EXECD_BIN=$(CURDIR)/$(ASAN_BUILD)/execd EXECD_SANITIZED=1 $(VENV)/bin/pytest -q tests/integration
 
@@ -86,6 +109,7 @@ bench: build static venv
 	$(VENV)/bin/python tests/bench/bench_proxy.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd --static $(BUILD)/execd-static
 	$(VENV)/bin/python tests/bench/bench_fair.py --execd $(BUILD)/execd
+	$(VENV)/bin/python tests/bench/bench_e2b.py --execd $(BUILD)/execd
 
 # make test-vm: execd as PID 1 of a QEMU micro-VM (tests/vm). QEMU without
 # recommends (else ~100 GUI packages come too); vhost-device-vsock, the host

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string_view>
+#include <tuple>
 
 #include "fs/small_file.h"
 #include "protocol/go_syntax.h"
@@ -54,7 +55,7 @@ const char* const kUsage =
     "  --body-timeout D                longest silence inside a request body (default 60s)\n"
     "  --max-connections N             connections held at once; idle and unauthenticated ones are shed first\n"
     "                                  (default 16384, and never more than the open-files limit allows)\n"
-    "  --max-code-contexts N           code contexts (kernels) at once (default 32)\n"
+    "  --max-code-contexts N           code contexts (kernels) at once, both APIs (default 32)\n"
     "  --max-sessions N                bash sessions at once (default 64)\n"
     "  --max-ptys N                    PTY sessions at once (default 64)\n"
     "  --max-pty-viewers N             read-only viewers per PTY session (default 16)\n"
@@ -67,6 +68,19 @@ const char* const kUsage =
     "                                  (no limits, no containment of setsid children)\n"
     "  --cgroup-parent PATH            cgroup (as in /proc/self/cgroup) under which execd-<pid>/cmd-<n>\n"
     "                                  are made (default: execd's own cgroup)\n"
+    "  --envd-port N                   also speak E2B's envd API (Connect over HTTP/1.1) on this port\n"
+    "                                  (off by default; E2B uses 49983; 0 = any free port)\n"
+    "  --code-interpreter-port N       E2B's code-interpreter API (/execute, /contexts) on this port too\n"
+    "                                  (off by default; E2B uses 49999); also served on --envd-port\n"
+    "                                  (env EXECD_ENVD_PORT, EXECD_CODE_INTERPRETER_PORT; a flag wins)\n"
+    "  --envd-host ADDR                address of the E2B listeners (default 127.0.0.1; with an envd\n"
+    "                                  token, --host); without a token only loopback is allowed\n"
+    "  --envd-access-token TOKEN       X-Access-Token the E2B listeners require (envd's header)\n"
+    "  --envd-access-token-file PATH   read it from a file; env EXECD_ENVD_ACCESS_TOKEN, EXECD_ENVD_ACCESS_TOKEN_FILE\n"
+    "  --envd-max-processes N          E2B processes running at once (default 1024)\n"
+    "  --envd-max-watchers N           E2B directory watchers at once (default 128)\n"
+    "  --envd-watcher-queue N          events a polling watcher keeps between reads (default 65536)\n"
+    "  --envd-max-list-entries N       entries one ListDir may answer (default 262144)\n"
     "  --init [-- CMD ARGS...]         PID-1 duties: reap orphans; with CMD, start it (stdio inherited),\n"
     "                                  forward TERM/INT/HUP/USR1/USR2/WINCH to it and exit with its status\n"
     "                                  (env EXECD_INIT=1 turns --init on)\n"
@@ -180,6 +194,18 @@ const char* system_getenv(const char* name) { return std::getenv(name); }
 
 }  // namespace
 
+bool is_loopback_address(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  // 127.0.0.0/8, written as a dotted quad.
+  if (host.rfind("127.", 0) != 0) return false;
+  int dots = 0;
+  for (char c : host) {
+    if (c == '.') ++dots;
+    else if (c < '0' || c > '9') return false;
+  }
+  return dots == 3;
+}
+
 int64_t parse_duration_ms(const std::string& s) {
   double ns;
   if (!parse_go_duration_ns(s, ns) || ns < 0) return -1;
@@ -193,6 +219,9 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     return v && *v ? v : nullptr;
   };
   std::string token_flag_value, token_file;
+  std::string envd_token_flag_value, envd_token_file;
+  bool envd_token_flag = false, envd_token_file_flag = false, envd_host_flag = false;
+  bool envd_port_flag = false, code_interpreter_port_flag = false;
   bool token_flag = false, token_file_flag = false, grace_flag = false;
   bool jupyter_host_flag = false, jupyter_token_flag = false, jupyter_poll_flag = false;
 
@@ -275,6 +304,32 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     } else if (name == "no-tcp") {
       if (!bool_value()) return bad_bool();
       cfg.tcp = !flag_value;
+    } else if (name == "envd-port" || name == "code-interpreter-port") {
+      int64_t p;
+      if (!need_value() || !parse_int(value, 0, 65535, p))
+        return "--" + name + " needs a number between 0 and 65535 (0 = any free port)";
+      (name == "envd-port" ? cfg.envd_port : cfg.code_interpreter_port) = static_cast<int>(p);
+      (name == "envd-port" ? envd_port_flag : code_interpreter_port_flag) = true;
+    } else if (name == "envd-host") {
+      if (!need_value() || value.empty()) return "--envd-host needs an address";
+      cfg.envd_host = value;
+      envd_host_flag = true;
+    } else if (name == "envd-access-token") {
+      if (!need_value() || value.empty()) return "--envd-access-token needs a non-empty value";
+      envd_token_flag_value = value;
+      envd_token_flag = true;
+    } else if (name == "envd-access-token-file") {
+      if (!need_value() || value.empty()) return "--envd-access-token-file needs a path";
+      envd_token_file = value;
+      envd_token_file_flag = true;
+    } else if (name == "envd-max-processes" || name == "envd-max-watchers" || name == "envd-watcher-queue" ||
+               name == "envd-max-list-entries") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--" + name + " needs a count >= 1";
+      (name == "envd-max-processes"   ? cfg.envd_max_processes
+       : name == "envd-max-watchers"  ? cfg.envd_max_watchers
+       : name == "envd-watcher-queue" ? cfg.envd_watcher_queue
+                                      : cfg.envd_max_list_entries) = n;
     } else if (name == "access-token") {
       if (!need_value() || value.empty()) return "--access-token needs a non-empty value";
       token_flag_value = value;
@@ -410,6 +465,40 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
            "EXECD_ACCESS_TOKEN_FILE (or --insecure-no-auth to run without one)";
   if (!cfg.access_token.empty() && cfg.insecure_no_auth)
     return "--insecure-no-auth given together with an access token (from " + cfg.access_token_source + ")";
+
+  // The envd token, the same way: flag, file flag, env, env file.
+  if (envd_token_flag) {
+    cfg.envd_access_token = envd_token_flag_value;
+    cfg.envd_access_token_source = "--envd-access-token";
+  } else if (envd_token_file_flag) {
+    if (read_token_file(envd_token_file, cfg.envd_access_token) != TokenFileError::none)
+      return "cannot read a token from --envd-access-token-file " + envd_token_file;
+    cfg.envd_access_token_source = "--envd-access-token-file";
+  } else if (const char* t = getenv_nonempty("EXECD_ENVD_ACCESS_TOKEN")) {
+    cfg.envd_access_token = t;
+    cfg.envd_access_token_source = "EXECD_ENVD_ACCESS_TOKEN";
+  } else if (const char* path = getenv_nonempty("EXECD_ENVD_ACCESS_TOKEN_FILE")) {
+    if (read_token_file(path, cfg.envd_access_token) != TokenFileError::none)
+      return "cannot read a token from EXECD_ENVD_ACCESS_TOKEN_FILE " + std::string(path);
+    cfg.envd_access_token_source = "EXECD_ENVD_ACCESS_TOKEN_FILE";
+  }
+  // The ports from the environment too (a flag wins), so that an image's
+  // fixed command line can turn the E2B listeners on: `docker run -e ...`.
+  for (auto [var, port, flag] : {std::tuple{"EXECD_ENVD_PORT", &cfg.envd_port, envd_port_flag},
+                                 std::tuple{"EXECD_CODE_INTERPRETER_PORT", &cfg.code_interpreter_port,
+                                            code_interpreter_port_flag}}) {
+    const char* v = getenv_nonempty(var);
+    if (!v || flag) continue;
+    int64_t p;
+    if (!parse_int(v, 0, 65535, p)) return std::string(var) + " needs a number between 0 and 65535";
+    *port = static_cast<int>(p);
+  }
+  if (!envd_host_flag) cfg.envd_host = cfg.envd_access_token.empty() ? "127.0.0.1" : cfg.host;
+  if (cfg.envd_access_token.empty() && (cfg.envd_port >= 0 || cfg.code_interpreter_port >= 0) &&
+      !is_loopback_address(cfg.envd_host))
+    return "--envd-host " + cfg.envd_host +
+           " is not a loopback address: E2B's SDKs in debug mode send no token, so without "
+           "--envd-access-token the envd listener only listens on loopback";
 
   if (const char* g = getenv_nonempty("EXECD_API_GRACE_SHUTDOWN"); g && !grace_flag) {
     // The Go daemon's env fallback; a flag wins.

@@ -54,6 +54,18 @@ struct Config {
   std::string cgroup_parent;              // --cgroup-parent: where execd-<pid> goes (default: execd's own cgroup)
   int64_t journal_max_bytes = 16ll << 20; // rotate past this size
   int64_t stdin_timeout_ms = 30 * 1000;   // a stdin write blocked this long: 503
+  // E2B's envd API (api/envd_*): a second listener, off unless a port is
+  // given (-1 = off, 0 = any free port). Without an envd token it may only
+  // listen on a loopback address (E2B's debug-mode SDKs send no token).
+  int envd_port = -1;
+  std::string envd_host;                  // default: 127.0.0.1 without a token, else --host
+  std::string envd_access_token;          // X-Access-Token; empty: none (loopback only)
+  std::string envd_access_token_source;   // as access_token_source; safe to log
+  int code_interpreter_port = -1;         // E2B's code-interpreter server (49999); same host and token
+  int64_t envd_max_processes = 1024;      // E2B processes running at once
+  int64_t envd_max_watchers = 128;        // directory watchers (WatchDir streams and polling watchers)
+  int64_t envd_watcher_queue = 65536;     // events a polling watcher keeps between GetWatcherEvents
+  int64_t envd_max_list_entries = 262144; // entries one ListDir answers (its depth can reach the whole disk)
   // What a client can make execd keep at once (execd/limits): 429 past it.
   size_t max_code_contexts = 32;
   size_t max_sessions = 64;               // bash sessions
@@ -104,6 +116,9 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env = nul
 // "1500", "1500ms", "2s", "1m", "1h", "1h30m", "1.5s", "250us" → milliseconds
 // (sub-millisecond parts truncated); -1 if malformed or negative.
 int64_t parse_duration_ms(const std::string& s);
+
+// 127.x.y.z, ::1 or localhost.
+bool is_loopback_address(const std::string& host);
 
 extern const char* const kUsage;
 

@@ -28,6 +28,10 @@ struct Context {
   std::shared_ptr<std::vector<std::pair<std::string, std::string>>> bound_env =
       std::make_shared<std::vector<std::pair<std::string, std::string>>>();
   std::string shell;  // bash, else sh
+  // The home of execd's own user (its passwd entry, else HOME, else "/"; "/"
+  // if it is not a directory), found once at start: the default working
+  // directory of E2B processes, which need no lookup on the loop then.
+  std::string home;
 
   // The environment a process starts from: base_env with bound_env over it.
   std::vector<std::string> child_env() const;

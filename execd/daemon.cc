@@ -10,6 +10,8 @@
 #include <cstring>
 
 #include "execd/api/api.h"
+#include "execd/api/connect_rpc.h"
+#include "execd/api/envd_files.h"
 #include "pty/cgroup.h"
 #include "pty/command.h"
 #include "pty/spawn.h"
@@ -76,7 +78,15 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       file_identities_(files_),
       metrics_(ctx_),
       proxy_(ctx_),
-      code_(ctx_, runtime_, executions_) {
+      code_(ctx_, runtime_, executions_),
+      // E2B's SDKs send envd's X-Access-Token; the code-interpreter SDK sends
+      // only E2B-Traffic-Access-Token on its /contexts calls (see README).
+      envd_routes_(ctx_.config.envd_access_token, {"x-access-token", "e2b-traffic-access-token"},
+                   api::rpc::respond_unauthenticated),
+      envd_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
+      ci_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
+      envd_processes_(ctx_, runtime_, executions_),
+      envd_fs_(ctx_, files_) {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).
@@ -112,6 +122,12 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_proxy_routes(routes_, proxy_);
   api::add_code_routes(routes_, code_, commands_, sessions_);
   api::add_runtime_routes(routes_, binding_);
+  if (ctx_.config.envd_port >= 0 || ctx_.config.code_interpreter_port >= 0) {
+    api::add_envd_process_routes(envd_routes_, envd_processes_);
+    api::add_envd_filesystem_routes(envd_routes_, envd_fs_);
+    api::add_envd_file_routes(envd_routes_, files_, metrics_);
+    api::add_e2b_code_routes(envd_routes_, code_);
+  }
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -150,6 +166,15 @@ int Daemon::listen() {
   return 0;
 }
 
+int Daemon::listen_e2b() {
+  const Config& c = ctx_.config;
+  if (c.envd_port >= 0)
+    if (int rc = envd_server_.listen(c.envd_host, c.envd_port); rc != 0) return rc;
+  if (c.code_interpreter_port >= 0)
+    if (int rc = ci_server_.listen(c.envd_host, c.code_interpreter_port); rc != 0) return rc;
+  return 0;
+}
+
 void Daemon::run() {
   // Started once execd listens: what it runs can reach execd at once.
   std::string error;
@@ -162,7 +187,11 @@ void Daemon::run() {
 }
 
 bool Daemon::drained() const {
-  return executions_.running() == 0 && server_.connection_count() == 0 && code_.kernels_alive() == 0;
+  return executions_.running() == 0 && connections() == 0 && code_.kernels_alive() == 0;
+}
+
+size_t Daemon::connections() const {
+  return server_.connection_count() + envd_server_.connection_count() + ci_server_.connection_count();
 }
 
 void Daemon::on_tick() {
@@ -171,15 +200,15 @@ void Daemon::on_tick() {
     // After a burst (hundreds of commands, big uploads, searches), give
     // freed memory back: glibc keeps it otherwise. When quiet, always; under
     // load (an SDK keeps its connections open), once a lot lies free.
-    bool quiet = executions_.running() == 0 && server_.connection_count() == 0;
+    bool quiet = executions_.running() == 0 && connections() == 0;
     if (quiet || mallinfo2().fordblks > kTrimFreeBytes) malloc_trim(0);
     return;
   }
-  server_.close_idle_connections();
+  for (http::Server* s : {&server_, &envd_server_, &ci_server_}) s->close_idle_connections();
   if (drained() || uv_now(loop_) >= deadline_) {
     if (!drained())
       spdlog::warn("shutdown: {} executions and {} connections still open after the grace period", executions_.running(),
-                   server_.connection_count());
+                   connections());
     finish();
   }
 }
@@ -205,8 +234,10 @@ void Daemon::shutdown(int signum) {
   executions_.stop_accepting();
   spdlog::info("{} received: forwarding to running commands, draining for {} ms", strsignal(signum),
                ctx_.config.graceful_shutdown_ms);
-  server_.stop_accepting();
-  server_.close_idle_connections();
+  for (http::Server* s : {&server_, &envd_server_, &ci_server_}) {
+    s->stop_accepting();
+    s->close_idle_connections();
+  }
   executions_.signal_all(signum);
   // Terminals and shells have no graceful protocol: they go now, so an
   // attached PTY WebSocket does not hold the shutdown for the grace period.
@@ -222,8 +253,10 @@ void Daemon::shutdown(int signum) {
 void Daemon::finish() {
   if (finished_) return;
   finished_ = true;
-  server_.stop_accepting();
-  server_.close_all_connections();
+  for (http::Server* s : {&server_, &envd_server_, &ci_server_}) {
+    s->stop_accepting();
+    s->close_all_connections();
+  }
   executions_.signal_all(SIGKILL);
   sessions_.kill_all();
   ptys_.kill_all();
@@ -240,7 +273,7 @@ void Daemon::finish() {
   last->data = this;
   uv_timer_start(last, [](uv_timer_t* t) {
     auto* d = static_cast<Daemon*>(t->data);
-    if (d->server_.connection_count() > 0) return;  // still closing
+    if (d->connections() > 0) return;  // still closing
     d->ptys_.clear();
     d->sessions_.clear();
     d->executions_.close();
@@ -248,7 +281,10 @@ void Daemon::finish() {
     d->code_.close();
     d->metrics_.close();
     d->proxy_.close();
+    d->envd_fs_.close();
     d->server_.close_handles();
+    d->envd_server_.close_handles();
+    d->ci_server_.close_handles();
     d->containment_.shutdown();
     d->containment_.close();
     d->reaper_.stop();

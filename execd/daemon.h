@@ -2,7 +2,9 @@
 // containment (the process runtime), the HTTP server, the route table, the
 // journal, the record store and the executions, every registry (bash
 // sessions, PTY sessions, code contexts), the file gate, the metrics sampler
-// and the proxy. Built once by main; each part gets the others it needs when
+// and the proxy; and, for E2B's SDKs, the envd listener (and the
+// code-interpreter one) with their own route table and token, the envd
+// process and filesystem services. Built once by main; each part gets the others it needs when
 // it is built, in the order of the members below. shutdown() (SIGTERM/SIGINT)
 // stops accepting, forwards the signal to every command, shell and terminal,
 // lets open streams drain within the grace period, then kills what is left
@@ -17,6 +19,8 @@
 
 #include "execd/api/code.h"
 #include "execd/api/commands.h"
+#include "execd/api/envd_filesystem.h"
+#include "execd/api/envd_process.h"
 #include "execd/api/file_identities.h"
 #include "execd/api/file_jobs.h"
 #include "execd/api/journal.h"
@@ -46,7 +50,11 @@ class Daemon {
 
   // 0 or a negative errno / libuv error.
   int listen();
+  // The E2B listeners that were asked for (--envd-port, --code-interpreter-port).
+  int listen_e2b();
   int bound_port() const { return server_.bound_port(); }
+  int envd_port() const { return envd_server_.bound_port(); }
+  int code_interpreter_port() const { return ci_server_.bound_port(); }
   const Context& ctx() const { return ctx_; }
   // Runs the loop until shutdown has finished.
   void run();
@@ -60,6 +68,7 @@ class Daemon {
   void entrypoint_exited(int status);
   void finish();
   bool drained() const;
+  size_t connections() const;
 
   uv_loop_t* loop_;
   const Context ctx_;
@@ -81,6 +90,12 @@ class Daemon {
   api::MetricsService metrics_;
   api::ProxyService proxy_;
   api::CodeRegistry code_;
+  // E2B: one route table (X-Access-Token) behind both E2B listeners.
+  RouteTable envd_routes_;
+  http::Server envd_server_;
+  http::Server ci_server_;
+  api::EnvdProcesses envd_processes_;
+  api::EnvdFilesystem envd_fs_;
   uv_signal_t sigterm_, sigint_;
   // With an entrypoint: what a container's init is sent, passed on to it.
   uv_signal_t forwarded_[4];

@@ -9,11 +9,17 @@
 
 namespace execd {
 
+std::optional<Refusal> refuse_past(size_t in_use, size_t cap, std::string_view what, std::string_view flag) {
+  if (in_use < cap) return std::nullopt;
+  return Refusal{429, "LIMIT_REACHED",
+                 "at most " + std::to_string(cap) + " " + std::string(what) + " at once (--" + std::string(flag) +
+                     "); delete one, or wait for one to end"};
+}
+
 bool admit(http::Exchange& ex, size_t in_use, size_t cap, std::string_view what, std::string_view flag) {
-  if (in_use < cap) return true;
-  ex.respond_error(429, "LIMIT_REACHED",
-                   "at most " + std::to_string(cap) + " " + std::string(what) + " at once (--" + std::string(flag) +
-                       "); delete one, or wait for one to end");
+  auto r = refuse_past(in_use, cap, what, flag);
+  if (!r) return true;
+  ex.respond_error(r->status, r->code, r->message);
   return false;
 }
 
@@ -35,16 +41,22 @@ size_t descriptors_limit() {
   return static_cast<size_t>(lim.rlim_cur);
 }
 
-bool admit_descriptors(http::Exchange& ex, size_t need, std::string_view what) {
+std::optional<Refusal> refuse_descriptors(size_t need, std::string_view what) {
   size_t limit = descriptors_limit();
-  if (limit == SIZE_MAX) return true;
+  if (limit == SIZE_MAX) return std::nullopt;
   size_t reserve = std::max<size_t>(64, limit / 8);
   size_t open = descriptors_open();
-  if (open + need + reserve <= limit) return true;
-  ex.respond_error(503, "OUT_OF_DESCRIPTORS",
-                   std::string(what) + " needs about " + std::to_string(need) + " descriptors and only " +
-                       std::to_string(limit > open ? limit - open : 0) + " of " + std::to_string(limit) +
-                       " are free, " + std::to_string(reserve) + " of them kept for /ping, status and deletes");
+  if (open + need + reserve <= limit) return std::nullopt;
+  return Refusal{503, "OUT_OF_DESCRIPTORS",
+                 std::string(what) + " needs about " + std::to_string(need) + " descriptors and only " +
+                     std::to_string(limit > open ? limit - open : 0) + " of " + std::to_string(limit) +
+                     " are free, " + std::to_string(reserve) + " of them kept for /ping, status and deletes"};
+}
+
+bool admit_descriptors(http::Exchange& ex, size_t need, std::string_view what) {
+  auto r = refuse_descriptors(need, what);
+  if (!r) return true;
+  ex.respond_error(r->status, r->code, r->message);
   return false;
 }
 

@@ -7,11 +7,23 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "execd/http/exchange.h"
 
 namespace execd {
+
+// Why one more does not fit, for a listener that words its errors its own
+// way (the E2B ones); admit() and admit_descriptors() answer it as JSON.
+struct Refusal {
+  int status;        // 429 or 503
+  const char* code;  // LIMIT_REACHED or OUT_OF_DESCRIPTORS
+  std::string message;
+};
+std::optional<Refusal> refuse_past(size_t in_use, size_t cap, std::string_view what, std::string_view flag);
+std::optional<Refusal> refuse_descriptors(size_t need, std::string_view what);
 
 // `in_use` of what `flag` caps at `cap`: true if one more fits; else 429
 // LIMIT_REACHED is answered on `ex` and false returned.

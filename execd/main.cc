@@ -22,6 +22,7 @@
 #include "execd/context.h"
 #include "execd/daemon.h"
 #include "fs/small_file.h"
+#include "execd/runners/command_spawn.h"
 #include "protocol/json_text.h"
 #include "pty/spawn.h"
 
@@ -31,7 +32,8 @@ namespace {
 
 // Variables that hold execd's own secrets never reach commands.
 bool is_secret(const char* kv) {
-  static const char* kSecrets[] = {"EXECD_ACCESS_TOKEN=", "EXECD_ACCESS_TOKEN_FILE=", "JUPYTER_TOKEN="};
+  static const char* kSecrets[] = {"EXECD_ACCESS_TOKEN=", "EXECD_ACCESS_TOKEN_FILE=", "JUPYTER_TOKEN=",
+                                   "EXECD_ENVD_ACCESS_TOKEN=", "EXECD_ENVD_ACCESS_TOKEN_FILE="};
   for (const char* s : kSecrets)
     if (strncmp(kv, s, strlen(s)) == 0) return true;
   return false;
@@ -59,7 +61,8 @@ void hide_secrets_from_proc(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     char* a = argv[i];
-    const char* flags[] = {"--access-token", "-access-token", "--jupyter-token", "-jupyter-token"};
+    const char* flags[] = {"--access-token", "-access-token", "--jupyter-token", "-jupyter-token",
+                           "--envd-access-token", "-envd-access-token"};
     for (const char* f : flags) {
       size_t n = strlen(f);
       if (strncmp(a, f, n) != 0) continue;
@@ -68,7 +71,7 @@ void hide_secrets_from_proc(int argc, char** argv) {
     }
   }
   for (char** e = environ; *e; ++e)
-    for (const char* secret : {"EXECD_ACCESS_TOKEN=", "JUPYTER_TOKEN="})
+    for (const char* secret : {"EXECD_ACCESS_TOKEN=", "JUPYTER_TOKEN=", "EXECD_ENVD_ACCESS_TOKEN="})
       if (strncmp(*e, secret, strlen(secret)) == 0) blank(*e + strlen(secret));
 }
 
@@ -188,11 +191,19 @@ int main(int argc, char** argv) {
   unsetenv("EXECD_ACCESS_TOKEN");
   unsetenv("EXECD_ACCESS_TOKEN_FILE");
   unsetenv("JUPYTER_TOKEN");
+  unsetenv("EXECD_ENVD_ACCESS_TOKEN");
+  unsetenv("EXECD_ENVD_ACCESS_TOKEN_FILE");
   for (char** e = environ; *e; ++e)
     if (!is_secret(*e)) ctx.base_env.emplace_back(*e);
   ctx.shell = execd::pty::find_in_path("bash");
   if (ctx.shell.empty()) ctx.shell = execd::pty::find_in_path("sh");
   if (ctx.shell.empty()) ctx.shell = "/bin/sh";
+  {
+    execd::runners::UserIds self;
+    execd::runners::lookup_user("", self);
+    struct stat st {};
+    ctx.home = stat(self.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? self.home : "/";
+  }
 
   // The state dir belongs to one execd at a time (a second one would take
   // the first one's running commands for lost ones): a lock file says whose.
@@ -259,6 +270,15 @@ int main(int argc, char** argv) {
     }
     spdlog::info("execd {} listening on {} (state dir {}, framing {}{})", EXECD_VERSION, where(daemon.bound_port()), cfg.state_dir,
                  cfg.exact_framing ? "exact" : "compat", cfg.init_mode ? ", init mode" : "");
+    if ((rc = daemon.listen_e2b()) != 0) {
+      fprintf(stderr, "execd: cannot listen for E2B's SDKs on %s: %s\n", cfg.envd_host.c_str(), uv_strerror(rc));
+      return 1;
+    }
+    if (cfg.envd_port >= 0)
+      spdlog::info("envd API (E2B SDKs) listening on {}:{}{}", cfg.envd_host, daemon.envd_port(),
+                   cfg.envd_access_token.empty() ? " without a token (loopback only)" : " with X-Access-Token");
+    if (cfg.code_interpreter_port >= 0)
+      spdlog::info("code-interpreter API (E2B SDKs) listening on {}:{}", cfg.envd_host, daemon.code_interpreter_port());
     daemon.run();
     exit_status = daemon.exit_status();
     if (ephemeral_state) remove_dir_files(cfg.state_dir);

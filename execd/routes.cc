@@ -28,6 +28,10 @@ void RouteTable::bind(std::string token_sha256) {
   if (!token_sha256.empty()) token_sha256_ = std::move(token_sha256);
 }
 
+void RouteTable::add_open_streaming(std::string method, std::string pattern, Handler head, Handler h) {
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), true});
+}
+
 void RouteTable::add_streaming(std::string method, std::string pattern, Handler head, Handler h) {
   router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), false});
 }
@@ -38,11 +42,15 @@ void RouteTable::add_prefix_streaming(std::string prefix, Handler head, Handler 
 
 bool RouteTable::authorized(const http::Exchange& ex) const {
   if (open_to_all()) return true;  // --insecure-no-auth, or held with no token yet
-  const std::string* given = ex.header("x-execd-access-token");
-  if (!given) return false;
-  // The binding gave a hash: execd never saw the token itself.
-  if (!token_sha256_.empty()) return protocol::token_equal(token_sha256_, protocol::lower_hex(protocol::sha256(*given)));
-  return protocol::token_equal(token_, *given);
+  for (const auto& name : token_headers_) {
+    const std::string* given = ex.header(name);
+    if (!given) continue;
+    // A binding that gave a hash: execd never saw the token itself.
+    if (!token_sha256_.empty() ? protocol::token_equal(token_sha256_, protocol::lower_hex(protocol::sha256(*given)))
+                               : protocol::token_equal(token_, *given))
+      return true;
+  }
+  return false;
 }
 
 void RouteTable::route(http::Exchange& ex) const {
@@ -70,6 +78,7 @@ void RouteTable::route(http::Exchange& ex) const {
     // a client without the token costs nothing beyond its request head, on
     // every route (prefix routes too: the proxy once buffered whole bodies
     // before its 401). Without the token nobody learns which routes exist.
+    if (unauthorized_) return unauthorized_(ex);
     ex.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
     return;
   }

@@ -27,6 +27,11 @@ class RouteTable {
  public:
   // `token` empty: no authorization (--insecure-no-auth).
   explicit RouteTable(std::string token) : token_(std::move(token)) {}
+  // A table whose token travels in other headers (lowercase names, any of
+  // them may carry it) and whose 401 is answered by `unauthorized` (the
+  // envd listener: X-Access-Token, Connect's error shape).
+  RouteTable(std::string token, std::vector<std::string> token_headers, Handler unauthorized)
+      : token_(std::move(token)), token_headers_(std::move(token_headers)), unauthorized_(std::move(unauthorized)) {}
 
   void add(std::string method, std::string pattern, Handler h);
   // The body is streamed: `head` runs when the headers are complete and
@@ -60,14 +65,18 @@ class RouteTable {
   bool authorized(const http::Exchange& ex) const;
 
   std::string token_;
+  std::vector<std::string> token_headers_{"x-execd-access-token"};
+  Handler unauthorized_;
   std::string token_sha256_;  // set by bind(): checked instead of token_
   bool held_ = false;
   protocol::Router<Route> router_;
   std::vector<std::pair<std::string, Route>> prefixes_;
 
  public:
-  // Routes that need no token (health probes carry no secret).
+  // Routes that need no token (health probes carry no secret), or that
+  // check it themselves (E2B's /files also takes a signed URL).
   void add_open(std::string method, std::string pattern, Handler h);
+  void add_open_streaming(std::string method, std::string pattern, Handler head, Handler h);
 };
 
 }  // namespace execd

@@ -297,6 +297,14 @@ void Command::signal_group(int sig) {
   if (!leader_exited_) kill(-pid_, sig);
 }
 
+void Command::signal_everything(int sig) {
+  if (cgroup_) {
+    if (sig == SIGKILL) cgroup_->kill_all();
+    else cgroup_->signal_all(sig);
+  }
+  if (!leader_exited_) kill(-pid_, sig);
+}
+
 void Command::resize(unsigned short rows, unsigned short cols) {
   if (!is_pty_ || !pumps_[0]) return;
   struct winsize ws {};

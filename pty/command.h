@@ -93,6 +93,9 @@ class Command {
   // command while members remain.
   const std::shared_ptr<CommandCgroup>& cgroup() const { return cgroup_; }
   void signal_group(int sig);
+  // `sig` to everything of the command: its cgroup (SIGKILL: kill_all, so
+  // setsid() children are caught too) and its process group.
+  void signal_everything(int sig);
   void resize(unsigned short rows, unsigned short cols);
   // Reads whatever the output fds hold right now (unless paused), delivering
   // it to the sink before returning.

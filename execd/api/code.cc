@@ -16,7 +16,9 @@
 #include "execd/api/commands.h"
 #include "execd/limits.h"
 #include "execd/exec/reader.h"
+#include "protocol/e2b_code.h"
 #include "protocol/errors.h"
+#include "protocol/json_text.h"
 #include "protocol/jupyter.h"
 
 #include "execd/kernel_channels.h"
@@ -124,10 +126,20 @@ class CodeRegistryImpl {
   // A kernel holds its process (a pidfd and its output pipes) and five
   // sockets; kept as before, with room to spare.
   static constexpr size_t kKernelDescriptors = 24;
+  // Why one more context would not fit (E2B's routes word it their way).
+  std::optional<Refusal> context_refusal() const {
+    if (auto r = refuse_past(contexts.size() + dying.size(), ctx.config.max_code_contexts, "code contexts",
+                             "max-code-contexts"))
+      return r;
+    return refuse_descriptors(kKernelDescriptors, "a code context");
+  }
   bool admit_context(http::Exchange& ex) {
-    return admit(ex, contexts.size() + dying.size(), ctx.config.max_code_contexts, "code contexts",
-                 "max-code-contexts") &&
-           admit_descriptors(ex, kKernelDescriptors, "a code context");
+    auto r = context_refusal();
+    if (r) ex.respond_error(r->status, r->code, r->message);
+    return !r;
+  }
+  std::optional<Refusal> run_refusal() const {
+    return refuse_past(executions.running(), ctx.config.max_running, "running executions", "max-running");
   }
   CodeContext* find(const std::string& id) {
     auto it = contexts.find(id);
@@ -225,6 +237,24 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     if (cmd_) cmd_->signal_group(SIGKILL);
   }
 
+  // E2B's restart: a fresh kernel in the same context (state is lost);
+  // `ex` is answered once it is ready. A run in progress ends with an error.
+  void restart(http::Exchange& ex) {
+    if (run_) {
+      run_->sink.event(jp::error_event("ContextRestarting", "the context was restarted", {}, unix_ms()));
+      finish_run("aborted");
+    }
+    wait_ready(ex);
+    if (!cmd_) {
+      if (state_ == State::stopped) start();
+      return;
+    }
+    if (state_ == State::stopping) return;  // being deleted: the waiter hears so
+    restart_pending_ = true;
+    death_reason_ = "restarted";
+    cmd_->signal_group(SIGKILL);
+  }
+
   // Frees the context once its timer has closed.
   void destroy() {
     big_content_ = nullptr;
@@ -260,6 +290,10 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     if (was == State::stopping) {
       reg_.forget(this);
       return;
+    }
+    if (restart_pending_) {
+      restart_pending_ = false;
+      return start();
     }
     std::string detail = reason;
     std::string tail = stderr_tail();
@@ -621,6 +655,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   pty::KernelConnection conn_;
   std::string cwd_;
   State state_ = State::stopped;
+  bool restart_pending_ = false;
   pty::Command* cmd_ = nullptr;
   KernelChannels* channels_ = nullptr;
   std::string session_, conn_file_, stderr_tail_, death_reason_;
@@ -764,6 +799,47 @@ void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
   c.ensure_started();
 }
 
+// The default context of a language (made on first use), or null with
+// `error` set.
+CodeContext* default_context(CodeRegistryImpl& reg, const std::string& language, int& status, std::string& error) {
+  const pty::KernelSpec* spec = reg.spec_for(language);
+  if (!spec) {
+    status = 400;
+    error = "no kernelspec for language '" + language + "' (installed: " + reg.installed() + ")";
+    return nullptr;
+  }
+  auto d = reg.defaults.find(spec->name);
+  CodeContext* c = d == reg.defaults.end() ? nullptr : reg.find(d->second);
+  if (c) return c;
+  if (auto r = reg.context_refusal()) {
+    status = r->status;
+    error = r->message;
+    return nullptr;
+  }
+  c = &reg.create(language, *spec, "");
+  reg.defaults[spec->name] = c->id();
+  return c;
+}
+
+// Starts `code` in `c` as an execution whose stream `format` writes.
+void start_code_run(CodeRegistryImpl& reg, http::Exchange& ex, CodeContext& c, std::string code,
+                    std::unique_ptr<exec::StreamFormat> format) {
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::code_run;
+  spec.content = code;
+  spec.owner = c.id();
+  spec.language = c.language();
+  spec.fingerprint = "code-run";
+  spec.cwd = c.cwd();
+  exec::Execution& e =
+      reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
+  auto run = std::make_unique<CodeRun>(e, std::move(code));
+  ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original, std::move(format), 0,
+                                                    0, std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
+  c.begin_run(*run);
+  e.start(std::move(run));
+}
+
 void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
   auto decoded = jp::decode_run_code(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
@@ -777,36 +853,132 @@ void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
     if (!c) return context_not_found(ex, req.context_id);
   } else {
     if (req.language.empty()) req.language = "python";
-    const pty::KernelSpec* spec = reg.spec_for(req.language);
-    if (!spec)
-      return ex.respond_error(400, codes::kInvalidRequestBody,
-                              "no kernelspec for language '" + req.language + "' (installed: " + reg.installed() + ")");
-    auto d = reg.defaults.find(spec->name);
-    c = d == reg.defaults.end() ? nullptr : reg.find(d->second);
-    if (!c) {
-      if (!reg.admit_context(ex)) return;
-      c = &reg.create(req.language, *spec, "");
-      reg.defaults[spec->name] = c->id();
-    }
+    int status = 0;
+    std::string error;
+    c = default_context(reg, req.language, status, error);
+    if (!c)
+      return ex.respond_error(status, status == 429   ? "LIMIT_REACHED"
+                                      : status == 503 ? "OUT_OF_DESCRIPTORS"
+                                                      : codes::kInvalidRequestBody,
+                              error);
   }
   if (c->busy())
     return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
   if (!admit(ex, reg.executions.running(), reg.ctx.config.max_running, "running executions", "max-running")) return;
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::code_run;
-  spec.content = req.code;
-  spec.owner = c->id();
-  spec.language = c->language();
-  spec.fingerprint = "code-run";
-  spec.cwd = c->cwd();
-  exec::Execution& e =
-      reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
-  auto run = std::make_unique<CodeRun>(e, std::move(req.code));
-  ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original,
-                                                    framing_for(reg.ctx, ex), 0, 0,
-                                                    std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
-  c->begin_run(*run);
-  e.start(std::move(run));
+  start_code_run(reg, ex, *c, std::move(req.code), exec::envelope_format(framing_for(reg.ctx, ex), false));
+}
+
+// ---------------------------------------------------------------------------
+// E2B's code-interpreter API (e2b-code-interpreter): /execute, /contexts.
+
+namespace e2b = protocol::e2b_code;
+
+// A code run's stream as E2B's server writes it: NDJSON lines, kernel
+// output as text (a character split by a read of the retained log is held
+// back until it is whole), results and errors translated from the run's
+// stored events, end_of_execution last.
+class E2BCodeFormat final : public exec::StreamFormat {
+ public:
+  const char* content_type() const override { return "application/x-ndjson"; }
+  uint64_t ping_interval_ms() const override { return 10000; }
+  void begin(std::string&, std::string_view, int64_t) override {}
+  void ping(std::string& out, int64_t) override { e2b::append_keepalive_line(out); }
+  void gap(std::string&, protocol::OutputStream, uint64_t, uint64_t, int64_t) override {}
+  void output(std::string& out, protocol::OutputStream s, const uint8_t* data, size_t len, int64_t ts) override {
+    std::string& carry = carry_[static_cast<int>(s)];
+    carry.append(reinterpret_cast<const char*>(data), len);
+    size_t tail = protocol::utf8_incomplete_tail(reinterpret_cast<const uint8_t*>(carry.data()), carry.size());
+    if (tail == carry.size()) return;
+    e2b::append_stream_line(out, s == protocol::OutputStream::err, std::string_view(carry).substr(0, carry.size() - tail),
+                            ts * 1000000);
+    carry.erase(0, carry.size() - tail);
+  }
+  void flush(std::string& out, protocol::OutputStream s, int64_t ts) override {
+    std::string& carry = carry_[static_cast<int>(s)];
+    if (carry.empty()) return;
+    e2b::append_stream_line(out, s == protocol::OutputStream::err, carry, ts * 1000000);
+    carry.clear();
+  }
+  void terminal(std::string& out, const protocol::ExecutionResult& r, int64_t) override {
+    if (!r.start_error.empty()) e2b::append_error_line(out, "ExecutionError", r.start_error, "");
+    e2b::append_end_line(out);
+  }
+  void background_ack(std::string& out, int64_t) override { e2b::append_end_line(out); }
+  void overflow(std::string& out, std::string_view message, const protocol::ExecutionResult&, int64_t) override {
+    e2b::append_error_line(out, "OutputOverflow", message, "");
+    e2b::append_end_line(out);
+  }
+  void event(std::string& out, std::string_view json_object) override {
+    e2b::translate_event(out, json_object, main_pending_);
+  }
+
+ private:
+  std::string carry_[2];
+  bool main_pending_ = false;
+};
+
+std::string home_dir(const Context& ctx) {
+  const char* home = env_lookup(ctx.base_env, "HOME");
+  return home && *home ? home : "/";
+}
+
+void e2b_text(http::Exchange& ex, int status, const std::string& text) {
+  ex.respond(status, "text/plain; charset=utf-8", text);
+}
+
+void handle_e2b_execute(CodeRegistryImpl& reg, http::Exchange& ex) {
+  auto decoded = e2b::decode_execute(ex.request().body);
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) return e2b_text(ex, 422, err->message);
+  auto& req = std::get<e2b::ExecuteRequest>(decoded);
+  if (req.context_id && req.language) return e2b_text(ex, 400, "Only one of context_id or language can be provided");
+  // Refused rather than ignored: code that reads the variables would
+  // otherwise run against the wrong environment and nobody would know.
+  if (!req.env_vars.empty())
+    return e2b_text(ex, 501,
+                    "env_vars (run_code's envs) is not supported by execd's code interpreter: set them in the code, "
+                    "or in the environment of a command");
+  if (!reg.executions.accepting()) return e2b_text(ex, 503, "execd is shutting down");
+  CodeContext* c = nullptr;
+  if (req.context_id) {
+    c = reg.find(*req.context_id);
+    if (!c) return e2b_text(ex, 404, "Context " + *req.context_id + " not found");
+  } else {
+    int status = 0;
+    std::string error;
+    c = default_context(reg, e2b::normalize_language(req.language.value_or("")), status, error);
+    if (!c) return e2b_text(ex, status == 400 ? 500 : status, error);
+  }
+  if (c->busy()) return e2b_text(ex, 409, "context " + c->id() + " is already running code");
+  if (auto r = reg.run_refusal()) return e2b_text(ex, r->status, r->message);
+  start_code_run(reg, ex, *c, std::move(req.code), std::make_unique<E2BCodeFormat>());
+}
+
+void handle_e2b_create(CodeRegistryImpl& reg, http::Exchange& ex) {
+  auto decoded = e2b::decode_create_context(ex.request().body);
+  if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) return e2b_text(ex, 422, err->message);
+  auto& req = std::get<e2b::CreateContextRequest>(decoded);
+  if (!reg.executions.accepting()) return e2b_text(ex, 503, "execd is shutting down");
+  std::string language = e2b::normalize_language(req.language.value_or(""));
+  const pty::KernelSpec* spec = reg.spec_for(language);
+  if (!spec)
+    return e2b_text(ex, 500, "no kernelspec for language '" + language + "' (installed: " + reg.installed() + ")");
+  if (auto r = reg.context_refusal()) return e2b_text(ex, r->status, r->message);
+  std::string cwd = req.cwd && !req.cwd->empty() ? *req.cwd : home_dir(reg.ctx);
+  std::string error;
+  if (!prepare_cwd(cwd, error)) return e2b_text(ex, 500, error);
+  CodeContext& c = reg.create(language, *spec, cwd);
+  c.wait_ready(ex);
+  c.ensure_started();
+}
+
+void handle_e2b_list(CodeRegistryImpl& reg, http::Exchange& ex) {
+  std::string out = "[";
+  for (auto& [id, c] : reg.contexts) {
+    if (out.size() > 1) out += ',';
+    out += e2b::context_json(c->id(), c->language(), c->cwd().empty() ? home_dir(reg.ctx) : c->cwd());
+  }
+  out += ']';
+  ex.respond_json(200, out);
 }
 
 void handle_list(CodeRegistryImpl& reg, http::Exchange& ex) {
@@ -854,6 +1026,25 @@ void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& com
     if (!reg.find(id)) return context_not_found(ex, id);
     reg.remove(id);
     ex.respond_empty(200);
+  });
+}
+
+void add_e2b_code_routes(RouteTable& routes, CodeRegistry& code) {
+  CodeRegistryImpl& reg = *code.impl();
+  routes.add("POST", "/execute", [&reg](http::Exchange& ex) { handle_e2b_execute(reg, ex); });
+  routes.add("POST", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_create(reg, ex); });
+  routes.add("GET", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_list(reg, ex); });
+  routes.add("DELETE", "/contexts/:id", [&reg](http::Exchange& ex) {
+    const std::string& id = ex.params.get("id");
+    if (!reg.find(id)) return e2b_text(ex, 404, "Context " + id + " not found");
+    reg.remove(id);
+    ex.respond_empty(204);
+  });
+  routes.add("POST", "/contexts/:id/restart", [&reg](http::Exchange& ex) {
+    const std::string& id = ex.params.get("id");
+    CodeContext* c = reg.find(id);
+    if (!c) return e2b_text(ex, 404, "Context " + id + " not found");
+    c->restart(ex);
   });
 }
 

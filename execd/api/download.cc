@@ -13,6 +13,9 @@
 
 #include "execd/api/api.h"
 #include "execd/api/awaiter.h"
+#include "execd/api/envd_files.h"
+#include "execd/runners/command_spawn.h"
+#include "fs/entries.h"
 #include "execd/api/file_jobs.h"
 #include "execd/api/work_gate.h"
 #include "execd/http/connection.h"
@@ -96,6 +99,7 @@ struct Prepared {
 struct OpenWork : Awaitable {
   WorkGate::Ticket work;
   std::string path;
+  std::optional<std::string> e2b_user;  // E2B: `path` against this user's home, no variables
   std::optional<std::string> range;
   // results
   std::optional<FileReply> error;
@@ -103,7 +107,17 @@ struct OpenWork : Awaitable {
 };
 
 void open_for_download(OpenWork& w) {
-  auto expanded = fs::expand_path(w.path, fs::process_env_lookup());
+  fs::Result<std::string> expanded = std::string();
+  if (w.e2b_user) {
+    runners::UserIds user;
+    if (!runners::lookup_user(*w.e2b_user, user)) {
+      w.error = FileReply::error(401, codes::kUnauthorized, "error looking up user '" + *w.e2b_user + "': unknown user");
+      return;
+    }
+    expanded = fs::resolve_user_path(w.path, user.home);
+  } else {
+    expanded = fs::expand_path(w.path, fs::process_env_lookup());
+  }
   if (!expanded) {
     w.error = FileReply::from(expanded.error());
     return;
@@ -377,6 +391,19 @@ std::optional<std::string_view> optional_query(const Exchange& ex, std::string_v
   return v ? std::optional<std::string_view>(*v) : std::nullopt;
 }
 
+void queue_open(FileService& svc, Exchange& ex, std::unique_ptr<OpenWork> owned) {
+  OpenWork* w = owned.release();
+  w->work.req.data = w;
+  if (const std::string* range = ex.header("range")) w->range = *range;
+  int rc = svc.gate.queue(
+      svc.ctx.loop, w->work, [](uv_work_t* work) { open_for_download(*static_cast<OpenWork*>(work->data)); }, after_open);
+  if (rc != 0) {
+    delete w;
+    return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
+  }
+  await(ex, *w);
+}
+
 void handle_download(FileService& svc, Exchange& ex) {
   const std::string* path = protocol::query_value(ex.query, "path");
   if (!path) return ex.respond_error(400, codes::kMissingQuery, "missing query parameter 'path'");
@@ -401,6 +428,13 @@ void handle_download(FileService& svc, Exchange& ex) {
 }
 
 }  // namespace
+
+void envd_download(FileService& svc, Exchange& ex, std::string path, std::string user) {
+  auto w = std::make_unique<OpenWork>();
+  w->path = std::move(path);
+  w->e2b_user = std::move(user);
+  queue_open(svc, ex, std::move(w));
+}
 
 void add_download_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service) {
   routes.add("GET", prefix + "/files/download", [service](Exchange& ex) {

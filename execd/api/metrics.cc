@@ -24,7 +24,9 @@ std::string metrics_body(const metrics::MetricsSample& s) {
 }
 
 // A /metrics request waiting for the next sample.
-struct MetricsWaiter : Awaitable {};
+struct MetricsWaiter : Awaitable {
+  MetricsService::BodyFn body = metrics_body;
+};
 
 // GET /metrics/watch: one line per sample; a client that is behind skips
 // samples (a newer one supersedes them) instead of making execd queue them.
@@ -75,14 +77,16 @@ void MetricsService::close() {
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
 }
 
-void MetricsService::answer(http::Exchange& ex) {
+void MetricsService::answer(http::Exchange& ex, BodyFn body) {
+  if (!body) body = metrics_body;
   uint64_t now = uv_now(ctx_.loop);
   bool quiet = now - last_interest_ms_ > kInterestMs || !latest_;
   last_interest_ms_ = now;
   if (latest_ && now - latest_ms_ <= kFreshMs) {
-    ex.respond_json(200, metrics_body(*latest_));
+    ex.respond_json(200, body(*latest_));
   } else {
     auto w = std::make_unique<MetricsWaiter>();
+    w->body = body;
     await(ex, *w);
     waiters_.push_back(std::move(w));
     start_sampling(quiet);
@@ -137,9 +141,8 @@ void MetricsService::sampled(metrics::MetricsSample s) {
   latest_ms_ = uv_now(ctx_.loop);
   auto waiting = std::move(waiters_);
   waiters_.clear();
-  std::string body = metrics_body(s);
   for (auto& w : waiting)
-    if (http::Exchange* ex = w->exchange()) ex->respond_json(200, body);
+    if (http::Exchange* ex = w->exchange()) ex->respond_json(200, w->body(s));
   for (MetricsWatch* w : std::vector<MetricsWatch*>(watchers_)) w->offer(s, latest_ms_);
 }
 

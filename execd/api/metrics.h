@@ -35,8 +35,10 @@ class MetricsService {
   ~MetricsService();
   void close();
 
-  // Answers `ex` with the latest sample (now, or once one is taken).
-  void answer(http::Exchange& ex);
+  // Answers `ex` with the latest sample (now, or once one is taken), as
+  // `body` writes it (upstream's shape by default; E2B's /metrics has its own).
+  using BodyFn = std::string (*)(const metrics::MetricsSample&);
+  void answer(http::Exchange& ex, BodyFn body = nullptr);
   void add_watcher(MetricsWatch& w);
   void remove_watcher(MetricsWatch& w);
   const std::optional<metrics::MetricsSample>& latest() const { return latest_; }

@@ -16,6 +16,11 @@
 //   multipart, bad metadata, unknown owner, EACCES, ENOSPC, client gone)
 //   removes every temp file and every directory the upload created.
 // * A rejected upload is answered only once its body has been read.
+// * The same pipeline serves E2B's POST /files (add_envd_upload_route): a
+//   raw body (application/octet-stream) to `?path=`, or multipart `file`
+//   parts each to its file name (or to `?path=`), resolved against the home
+//   of `?username=` and owned by that user, as envd writes them; answered
+//   with envd's [{"name","type","path"}].
 //
 // Ownership: the Upload is the exchange's Source and goes with it. What the
 // pool touches (the files being written, DiskState) travels with each write
@@ -38,9 +43,12 @@
 #include <optional>
 #include <unordered_map>
 
+#include "execd/api/envd_files.h"
 #include "execd/api/file_jobs.h"
 #include "execd/api/work_gate.h"
+#include "execd/runners/command_spawn.h"
 #include "fs/atomic_file.h"
+#include "fs/entries.h"
 #include "fs/pool_job.h"
 #include "fs/paths.h"
 #include "fs/permissions.h"
@@ -114,6 +122,7 @@ struct WriteOp {
   size_t index = 0;          // entry (metadata/file pair) it concerns
   std::string path;          // open: target as given
   fs::PermissionSpec spec;   // open
+  std::optional<std::string> e2b_user;  // open, E2B: path against this user's home, owned by the user
   Chunk data;                // write
 
   static WriteOp make(Kind kind, size_t index = 0) {
@@ -129,6 +138,7 @@ struct DiskState {
   struct Entry {
     std::optional<fs::AtomicFile> file;
     std::vector<std::string> created_dirs;  // deepest first
+    std::string shown_path;                 // E2B: the resolved path, as envd reports it
   };
   std::vector<Entry> entries;
   std::optional<FileReply> error;
@@ -137,6 +147,7 @@ struct DiskState {
     if (error && op.kind != WriteOp::abort) return;
     switch (op.kind) {
       case WriteOp::open: {
+        if (op.e2b_user) return open_e2b(op);
         auto path = fs::expand_path(op.path, fs::process_env_lookup());
         if (!path) return metadata_error(path.error());
         Entry entry;
@@ -172,6 +183,42 @@ struct DiskState {
             if (rmdir(dir.c_str()) != 0) break;  // not empty (someone else's) or gone
         return;
     }
+  }
+
+  // E2B: no variables expanded; relative paths and ~ against the user's
+  // home; the file and the directories made for it belong to the user.
+  void open_e2b(WriteOp& op) {
+    runners::UserIds user;
+    if (!runners::lookup_user(*op.e2b_user, user))
+      return void(error = FileReply::error(401, codes::kUnauthorized,
+                                           "error looking up user '" + *op.e2b_user + "': unknown user"));
+    Entry entry;
+    entry.shown_path = fs::resolve_user_path(op.path, user.home);
+    entry.created_dirs = missing_ancestors(entry.shown_path);
+    std::optional<uid_t> uid;
+    std::optional<gid_t> gid;
+    fs::PermissionSpec spec;
+    if (!op.e2b_user->empty()) {
+      uid = user.uid;
+      gid = user.gid;
+      spec.owner = std::to_string(user.uid);
+      spec.group = std::to_string(user.gid);
+    }
+    // envd creates files 0666 & ~umask; an existing file keeps its mode.
+    struct stat existing {};
+    if (stat(entry.shown_path.c_str(), &existing) != 0) spec.mode = 0644;
+    if (auto made = fs::make_dirs_owned(fs::parent_path(entry.shown_path), uid, gid); !made) {
+      entries.push_back(std::move(entry));
+      return void(error = FileReply::from(made.error()));
+    }
+    auto file = fs::AtomicFile::open(entry.shown_path, spec);
+    if (!file) {
+      entries.push_back(std::move(entry));
+      return void(error = FileReply::from(file.error()));
+    }
+    entry.file.emplace(std::move(file.value()));
+    entry.file->enable_direct_io();
+    entries.push_back(std::move(entry));
   }
 
   // Bad path or owner/group in a metadata part: the client's fault.
@@ -211,7 +258,14 @@ void abort_on_pool(uv_loop_t* loop, std::unique_ptr<DiskState> disk) {
 
 class Upload final : public http::Source {
  public:
-  Upload(FileService& svc, Exchange& ex) : svc_(svc), ex_(ex), disk_(std::make_unique<DiskState>()) {}
+  // E2B's POST /files: what the query named.
+  struct E2B {
+    std::optional<std::string> path;
+    std::string user;
+  };
+
+  Upload(FileService& svc, Exchange& ex, std::optional<E2B> e2b = std::nullopt)
+      : svc_(svc), ex_(ex), e2b_(std::move(e2b)), disk_(std::make_unique<DiskState>()) {}
   ~Upload() override {
     // The client left before the end: what was written goes. A job still
     // out does that itself once it is back (it holds the disk state).
@@ -224,6 +278,17 @@ class Upload final : public http::Source {
 
   void begin(const HttpRequest& req) {
     const std::string* type = req.header("content-type");
+    if (e2b_ && (!type || type->rfind("multipart/", 0) != 0)) {
+      // A raw body is the one file, at ?path=.
+      if (!e2b_->path)
+        return fail(FileReply::error(400, codes::kMissingQuery, "path query parameter is required for a raw body upload"));
+      raw_ = true;
+      part_ = Part::file;
+      current_ = 0;
+      metadata_parts_ = file_parts_ = 1;
+      open_e2b(*e2b_->path);
+      return;
+    }
     auto boundary = protocol::boundary_from_content_type(type ? *type : "");
     if (!boundary.boundary) {
       fail(FileReply::error(400, codes::kInvalidFile, "multipart form is empty: " + boundary.error));
@@ -237,15 +302,20 @@ class Upload final : public http::Source {
   }
 
   void body(const char* data, size_t len) {
-    if (failure_ || !parser_) return;  // rejected: read and discard the rest
+    if (failure_) return;  // rejected: read and discard the rest
+    if (raw_) return part_data(std::string_view(data, len));
+    if (!parser_) return;
     if (!parser_->feed(data, len) && !failure_) parser_failed();
   }
 
   // The whole body has arrived.
   void body_complete() {
     body_done_ = true;
+    if (raw_ && !failure_) part_end();
     if (!failure_ && parser_ && !parser_->finish()) parser_failed();
-    if (!failure_) {
+    if (!failure_ && e2b_) {
+      if (file_parts_ == 0) fail(FileReply::error(400, codes::kInvalidFileContent, "no file part in the upload"));
+    } else if (!failure_) {
       if (metadata_parts_ == 0)
         fail(FileReply::error(400, codes::kInvalidFileMetadata, "metadata file is missing"));
       else if (file_parts_ == 0)
@@ -263,6 +333,21 @@ class Upload final : public http::Source {
   enum class Part { none, metadata, file, ignored };
 
   void part_begin(const protocol::PartHeaders& h) {
+    if (e2b_) {
+      // envd: every `file` part is a file, at ?path= or at its file name.
+      if (h.name != "file") {
+        part_ = Part::ignored;
+        return;
+      }
+      std::string path = e2b_->path ? *e2b_->path : h.filename.value_or("");
+      if (path.empty())
+        return fail(FileReply::error(400, codes::kInvalidFileMetadata, "a file part without a file name or ?path="));
+      part_ = Part::file;
+      current_ = file_parts_++;
+      metadata_parts_ = file_parts_;
+      open_e2b(path);
+      return;
+    }
     if (h.name == "metadata") {
       part_ = Part::metadata;
       metadata_text_.clear();
@@ -314,6 +399,14 @@ class Upload final : public http::Source {
     op.path = m.path;
     journal_paths.push_back(op.path);
     op.spec = to_permission_spec(m.permissions);
+    enqueue(std::move(op));
+  }
+
+  void open_e2b(const std::string& path) {
+    WriteOp op = WriteOp::make(WriteOp::open, current_);
+    op.path = path;
+    op.e2b_user = e2b_->user;
+    journal_paths.push_back(path);
     enqueue(std::move(op));
   }
 
@@ -417,11 +510,18 @@ class Upload final : public http::Source {
     if (!body_done_ || job_ || !queue_.empty() || responded_) return;
     responded_ = true;
     if (!failure_) journal_file_change(svc_.journal, "upload", journal_paths);
+    if (e2b_ && !failure_) {
+      std::vector<std::string> written;
+      for (const auto& e : disk_->entries) written.push_back(e.shown_path);
+      return send_reply(ex_, FileReply{200, "application/json", envd_upload_reply(written), {}});
+    }
     send_reply(ex_, failure_ ? *failure_ : FileReply::empty());
   }
 
   FileService& svc_;
   Exchange& ex_;
+  std::optional<E2B> e2b_;
+  bool raw_ = false;  // E2B: the body is the file
   std::unique_ptr<protocol::MultipartParser> parser_;
   std::optional<FileReply> failure_;
   Part part_ = Part::none;
@@ -446,6 +546,14 @@ void upload_head(FileService& svc, Exchange& ex) {
 }
 
 }  // namespace
+
+void envd_upload_head(FileService& svc, Exchange& ex, std::optional<std::string> path, std::string user) {
+  auto up = std::make_unique<Upload>(svc, ex, Upload::E2B{std::move(path), std::move(user)});
+  Upload& u = *up;
+  ex.attach(std::move(up));
+  ex.on_complete = [&u](Exchange&) { u.body_complete(); };
+  u.begin(ex.request());
+}
 
 void add_upload_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service) {
   routes.add_streaming(

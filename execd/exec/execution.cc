@@ -21,12 +21,14 @@ const char* kind_name(Kind k) {
       return "session_run";
     case Kind::code_run:
       return "code_run";
+    case Kind::process:
+      return "process";
   }
   return "command";
 }
 
 std::optional<Kind> kind_from_name(std::string_view name) {
-  for (Kind k : {Kind::command, Kind::session_run, Kind::code_run})
+  for (Kind k : {Kind::command, Kind::session_run, Kind::code_run, Kind::process})
     if (name == kind_name(k)) return k;
   return std::nullopt;
 }
@@ -156,7 +158,7 @@ void Execution::finish(protocol::ExecutionResult r) {
   // No more output: the log's files close once written.
   if (log_) log_->seal();
   if (stdin_body_) stdin_body_->fail(409, protocol::codes::kRuntimeError,
-                                     std::string("the ") + (spec_.kind == Kind::command ? "command" : "execution") +
+                                     std::string("the ") + (spec_.kind == Kind::command || spec_.kind == Kind::process ? "command" : "execution") +
                                          " has finished");
   registry_.records().persist(*this);
   registry_.journal_append(journal_entry());
@@ -382,7 +384,7 @@ nlohmann::ordered_json Execution::journal_entry() const {
   e["cwd"] = spec_.cwd;
   e["uid"] = spec_.uid ? nlohmann::ordered_json(*spec_.uid) : nlohmann::ordered_json(getuid());
   if (spec_.gid) e["gid"] = *spec_.gid;
-  if (spec_.kind == Kind::command) {
+  if (spec_.kind == Kind::command || spec_.kind == Kind::process) {
     e["background"] = spec_.background;
     e["tty"] = spec_.tty;
   }

@@ -57,8 +57,10 @@ class ExecutionReader;
 class StdinBody;
 class Registry;
 
-// The kinds of run, as the journal and the records name them.
-enum class Kind : uint8_t { command, session_run, code_run };
+// The kinds of run, as the journal and the records name them. A process is
+// one started through E2B's envd API (api/envd_process): a command given as
+// argv rather than a shell line, perhaps on a PTY.
+enum class Kind : uint8_t { command, session_run, code_run, process };
 const char* kind_name(Kind k);
 std::optional<Kind> kind_from_name(std::string_view name);
 
@@ -104,6 +106,12 @@ class Runner {
   virtual void stdin_close() {}
   // The pid whose process group a restarted execd ends if the run was lost.
   virtual int64_t pgid() const { return 0; }
+  // A client's signal (E2B's SendSignal): `sig` to everything the run
+  // started, its whole cgroup, even after its leader exited. False when
+  // nothing of it runs any more.
+  virtual bool send_signal(int sig) { return false; }
+  // The terminal's size, for runs on a PTY.
+  virtual void resize(uint16_t rows, uint16_t cols) {}
 };
 
 // What a new execution is.
@@ -147,6 +155,11 @@ class Execution final : public RunSink {
   bool interrupt() { return runner_ && runner_->interrupt(); }
   void signal(int sig) {
     if (runner_ && running()) runner_->signal(sig);
+  }
+  // A client's signal to everything the run started (Runner::send_signal).
+  bool send_signal(int sig) { return runner_ && runner_->send_signal(sig); }
+  void resize(uint16_t rows, uint16_t cols) {
+    if (runner_ && running()) runner_->resize(rows, cols);
   }
   // Daemon exit: lets go of the runner (its process is left to be reaped).
   void close() { runner_.reset(); }

@@ -11,6 +11,49 @@
 
 namespace execd::exec {
 
+namespace {
+
+// The OpenSandbox event envelope: protocol::EventEncoder as a StreamFormat.
+class EnvelopeFormat final : public StreamFormat {
+ public:
+  EnvelopeFormat(protocol::Framing framing, bool split_lines) : encoder_(framing) { encoder_.set_split_lines(split_lines); }
+  const char* content_type() const override { return encoder_.content_type(); }
+  void begin(std::string& out, std::string_view id, int64_t ts) override {
+    encoder_.init(out, id, ts);
+    encoder_.ping(out, ts);
+  }
+  void ping(std::string& out, int64_t ts) override { encoder_.ping(out, ts); }
+  void start_at(protocol::OutputStream s, uint64_t offset) override { encoder_.start_at(s, offset); }
+  void gap(std::string& out, protocol::OutputStream s, uint64_t requested, uint64_t from, int64_t ts) override {
+    encoder_.gap(out, s, requested, from, ts);
+  }
+  void output(std::string& out, protocol::OutputStream s, const uint8_t* data, size_t len, int64_t ts) override {
+    encoder_.output(out, s, data, len, ts);
+  }
+  void flush(std::string& out, protocol::OutputStream s, int64_t ts) override { encoder_.flush(out, s, ts); }
+  void terminal(std::string& out, const protocol::ExecutionResult& r, int64_t ts) override {
+    encoder_.terminal(out, r, ts);
+  }
+  void background_ack(std::string& out, int64_t ts) override { encoder_.background_ack(out, ts); }
+  void overflow(std::string& out, std::string_view message, const protocol::ExecutionResult& r,
+                int64_t ts) override {
+    encoder_.error(out, "OutputOverflow", message, ts);
+    protocol::ExecutionResult end = r;
+    end.status = "output_overflow";
+    encoder_.terminal(out, end, ts);
+  }
+  void event(std::string& out, std::string_view json_object) override { encoder_.event(out, json_object); }
+
+ private:
+  protocol::EventEncoder encoder_;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamFormat> envelope_format(protocol::Framing framing, bool split_lines) {
+  return std::make_unique<EnvelopeFormat>(framing, split_lines);
+}
+
 // A read of the log on a reader's behalf: the reader may go before the
 // answer comes, which then finds an empty link.
 struct LogRead {
@@ -19,11 +62,15 @@ struct LogRead {
 
 ExecutionReader::ExecutionReader(http::Exchange& ex, Execution& exec, Role role, protocol::Framing framing,
                                  uint64_t from_stdout, uint64_t from_stderr, std::vector<std::string> extra_headers)
-    : ex_(ex), role_(role), enc_(framing), extra_headers_(std::move(extra_headers)) {
+    // Kernel output comes in chunks the kernel chose; compat framing keeps them.
+    : ExecutionReader(ex, exec, role, envelope_format(framing, exec.kind() != Kind::code_run), from_stdout,
+                      from_stderr, std::move(extra_headers)) {}
+
+ExecutionReader::ExecutionReader(http::Exchange& ex, Execution& exec, Role role, std::unique_ptr<StreamFormat> format,
+                                 uint64_t from_stdout, uint64_t from_stderr, std::vector<std::string> extra_headers)
+    : ex_(ex), role_(role), enc_(std::move(format)), extra_headers_(std::move(extra_headers)) {
   want_[0] = from_stdout;
   want_[1] = from_stderr;
-  // Kernel output comes in chunks the kernel chose; compat framing keeps them.
-  if (exec.kind() == Kind::code_run) enc_.set_split_lines(false);
   exec.attach(*this, exec_);
   if (role_ != Role::original) {
     counted_ = &exec.registry();
@@ -48,7 +95,7 @@ void ExecutionReader::detach() {
 void ExecutionReader::begin() {
   Execution* e = exec_.get();
   if (mode_ != Mode::pending || !e) return;
-  std::vector<std::string> headers = {std::string("Content-Type: ") + enc_.content_type(), "Cache-Control: no-cache",
+  std::vector<std::string> headers = {std::string("Content-Type: ") + enc_->content_type(), "Cache-Control: no-cache",
                                       "X-Accel-Buffering: no"};
   for (auto& h : extra_headers_) headers.push_back(std::move(h));
   ex_.begin_chunked(200, std::move(headers), /*flush_now=*/false);
@@ -57,13 +104,12 @@ void ExecutionReader::begin() {
   // The original stream names what it ran in (a session, a code context),
   // as the Go daemon did; a resume reader names the execution.
   const std::string& owner = e->spec().owner;
-  enc_.init(buf, role_ != Role::resume && !owner.empty() ? owner : e->id(), now);
-  enc_.ping(buf, now);
+  enc_->begin(buf, role_ != Role::resume && !owner.empty() ? owner : e->id(), now);
   last_ping_ms_ = ex_.connection().host().now_ms();
   bool failed_start = e->done() && !e->result().start_error.empty();
   if (e->spec().background && (role_ == Role::attach || (role_ == Role::original && !failed_start))) {
     // A background start's stream says only that it started.
-    enc_.background_ack(buf, now);
+    enc_->background_ack(buf, now);
     return end(std::move(buf));
   }
   const OutputLog* log = e->log();
@@ -71,9 +117,9 @@ void ExecutionReader::begin() {
     uint64_t first = log ? log->index().start(s) : e->produced(s);
     uint64_t stored = log ? log->index().stored(s) : e->produced(s);
     auto plan = protocol::plan_resume(want_[s], first, stored, e->produced(s));
-    if (plan.gap) enc_.gap(buf, static_cast<protocol::OutputStream>(s), want_[s], plan.from, now);
+    if (plan.gap) enc_->gap(buf, static_cast<protocol::OutputStream>(s), want_[s], plan.from, now);
     want_[s] = plan.from;
-    enc_.start_at(static_cast<protocol::OutputStream>(s), want_[s]);
+    enc_->start_at(static_cast<protocol::OutputStream>(s), want_[s]);
   }
   if (log) {
     // Where to read from: the earlier of the two streams' positions; events
@@ -120,7 +166,7 @@ void ExecutionReader::pump() {
     const auto& idx = log->index();
     for (int s = 0; s < 2; ++s)
       if (want_[s] < idx.start(s)) {
-        enc_.gap(buf, static_cast<protocol::OutputStream>(s), want_[s], idx.start(s), now);
+        enc_->gap(buf, static_cast<protocol::OutputStream>(s), want_[s], idx.start(s), now);
         want_[s] = idx.start(s);
       }
     pos_ = log->first();
@@ -146,7 +192,7 @@ void ExecutionReader::pump() {
   for (int s = 0; s < 2; ++s) {
     uint64_t total = e->produced(s);
     if (want_[s] < total) {
-      enc_.gap(buf, static_cast<protocol::OutputStream>(s), want_[s], total, now);
+      enc_->gap(buf, static_cast<protocol::OutputStream>(s), want_[s], total, now);
       want_[s] = total;
     }
   }
@@ -187,9 +233,9 @@ void ExecutionReader::read_done(int err, std::string data) {
 void ExecutionReader::deliver(int s, uint64_t at, const uint8_t* data, uint64_t n, std::string& buf) {
   if (at + n <= want_[s]) return;
   auto os = static_cast<protocol::OutputStream>(s);
-  if (at > want_[s]) enc_.gap(buf, os, want_[s], at, unix_ms());
+  if (at > want_[s]) enc_->gap(buf, os, want_[s], at, unix_ms());
   uint64_t skip = want_[s] > at ? want_[s] - at : 0;
-  enc_.output(buf, os, data + skip, static_cast<size_t>(n - skip), unix_ms());
+  enc_->output(buf, os, data + skip, static_cast<size_t>(n - skip), unix_ms());
   want_[s] = at + n;
 }
 
@@ -205,10 +251,10 @@ void ExecutionReader::deliver_events(const uint8_t* data, size_t n, std::string&
     if (skip_event_) {
       skip_event_ = false;
     } else if (event_carry_.empty()) {
-      enc_.event(buf, in.substr(0, nl));
+      enc_->event(buf, in.substr(0, nl));
     } else {
       event_carry_.append(in.substr(0, nl));
-      enc_.event(buf, event_carry_);
+      enc_->event(buf, event_carry_);
       event_carry_.clear();
     }
     in.remove_prefix(nl + 1);
@@ -221,7 +267,7 @@ void ExecutionReader::on_output(Channel c, uint64_t stream_at, const uint8_t* da
   std::string buf = ex_.take_buffer();
   if (c == kEvents) {
     // One whole event (without its newline).
-    enc_.event(buf, std::string_view(reinterpret_cast<const char*>(data), len ? len - 1 : 0));
+    enc_->event(buf, std::string_view(reinterpret_cast<const char*>(data), len ? len - 1 : 0));
   } else {
     deliver(c, stream_at, data, len, buf);
   }
@@ -242,9 +288,9 @@ void ExecutionReader::finish(std::string buf) {
   if (!e) return;
   protocol::ExecutionResult r = e->result();
   int64_t now = unix_ms();
-  enc_.flush(buf, protocol::OutputStream::out, now);
-  enc_.flush(buf, protocol::OutputStream::err, now);
-  enc_.terminal(buf, r, now);
+  enc_->flush(buf, protocol::OutputStream::out, now);
+  enc_->flush(buf, protocol::OutputStream::err, now);
+  enc_->terminal(buf, r, now);
   end(std::move(buf));
 }
 
@@ -255,13 +301,10 @@ void ExecutionReader::overflow(const std::string& reason) {
   spdlog::warn("execution {}: the stream to {} is too far behind ({}); ending it", e->id(), ex_.peer(), reason);
   std::string buf = ex_.take_buffer();
   int64_t now = unix_ms();
-  enc_.flush(buf, protocol::OutputStream::out, now);
-  enc_.flush(buf, protocol::OutputStream::err, now);
+  enc_->flush(buf, protocol::OutputStream::out, now);
+  enc_->flush(buf, protocol::OutputStream::err, now);
   std::string message = "execd: " + reason + "; the execution was interrupted";
-  enc_.error(buf, "OutputOverflow", message, now);
-  protocol::ExecutionResult r = e->result();
-  r.status = "output_overflow";
-  enc_.terminal(buf, r, now);
+  enc_->overflow(buf, message, e->result(), now);
   end(std::move(buf));
 }
 
@@ -282,10 +325,10 @@ void ExecutionReader::stop() { detach(); }
 
 void ExecutionReader::tick(uint64_t now_ms) {
   // Only a reader with nothing else to send needs a keepalive.
-  if (mode_ != Mode::live || now_ms - last_ping_ms_ < kPingIntervalMs) return;
+  if (mode_ != Mode::live || now_ms - last_ping_ms_ < enc_->ping_interval_ms()) return;
   last_ping_ms_ = now_ms;
   std::string buf;
-  enc_.ping(buf, unix_ms());
+  enc_->ping(buf, unix_ms());
   ex_.send(std::move(buf));
 }
 

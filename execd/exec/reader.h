@@ -2,7 +2,8 @@
 // original response of a start (POST /command, /session/{id}/run, /code), a
 // retried start that attaches, or GET /command/{id}/stream?stdout=N&stderr=M.
 // All three are the same Source: the head, `init` and keepalive pings (every
-// 3 s, on the server tick, while nothing else is sent), a `gap` for each
+// StreamFormat::ping_interval_ms, 3 s for the envelope, on the server
+// tick, while nothing else is sent), a `gap` for each
 // stream that lost bytes the reader asked for, the output from the retained
 // log until it is caught up, then live output, then the terminal event.
 //
@@ -14,9 +15,16 @@
 // unless the log would have to let go of bytes it has not sent (see
 // Execution). An original stream of a run that cannot pause ends with an
 // OutputOverflow error instead of losing bytes silently.
+//
+// What the bytes look like is the reader's StreamFormat: the OpenSandbox
+// event envelope (protocol/envelope, compat or exact framing) for the
+// OpenSandbox API, E2B's process events in Connect envelopes
+// (api/envd_process) and E2B's code-interpreter lines (api/code) for the E2B
+// SDKs. Pacing, resume and backpressure are the same for all of them.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,10 +38,46 @@ namespace execd::exec {
 
 struct LogRead;
 
+// How one reader writes its stream: appends whole pieces of the response
+// body to a caller-owned string; never touches the exchange.
+class StreamFormat {
+ public:
+  virtual ~StreamFormat() = default;
+  virtual const char* content_type() const = 0;
+  // Keepalive period while nothing else is sent.
+  virtual uint64_t ping_interval_ms() const { return 3000; }
+  // The start of the body: what the stream is (`id`: the run, or the
+  // session or context it ran in), and a first keepalive if the format has one.
+  virtual void begin(std::string& out, std::string_view id, int64_t ts_ms) = 0;
+  virtual void ping(std::string& out, int64_t ts_ms) = 0;
+  // A resumed stream: the next output of `s` is at byte `offset`.
+  virtual void start_at(protocol::OutputStream s, uint64_t offset) {}
+  // Bytes [requested, available_from) of `s` were asked for and are no longer kept.
+  virtual void gap(std::string& out, protocol::OutputStream s, uint64_t requested, uint64_t available_from,
+                   int64_t ts_ms) = 0;
+  virtual void output(std::string& out, protocol::OutputStream s, const uint8_t* data, size_t len,
+                      int64_t ts_ms) = 0;
+  // Whatever a stream still holds back (a partial line, a UTF-8 tail).
+  virtual void flush(std::string& out, protocol::OutputStream s, int64_t ts_ms) {}
+  // The last piece of a run's stream.
+  virtual void terminal(std::string& out, const protocol::ExecutionResult& r, int64_t ts_ms) = 0;
+  // The whole rest of a background start's stream.
+  virtual void background_ack(std::string& out, int64_t ts_ms) = 0;
+  // The stream ends early: the client fell too far behind a run that cannot
+  // pause (`r` is the result so far).
+  virtual void overflow(std::string& out, std::string_view message, const protocol::ExecutionResult& r,
+                        int64_t ts_ms) = 0;
+  // A structured event from the run's log (a compact JSON object).
+  virtual void event(std::string& out, std::string_view json_object) = 0;
+};
+
+// The OpenSandbox event envelope in `framing`; `split_lines` false keeps
+// output chunks as they came (compat framing of kernel output).
+std::unique_ptr<StreamFormat> envelope_format(protocol::Framing framing, bool split_lines = true);
+
 class ExecutionReader final : public http::Source {
  public:
   static constexpr size_t kReadChunk = 256 << 10;
-  static constexpr uint64_t kPingIntervalMs = 3000;
 
   enum class Role {
     original,  // the response of the start itself
@@ -43,6 +87,8 @@ class ExecutionReader final : public http::Source {
 
   ExecutionReader(http::Exchange& ex, Execution& exec, Role role, protocol::Framing framing, uint64_t from_stdout = 0,
                   uint64_t from_stderr = 0, std::vector<std::string> extra_headers = {});
+  ExecutionReader(http::Exchange& ex, Execution& exec, Role role, std::unique_ptr<StreamFormat> format,
+                  uint64_t from_stdout = 0, uint64_t from_stderr = 0, std::vector<std::string> extra_headers = {});
   ~ExecutionReader() override;
 
   // The execution started (or ended, or failed to start): head, init,
@@ -84,7 +130,7 @@ class ExecutionReader final : public http::Source {
   http::Exchange& ex_;
   Link<Execution> exec_;
   Role role_;
-  protocol::EventEncoder enc_;
+  std::unique_ptr<StreamFormat> enc_;
   std::vector<std::string> extra_headers_;
   Mode mode_ = Mode::pending;
   uint64_t want_[2] = {0, 0};  // next stdout/stderr offset to deliver

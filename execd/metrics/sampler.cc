@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -247,6 +248,11 @@ MetricsSample MetricsSampler::sample() {
   MetricsSample s;
   s.timestamp_ms = opt_.wall_ms();
   const std::string proc = opt_.root + "/proc";
+  struct statvfs vfs {};
+  if (statvfs((opt_.root.empty() ? std::string("/") : opt_.root).c_str(), &vfs) == 0) {
+    s.disk_total_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+    s.disk_used_bytes = static_cast<uint64_t>(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize;
+  }
   auto v_source = [](int version) { return version == 2 ? MetricSource::cgroup_v2 : MetricSource::cgroup_v1; };
 
   // ---- CPU count -----------------------------------------------------------

@@ -72,6 +72,9 @@ struct MetricsSample {
   double mem_total_mib = 0;
   double mem_used_mib = 0;
   int64_t timestamp_ms = 0;
+  // The root filesystem (statvfs of `/` under the sampler's root), for
+  // E2B's /metrics; 0 when it cannot be read.
+  uint64_t disk_total_bytes = 0, disk_used_bytes = 0;
 
   // Where each number came from.
   MetricSource cpu_count_source = MetricSource::none;

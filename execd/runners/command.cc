@@ -1,6 +1,7 @@
 // execd/runners/command: see header.
 #include "execd/runners/command.h"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 namespace execd::runners {
@@ -83,6 +84,23 @@ bool CommandRunner::interrupt() {
 
 void CommandRunner::signal(int sig) {
   if (cmd_ && cmd_->running()) cmd_->signal_group(sig);
+}
+
+bool CommandRunner::send_signal(int sig) {
+  if (cmd_ && cmd_->running()) {
+    cmd_->signal_everything(sig);
+    return true;
+  }
+  // The leader has exited; what it started may not have.
+  std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();
+  if (!cg || cg->population() <= 0) return false;
+  if (sig == SIGKILL) cg->kill_all();
+  else cg->signal_all(sig);
+  return true;
+}
+
+void CommandRunner::resize(uint16_t rows, uint16_t cols) {
+  if (cmd_ && tty_) cmd_->resize(rows, cols);
 }
 
 void CommandRunner::describe(nlohmann::ordered_json& status) const {

@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fs/env_file.h"
 #include "fs/expand.h"
@@ -23,6 +24,18 @@ void apply_env_file(const std::string& path, std::vector<std::string>& env) {
   fs::parse_env_file(
       text, [&](std::string_view n) { return env_lookup(env, n); },
       [&](const std::string& k, const std::string& v) { pty::set_env(env, k, v); });
+}
+
+// Supplementary groups of a user, with `gid` first.
+std::vector<gid_t> groups_of(const char* name, gid_t gid) {
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  if (getgrouplist(name, gid, groups.data(), &n) < 0) {
+    groups.resize(static_cast<size_t>(n));
+    getgrouplist(name, gid, groups.data(), &n);
+  }
+  groups.resize(static_cast<size_t>(n));
+  return groups;
 }
 
 }  // namespace
@@ -55,6 +68,80 @@ std::vector<std::string> environment_with_env_file(const Context& ctx) {
   if (const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS"); envs_file && *envs_file)
     apply_env_file(envs_file, env);
   return env;
+}
+
+bool lookup_user(const std::string& name, UserIds& out) {
+  struct passwd pw, *found = nullptr;
+  std::vector<char> buf(16384);
+  if (name.empty()) getpwuid_r(getuid(), &pw, buf.data(), buf.size(), &found);
+  else getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
+  if (!found) {
+    if (!name.empty()) return false;
+    // execd's own user without a passwd entry (a bare container).
+    out.uid = getuid();
+    out.gid = getgid();
+    out.name = std::to_string(out.uid);
+    const char* home = getenv("HOME");
+    out.home = home && *home ? home : "/";
+    return true;
+  }
+  out.uid = found->pw_uid;
+  out.gid = found->pw_gid;
+  out.name = found->pw_name;
+  out.home = found->pw_dir && *found->pw_dir ? found->pw_dir : "/";
+  return true;
+}
+
+std::optional<ApiError> prepare_process_spawn(const Context& ctx, const ProcessStart& req, pty::SpawnOptions& opts) {
+  std::vector<std::string> env = environment_with_env_file(ctx);
+  UserIds user;
+  if (req.user.empty()) {
+    user.home = ctx.home.empty() ? "/" : ctx.home;  // execd's own user: nothing to look up
+  } else if (!lookup_user(req.user, user)) {
+    return ApiError{401, std::string(codes::kUnauthorized), "error looking up user '" + req.user + "': unknown user"};
+  }
+  if (!req.user.empty()) {
+    // As the user: its ids and groups, and the variables a login sets.
+    opts.uid = user.uid;
+    opts.gid = user.gid;
+    opts.groups = groups_of(user.name.c_str(), user.gid);
+    pty::set_env(env, "HOME", user.home);
+    pty::set_env(env, "USER", user.name);
+    pty::set_env(env, "LOGNAME", user.name);
+  }
+  for (const auto& [k, v] : req.envs) pty::set_env(env, k, v);
+
+  struct stat st;
+  std::string cwd;
+  if (req.cwd && !req.cwd->empty()) {
+    cwd = *req.cwd;
+    if (cwd[0] == '~' && (cwd.size() == 1 || cwd[1] == '/')) cwd = user.home + cwd.substr(1);
+    else if (cwd[0] != '/') cwd = user.home + "/" + cwd;
+    if (stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return ApiError{400, std::string(codes::kInvalidRequestBody), "working directory does not exist or is not a directory: " + cwd};
+  } else if (req.user.empty()) {
+    cwd = user.home;  // checked at start (Context::home)
+  } else {
+    cwd = stat(user.home.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? user.home : "/";
+  }
+  opts.cwd = cwd;
+
+  if (req.cmd.empty()) return ApiError{400, std::string(codes::kInvalidRequestBody), "process.cmd is empty"};
+  opts.program = req.cmd.find('/') == std::string::npos ? pty::find_in_path(req.cmd) : req.cmd;
+  if (opts.program.empty())
+    return ApiError{400, std::string(codes::kInvalidRequestBody), "executable file not found in $PATH: " + req.cmd};
+  opts.argv = {req.cmd};
+  opts.argv.insert(opts.argv.end(), req.args.begin(), req.args.end());
+  opts.env = std::move(env);
+  opts.use_pty = req.pty;
+  opts.rows = req.rows;
+  opts.cols = req.cols;
+  return std::nullopt;
+}
+
+bool process_needs_pool(const Context& ctx, const ProcessStart& req) {
+  const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS");
+  return !req.user.empty() || (req.cwd && !req.cwd->empty()) || (envs_file && *envs_file);
 }
 
 std::optional<ApiError> prepare_spawn(const Context& ctx, const protocol::CommandRequest& req, pty::SpawnOptions& opts) {

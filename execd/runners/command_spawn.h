@@ -8,7 +8,10 @@
 // needs_pool says so.
 #pragma once
 
+#include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "execd/context.h"
 #include "protocol/errors.h"
@@ -29,5 +32,35 @@ std::optional<protocol::ApiError> prepare_spawn(const Context& ctx, const protoc
 std::vector<std::string> environment_with_env_file(const Context& ctx);
 // A cwd to check, a user to look up, or an env file to read.
 bool needs_pool(const Context& ctx, const protocol::CommandRequest& req);
+
+// What an E2B process start (api/envd_process) becomes, as envd does it: the
+// argv as given (`cmd` looked up on PATH when it has no slash), the user by
+// name (empty: execd's own) with its groups, HOME, USER and LOGNAME, the
+// working directory (default: the user's home, "/" if that does not
+// exist; a relative one is relative to the home), and the environment:
+// execd's, the EXECD_ENVS file, the request's. Blocking: threadpool only.
+// Errors: 401 for an unknown user, 400 for a bad cwd or command.
+struct ProcessStart {
+  std::string cmd;
+  std::vector<std::string> args;
+  std::map<std::string, std::string> envs;
+  std::optional<std::string> cwd;
+  std::string user;
+  bool pty = false;
+  uint16_t rows = 24, cols = 80;
+};
+std::optional<protocol::ApiError> prepare_process_spawn(const Context& ctx, const ProcessStart& req,
+                                                        pty::SpawnOptions& opts);
+// Whether it blocks: a user to look up, a cwd to check, an env file to read.
+// Without those (the default user's home is Context::home) it runs on the loop.
+bool process_needs_pool(const Context& ctx, const ProcessStart& req);
+
+// A user's home directory and ids by name (empty: execd's own user).
+// False if there is no such user.
+struct UserIds {
+  uint32_t uid = 0, gid = 0;
+  std::string name, home;
+};
+bool lookup_user(const std::string& name, UserIds& out);
 
 }  // namespace execd::runners

@@ -375,3 +375,24 @@ TEST_CASE("config: --init with an entrypoint, EXECD_INIT, --runtime-init") {
   CHECK(p.cfg.runtime_init);
   CHECK(!parse({}).error.empty());
 }
+
+TEST_CASE("config: the E2B listeners from the environment, a flag wins, loopback without a token") {
+  Parsed p = parse({"-insecure-no-auth"}, {{"EXECD_ENVD_PORT", "49983"}, {"EXECD_CODE_INTERPRETER_PORT", "49999"}});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.envd_port == 49983);
+  CHECK(p.cfg.code_interpreter_port == 49999);
+  CHECK(p.cfg.envd_host == "127.0.0.1");
+  p = parse({"-insecure-no-auth", "--envd-port", "1234"}, {{"EXECD_ENVD_PORT", "49983"}});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.envd_port == 1234);
+  CHECK(p.cfg.code_interpreter_port == -1);
+  CHECK_FALSE(parse({"-insecure-no-auth"}, {{"EXECD_ENVD_PORT", "port"}}).error.empty());
+  // Without an envd token the listener may not leave loopback, however it was asked for.
+  CHECK_FALSE(
+      parse({"-insecure-no-auth", "--envd-host", "0.0.0.0"}, {{"EXECD_ENVD_PORT", "49983"}}).error.empty());
+  p = parse({"-insecure-no-auth", "--host", "0.0.0.0"},
+            {{"EXECD_ENVD_PORT", "49983"}, {"EXECD_ENVD_ACCESS_TOKEN", "t"}});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.envd_host == "0.0.0.0");
+  CHECK(p.cfg.envd_access_token == "t");
+}

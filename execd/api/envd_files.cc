@@ -1,0 +1,157 @@
+// execd/api/envd_files: see header.
+#include "execd/api/envd_files.h"
+
+#include <ctime>
+
+#include "execd/api/connect_rpc.h"
+#include "execd/context.h"
+#include "fs/paths.h"
+#include "protocol/base64.h"
+#include "protocol/errors.h"
+#include "protocol/json_text.h"
+#include "protocol/query_values.h"
+#include "protocol/sha.h"
+#include "protocol/token.h"
+
+namespace execd::api {
+
+namespace codes = protocol::codes;
+
+// Named, not anonymous: the unity build puts this file in one translation
+// unit with the other api/ files.
+namespace envd_files_impl {
+
+// Why a /files request may not go on, or nothing: the header token, or the
+// signature for this path, user and operation (envd's validateSigning).
+std::optional<std::string> refuse_file_access(const Context& ctx, const http::Exchange& ex, const std::string& path,
+                                              const std::string& user, const char* operation) {
+  const std::string& token = ctx.config.envd_access_token;
+  if (token.empty()) return std::nullopt;
+  if (const std::string* given = ex.header("x-access-token")) {
+    if (protocol::token_equal(token, *given)) return std::nullopt;
+    return "access token present in header but does not match";
+  }
+  const std::string* signature = protocol::query_value(ex.query, "signature");
+  if (!signature) return "missing signature query parameter (or X-Access-Token header)";
+  std::optional<int64_t> expiration;
+  if (const std::string* raw = protocol::query_value(ex.query, "signature_expiration")) {
+    char* end = nullptr;
+    long long v = strtoll(raw->c_str(), &end, 10);
+    if (raw->empty() || *end) return "invalid signature_expiration";
+    expiration = v;
+  }
+  if (!protocol::token_equal(envd_file_signature(path, operation, user, token, expiration), *signature))
+    return "invalid signature";
+  if (expiration && *expiration < static_cast<int64_t>(time(nullptr))) return "signature is already expired";
+  return std::nullopt;
+}
+
+std::string query_or_empty(const http::Exchange& ex, std::string_view name) {
+  const std::string* v = protocol::query_value(ex.query, name);
+  return v ? *v : std::string();
+}
+
+std::string envd_metrics_body(const metrics::MetricsSample& s) {
+  auto mib = [](double v) { return static_cast<uint64_t>(v); };
+  std::string out = "{\"ts\":" + std::to_string(s.timestamp_ms / 1000);
+  out += ",\"cpu_count\":" + std::to_string(static_cast<int64_t>(s.cpu_count + 0.5));
+  char pct[32];
+  snprintf(pct, sizeof pct, "%.2f", s.cpu_used_pct);
+  out += ",\"cpu_used_pct\":";
+  out += pct;
+  out += ",\"mem_total\":" + std::to_string(mib(s.mem_total_mib * 1048576.0));
+  out += ",\"mem_used\":" + std::to_string(mib(s.mem_used_mib * 1048576.0));
+  out += ",\"mem_total_mib\":" + std::to_string(mib(s.mem_total_mib));
+  out += ",\"mem_used_mib\":" + std::to_string(mib(s.mem_used_mib));
+  out += ",\"disk_used\":" + std::to_string(s.disk_used_bytes);
+  out += ",\"disk_total\":" + std::to_string(s.disk_total_bytes);
+  out += '}';
+  return out;
+}
+
+}  // namespace envd_files_impl
+
+std::string envd_file_signature(const std::string& path, const std::string& operation, const std::string& user,
+                                const std::string& token, std::optional<int64_t> expiration) {
+  std::string raw = path + ":" + operation + ":" + user + ":" + token;
+  if (expiration) raw += ":" + std::to_string(*expiration);
+  protocol::Sha256Digest d = protocol::sha256(raw);
+  std::string b64 = protocol::base64_encode(d.data(), d.size());
+  while (!b64.empty() && b64.back() == '=') b64.pop_back();
+  return "v1_" + b64;
+}
+
+std::string envd_upload_reply(const std::vector<std::string>& paths) {
+  std::string out = "[";
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (i) out += ',';
+    out += "{\"name\":";
+    protocol::append_json_string_lossy(out, fs::base_name(fs::clean_path(paths[i])));
+    out += ",\"type\":\"file\",\"path\":";
+    protocol::append_json_string_lossy(out, paths[i]);
+    out += '}';
+  }
+  out += ']';
+  return out;
+}
+
+void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService& metrics) {
+  namespace impl = envd_files_impl;
+  routes.add_open("GET", "/health", [](http::Exchange& ex) { ex.respond_empty(204); });
+  // Open routes: the token or a signature is checked here, as envd does.
+  routes.add_open("GET", "/files", [&files](http::Exchange& ex) {
+    std::string path = impl::query_or_empty(ex, "path"), user = impl::query_or_empty(ex, "username");
+    if (auto why = impl::refuse_file_access(files.ctx, ex, path, user, "read"))
+      return ex.respond_error(401, codes::kUnauthorized, *why);
+    envd_download(files, ex, path, user);
+  });
+  routes.add_open_streaming(
+      "POST", "/files",
+      [&files](http::Exchange& ex) {
+        const std::string* path = protocol::query_value(ex.query, "path");
+        std::string user = impl::query_or_empty(ex, "username");
+        if (auto why = impl::refuse_file_access(files.ctx, ex, path ? *path : std::string(), user, "write")) {
+          // Before any byte of the body is taken; the connection closes.
+          return ex.respond_error(401, codes::kUnauthorized, *why);
+        }
+        // envd takes gzip bodies; execd does not decompress, and writing the
+        // compressed bytes as the file would be silent corruption.
+        if (const std::string* enc = ex.header("content-encoding"); enc && !enc->empty() && *enc != "identity") {
+          ex.on_complete = [e = *enc](http::Exchange& x) {
+            x.respond_error(415, codes::kInvalidFile,
+                            "Content-Encoding " + e + " is not supported; send the file as it is");
+          };
+          return;
+        }
+        // envd keeps X-Metadata-* as the file's user.e2b.* xattrs; execd
+        // does not, and a file written without what was asked is refused.
+        for (const auto& [name, value] : ex.request().headers)
+          if (name.rfind("x-metadata-", 0) == 0) {
+            ex.on_complete = [n = name](http::Exchange& x) {
+              x.respond_error(501, codes::kInvalidFile,
+                              "file metadata (" + n + ") is not supported by execd; upload without metadata");
+            };
+            return;
+          }
+        envd_upload_head(files, ex, path ? std::optional<std::string>(*path) : std::nullopt, user);
+      },
+      [](http::Exchange&) {});
+  routes.add("GET", "/envs", [&files](http::Exchange& ex) {
+    std::string out = "{";
+    bool first = true;
+    for (const std::string& kv : files.ctx.base_env) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos) continue;
+      if (!first) out += ',';
+      first = false;
+      protocol::append_json_string_lossy(out, std::string_view(kv).substr(0, eq));
+      out += ':';
+      protocol::append_json_string_lossy(out, std::string_view(kv).substr(eq + 1));
+    }
+    out += '}';
+    ex.respond_json(200, out);
+  });
+  routes.add("GET", "/metrics", [&metrics](http::Exchange& ex) { metrics.answer(ex, impl::envd_metrics_body); });
+}
+
+}  // namespace execd::api

@@ -1,0 +1,38 @@
+// execd/api/envd_files: the plain HTTP routes of E2B's envd (spec/envd.yaml)
+// that the SDKs use beside the Connect services: GET /health (204),
+// GET /files and POST /files (the download and upload pipelines of
+// api/download and api/upload, with envd's paths, users and answer), GET
+// /envs, GET /metrics.
+//
+// /files takes the X-Access-Token, or instead a signature in the query, as
+// envd: `signature` = "v1_" + unpadded base64 of SHA-256 over
+// "path:operation:username:token[:expiration]" (operation "read" or
+// "write"), `signature_expiration` a Unix time in seconds; the SDKs'
+// upload_url()/download_url() build these. Without an envd token every
+// request is let in (the listener is loopback-only then).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "execd/api/file_jobs.h"
+#include "execd/api/metrics.h"
+#include "execd/routes.h"
+
+namespace execd::api {
+
+void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService& metrics);
+
+// Shared with api/download and api/upload.
+void envd_download(FileService& svc, http::Exchange& ex, std::string path, std::string user);
+void envd_upload_head(FileService& svc, http::Exchange& ex, std::optional<std::string> path, std::string user);
+// [{"name":"x.txt","type":"file","path":"/home/user/x.txt"}, ...]
+std::string envd_upload_reply(const std::vector<std::string>& paths);
+
+// "v1_..." for `path`, `operation`, `user` under `token`, expiring at
+// `expiration` (Unix seconds) if given. Exposed for tests.
+std::string envd_file_signature(const std::string& path, const std::string& operation, const std::string& user,
+                                const std::string& token, std::optional<int64_t> expiration);
+
+}  // namespace execd::api

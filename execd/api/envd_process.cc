@@ -1,0 +1,573 @@
+// execd/api/envd_process: see header.
+//   POST /process.Process/Start        server stream: start, data..., end (keepalives between)
+//   POST /process.Process/Connect      server stream: the same, replayed from the first byte kept
+//   POST /process.Process/List         running processes
+//   POST /process.Process/SendInput    bytes to stdin (or the PTY)
+//   POST /process.Process/StreamInput  client stream: start{selector}, data...
+//   POST /process.Process/CloseStdin   EOF (a PTY gets ^D)
+//   POST /process.Process/SendSignal   SIGTERM / SIGKILL to the whole cgroup
+//   POST /process.Process/Update       PTY size
+#include "execd/api/envd_process.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <memory>
+#include <vector>
+
+#include "execd/api/awaiter.h"
+#include "execd/api/connect_rpc.h"
+#include "execd/exec/reader.h"
+#include "execd/http/connection.h"
+#include "execd/limits.h"
+#include "execd/runners/command.h"
+#include "execd/runners/command_spawn.h"
+#include "fs/pool_job.h"
+
+namespace execd::api {
+
+namespace envd = protocol::envd;
+namespace cn = protocol::connect;
+using rpc::CallInfo;
+
+// Named, not anonymous: the unity build puts this file in one translation
+// unit with the other api/ files.
+namespace envd_process_impl {
+
+constexpr uint64_t kDefaultKeepaliveMs = 90 * 1000;  // envd's, when the client names none
+constexpr size_t kStdinQueue = 256 << 10;             // input waiting for the process before a writer waits
+
+// --- the stream format --------------------------------------------------------
+
+// A process's stream as E2B's SDKs read it: Connect envelopes of
+// StartResponse/ConnectResponse ({"event": ProcessEvent}), ending with the
+// end event and an end-of-stream message.
+class ProcessEventFormat final : public exec::StreamFormat {
+ public:
+  // `start`: the stream of the Start call itself, whose deadline
+  // (Connect-Timeout-Ms) was the process's timeout.
+  ProcessEventFormat(uint32_t pid, bool pty, uint64_t keepalive_ms, bool start)
+      : pid_(pid), pty_(pty), start_(start), keepalive_ms_(keepalive_ms ? keepalive_ms : kDefaultKeepaliveMs) {}
+  void set_pid(uint32_t pid) { pid_ = pid; }
+
+  const char* content_type() const override { return "application/connect+json"; }
+  uint64_t ping_interval_ms() const override { return keepalive_ms_; }
+  void begin(std::string& out, std::string_view, int64_t) override {
+    if (pid_) message(out, [&](std::string& o) { envd::append_start_event(o, pid_); });
+  }
+  void ping(std::string& out, int64_t) override { message(out, envd::append_keepalive_event); }
+  void gap(std::string&, protocol::OutputStream s, uint64_t requested, uint64_t from, int64_t) override {
+    // ProcessEvent has no place for it: named in the trailing metadata.
+    gaps_.emplace_back("execd-gap", std::string(protocol::stream_name(s)) + " " + std::to_string(requested) + "-" +
+                                        std::to_string(from));
+  }
+  void output(std::string& out, protocol::OutputStream s, const uint8_t* data, size_t len, int64_t) override {
+    envd::DataStream ds = pty_ ? envd::DataStream::pty_bytes
+                          : s == protocol::OutputStream::out ? envd::DataStream::stdout_bytes
+                                                             : envd::DataStream::stderr_bytes;
+    message(out, [&](std::string& o) { envd::append_data_event(o, ds, data, len); });
+  }
+  void terminal(std::string& out, const protocol::ExecutionResult& r, int64_t) override {
+    if (!r.start_error.empty()) {
+      cn::Error e{cn::Code::invalid_argument, "error starting process: " + r.start_error};
+      return cn::append_end_stream(out, &e, gaps_);
+    }
+    if (r.timed_out && start_) {
+      // The call's own deadline ended the process: the call failed with it,
+      // so the SDK raises its timeout whichever side noticed first.
+      cn::Error e{cn::Code::deadline_exceeded,
+                  "the process ran past the call's deadline (Connect-Timeout-Ms) and was stopped"};
+      return cn::append_end_stream(out, &e, gaps_);
+    }
+    envd::EndEvent end;
+    if (r.exit_code) {
+      end.exited = true;
+      end.exit_code = *r.exit_code;
+      end.status = "exit status " + std::to_string(*r.exit_code);
+    } else {
+      end.exit_code = -1;
+      end.status = "signal: " + (r.signal_text.empty() ? r.signal : r.signal_text);
+    }
+    if (end.exit_code != 0) end.error = end.status;
+    message(out, [&](std::string& o) { envd::append_end_event(o, end); });
+    cn::append_end_stream(out, nullptr, gaps_);
+  }
+  void background_ack(std::string& out, int64_t) override { cn::append_end_stream(out, nullptr, gaps_); }
+  void overflow(std::string& out, std::string_view message, const protocol::ExecutionResult&, int64_t) override {
+    cn::Error e{cn::Code::resource_exhausted, std::string(message)};
+    cn::append_end_stream(out, &e, gaps_);
+  }
+  void event(std::string&, std::string_view) override {}
+
+ private:
+  template <class Fn>
+  static void message(std::string& out, Fn write) {
+    rpc::append_message(out, write);
+  }
+
+  uint32_t pid_;
+  bool pty_, start_;
+  uint64_t keepalive_ms_;
+  cn::Metadata gaps_;
+};
+
+// --- helpers ------------------------------------------------------------------
+
+cn::Error not_found(const envd::ProcessSelector& sel) {
+  return {cn::Code::not_found, sel.pid ? "process with pid " + std::to_string(*sel.pid) + " not found"
+                               : sel.tag ? "process with tag " + *sel.tag + " not found"
+                                         : std::string("no process selected (give a pid or a tag)")};
+}
+
+// `/bin/bash -l -c 'echo hi'`: the command line a record and the journal show.
+std::string command_line(const envd::ProcessConfig& c) {
+  auto quote = [](const std::string& s) {
+    bool plain = !s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                   "_-./=:,+@%") == std::string::npos;
+    if (plain) return s;
+    std::string q = "'";
+    for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return q + "'";
+  };
+  std::string out = quote(c.cmd);
+  for (const auto& a : c.args) out += " " + quote(a);
+  return out;
+}
+
+template <class T>
+bool decoded(http::Exchange& ex, std::variant<T, protocol::DecodeError>& v, bool streaming) {
+  if (auto* err = std::get_if<protocol::DecodeError>(&v)) {
+    cn::Error e{cn::Code::invalid_argument, err->message};
+    if (streaming) rpc::stream_error(ex, e);
+    else rpc::respond_error(ex, e);
+    return false;
+  }
+  return true;
+}
+
+// --- Start --------------------------------------------------------------------
+
+struct StartWork : Awaitable {
+  EnvdProcesses* svc;
+  envd::StartRequest req;
+  CallInfo info;
+  runners::ProcessStart start;
+  pty::SpawnOptions opts;
+  std::optional<protocol::ApiError> error;
+};
+
+// Past --envd-max-processes, or past --max-running (every kind of run
+// together, both APIs): resource_exhausted before anything is spawned.
+std::optional<cn::Error> start_refusal(EnvdProcesses& svc) {
+  if (svc.running() >= static_cast<size_t>(svc.ctx.config.envd_max_processes))
+    return cn::Error{cn::Code::resource_exhausted, "too many processes: " +
+                                                       std::to_string(svc.ctx.config.envd_max_processes) +
+                                                       " are running (--envd-max-processes)"};
+  if (auto r = refuse_past(svc.executions.running(), svc.ctx.config.max_running, "running executions", "max-running"))
+    return cn::Error{cn::Code::resource_exhausted, r->message};
+  return std::nullopt;
+}
+
+void start_process(StartWork& w) {
+  http::Exchange* ex = w.exchange();
+  if (!ex) return;  // the client left before anything ran: nothing starts
+  EnvdProcesses& svc = *w.svc;
+  if (w.error)
+    return rpc::stream_error(*ex, {w.error->status == 401 ? cn::Code::unauthenticated : cn::Code::invalid_argument,
+                                   w.error->message});
+  if (!svc.executions.accepting()) return rpc::stream_error(*ex, {cn::Code::unavailable, "execd is shutting down"});
+  // Checked again: others may have started while this one was prepared.
+  if (auto err = start_refusal(svc)) return rpc::stream_error(*ex, *err);
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::process;
+  spec.content = command_line(w.req.process);
+  spec.fingerprint = "envd-process";
+  spec.cwd = w.opts.cwd;
+  if (w.opts.uid) spec.uid = *w.opts.uid;
+  if (w.opts.gid) spec.gid = *w.opts.gid;
+  spec.tty = w.start.pty;
+  bool keep_stdin = w.start.pty || w.req.stdin_open.value_or(true);
+  spec.stdin_open = keep_stdin;
+  exec::Execution& e = svc.executions.create(std::move(spec));
+  auto format = std::make_unique<ProcessEventFormat>(0, w.start.pty, w.info.keepalive_ms, true);
+  ProcessEventFormat* fmt = format.get();
+  ex->attach(std::make_unique<exec::ExecutionReader>(*ex, e, exec::ExecutionReader::Role::original, std::move(format),
+                                                     0, 0, std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
+  pty::CommandLimits limits;
+  // envd ends the process at the call's deadline (Connect-Timeout-Ms).
+  limits.timeout_ms = static_cast<int64_t>(w.info.timeout_ms);
+  limits.kill_grace_ms = svc.ctx.config.kill_grace_ms;
+  std::string error;
+  auto runner = runners::CommandRunner::start(svc.runtime, w.opts, limits, keep_stdin, e, error);
+  if (!runner) return e.fail_start(error);
+  auto pid = static_cast<uint32_t>(runner->pgid());
+  fmt->set_pid(pid);
+  EnvdProcesses::Entry entry;
+  entry.exec_id = e.id();
+  entry.config = w.req.process;
+  entry.tag = w.req.tag;
+  entry.pid = pid;
+  entry.pty = w.start.pty;
+  svc.add(std::move(entry));
+  spdlog::info("process {} started: pid {}{}", e.id(), pid, w.start.pty ? " (pty)" : "");
+  e.start(std::move(runner));
+}
+
+void handle_start(EnvdProcesses& svc, http::Exchange& ex, std::string_view message, const CallInfo& info) {
+  auto d = envd::decode_start(message);
+  if (!decoded(ex, d, true)) return;
+  if (!svc.executions.accepting()) return rpc::stream_error(ex, {cn::Code::unavailable, "execd is shutting down"});
+  // Refused before anything is looked up or spawned.
+  if (auto err = start_refusal(svc)) return rpc::stream_error(ex, *err);
+  auto w = std::make_unique<StartWork>();
+  w->svc = &svc;
+  w->req = std::move(std::get<envd::StartRequest>(d));
+  w->info = info;
+  w->start.cmd = w->req.process.cmd;
+  w->start.args = w->req.process.args;
+  w->start.envs = w->req.process.envs;
+  w->start.cwd = w->req.process.cwd;
+  w->start.user = info.user;
+  if (w->req.pty) {
+    w->start.pty = true;
+    if (w->req.pty->rows) w->start.rows = static_cast<uint16_t>(std::min<uint32_t>(w->req.pty->rows, 0xffff));
+    if (w->req.pty->cols) w->start.cols = static_cast<uint16_t>(std::min<uint32_t>(w->req.pty->cols, 0xffff));
+  }
+  await(ex, *w);
+  if (!runners::process_needs_pool(svc.ctx, w->start)) {
+    // Nothing that blocks (the default user, its home): prepare here and
+    // save two thread hops, as POST /command does.
+    w->error = runners::prepare_process_spawn(svc.ctx, w->start, w->opts);
+    return start_process(*w);
+  }
+  fs::queue_job<StartWork>(
+      svc.ctx.loop, std::move(w),
+      [](StartWork& w) { w.error = runners::prepare_process_spawn(w.svc->ctx, w.start, w.opts); },
+      [](StartWork& w, int) { start_process(w); });
+}
+
+// --- Connect ------------------------------------------------------------------
+
+void handle_connect(EnvdProcesses& svc, http::Exchange& ex, std::string_view message, const CallInfo& info) {
+  auto d = envd::decode_selector_request(message);
+  if (!decoded(ex, d, true)) return;
+  const envd::ProcessSelector& sel = std::get<envd::SelectorRequest>(d).process;
+  EnvdProcesses::Entry* p = svc.find(sel);
+  exec::Execution* e = p ? svc.execution(*p) : nullptr;
+  if (!e) return rpc::stream_error(ex, not_found(sel));
+  if (auto r = refuse_past(svc.executions.readers(), svc.ctx.config.max_readers, "resume readers", "max-readers"))
+    return rpc::stream_error(ex, {cn::Code::resource_exhausted, r->message});
+  // From the first byte still kept: what was written while nobody was
+  // attached arrives too (envd drops it).
+  auto reader = std::make_unique<exec::ExecutionReader>(
+      ex, *e, exec::ExecutionReader::Role::resume,
+      std::make_unique<ProcessEventFormat>(p->pid, p->pty, info.keepalive_ms, false), 0, 0,
+      std::vector<std::string>{"EXECD-RUN-ID: " + e->id()});
+  exec::ExecutionReader& r = *reader;
+  ex.attach(std::move(reader));
+  if (!e->starting()) r.begin();
+}
+
+// --- List ---------------------------------------------------------------------
+
+void handle_list(EnvdProcesses& svc, http::Exchange& ex, std::string_view message) {
+  if (auto err = envd::decode_empty(message)) return rpc::respond_error(ex, {cn::Code::invalid_argument, err->message});
+  std::vector<envd::ProcessInfo> out;
+  svc.each([&](EnvdProcesses::Entry& p) {
+    exec::Execution* e = svc.execution(p);
+    if (!e || !e->running()) return;
+    out.push_back(envd::ProcessInfo{p.config, p.pid, p.tag});
+  });
+  rpc::respond(ex, envd::list_response(out));
+}
+
+// --- input --------------------------------------------------------------------
+
+// A SendInput that put the process's queue over kStdinQueue: answered once
+// the process has read it down (checked on the server tick), or with an
+// error after --stdin-timeout.
+class InputWaiter final : public http::Source {
+ public:
+  InputWaiter(EnvdProcesses& svc, http::Exchange& ex, std::string exec_id)
+      : svc_(svc), ex_(ex), exec_id_(std::move(exec_id)), since_(ex.connection().host().now_ms()) {}
+  void tick(uint64_t now_ms) override {
+    exec::Execution* e = svc_.executions.find(exec_id_);
+    if (!e || !e->running() || e->stdin_queued() <= kStdinQueue) return rpc::respond(ex_, "{}");
+    int64_t limit = svc_.ctx.config.stdin_timeout_ms;
+    if (limit >= 0 && now_ms - since_ >= static_cast<uint64_t>(limit))
+      rpc::respond_error(ex_, {cn::Code::deadline_exceeded,
+                               "the process is not reading its input (waited " + std::to_string(limit) + " ms)"});
+  }
+
+ private:
+  EnvdProcesses& svc_;
+  http::Exchange& ex_;
+  std::string exec_id_;
+  uint64_t since_;
+};
+
+// Why input cannot go to `e` now, if it cannot.
+std::optional<cn::Error> input_refused(const exec::Execution& e, uint32_t pid) {
+  if (!e.stdin_open())
+    return cn::Error{cn::Code::failed_precondition,
+                     "stdin of process " + std::to_string(pid) + " is not open (start it with stdin: true)"};
+  if (!e.running()) return cn::Error{cn::Code::not_found, "process with pid " + std::to_string(pid) + " has exited"};
+  if (!e.stdin_writable())
+    return cn::Error{cn::Code::failed_precondition, "stdin of process " + std::to_string(pid) + " is closed"};
+  return std::nullopt;
+}
+
+void handle_send_input(EnvdProcesses& svc, http::Exchange& ex, std::string_view message) {
+  auto d = envd::decode_send_input(message);
+  if (!decoded(ex, d, false)) return;
+  auto& req = std::get<envd::SendInputRequest>(d);
+  EnvdProcesses::Entry* p = svc.find(req.process);
+  exec::Execution* e = p ? svc.execution(*p) : nullptr;
+  if (!e) return rpc::respond_error(ex, not_found(req.process));
+  if (auto refused = input_refused(*e, p->pid)) return rpc::respond_error(ex, *refused);
+  e->stdin_write(req.input.data.data(), req.input.data.size());
+  if (e->stdin_queued() <= kStdinQueue) return rpc::respond(ex, "{}");
+  ex.attach(std::make_unique<InputWaiter>(svc, ex, e->id()));
+}
+
+// StreamInput's request body: start{process}, then data messages, written
+// to the process as they come; the body is paused while more than
+// kStdinQueue bytes wait for the process (checked on the server tick).
+class StreamInputBody final : public http::Source {
+ public:
+  StreamInputBody(EnvdProcesses& svc, http::Exchange& ex)
+      : svc_(svc), ex_(ex), reader_(static_cast<size_t>(svc.ctx.config.max_body_bytes)) {}
+
+  void on_body(const char* data, size_t len) override {
+    if (failed_) return;
+    bool ok = reader_.feed(std::string_view(data, len), [this](const cn::EnvelopeReader::Message& m) {
+      if (m.flags & cn::kFlagEndStream) return true;
+      return message(m.payload);
+    });
+    if (!ok && !failed_) fail({cn::Code::invalid_argument, "malformed request stream: " + reader_.error()});
+  }
+
+  void complete() {
+    if (failed_) return;
+    if (!reader_.finish()) return fail({cn::Code::invalid_argument, "malformed request stream: " + reader_.error()});
+    if (exec_id_.empty()) return fail({cn::Code::invalid_argument, "the input stream had no start message"});
+    rpc::begin_stream(ex_);
+    std::string out = ex_.take_buffer();
+    rpc::append_message(out, [](std::string& o) { o += "{}"; });
+    cn::append_end_stream(out, nullptr);
+    ex_.end(std::move(out));
+  }
+
+  void tick(uint64_t now_ms) override {
+    if (!paused_ || failed_) return;
+    exec::Execution* e = svc_.executions.find(exec_id_);
+    if (!e || !e->running()) return fail({cn::Code::not_found, "the process has exited"});
+    if (e->stdin_queued() <= kStdinQueue) {
+      paused_ = false;
+      ex_.resume_body();
+      return;
+    }
+    int64_t limit = svc_.ctx.config.stdin_timeout_ms;
+    if (limit >= 0 && now_ms - paused_since_ >= static_cast<uint64_t>(limit))
+      fail({cn::Code::deadline_exceeded,
+            "the process is not reading its input (waited " + std::to_string(limit) + " ms)"});
+  }
+
+ private:
+  bool message(std::string_view payload) {
+    auto d = envd::decode_stream_input(payload);
+    if (auto* err = std::get_if<protocol::DecodeError>(&d)) {
+      fail({cn::Code::invalid_argument, err->message});
+      return false;
+    }
+    auto& ev = std::get<envd::StreamInputEvent>(d);
+    using Kind = envd::StreamInputEvent::Kind;
+    if (ev.kind == Kind::start) {
+      EnvdProcesses::Entry* p = svc_.find(ev.process);
+      exec::Execution* e = p ? svc_.execution(*p) : nullptr;
+      if (!e) {
+        fail(not_found(ev.process));
+        return false;
+      }
+      if (auto refused = input_refused(*e, p->pid)) {
+        fail(*refused);
+        return false;
+      }
+      exec_id_ = e->id();
+      pid_ = p->pid;
+      return true;
+    }
+    if (ev.kind != Kind::data) return true;  // keepalives
+    exec::Execution* e = exec_id_.empty() ? nullptr : svc_.executions.find(exec_id_);
+    if (!e) {
+      fail({cn::Code::invalid_argument, "input before the start message"});
+      return false;
+    }
+    if (auto refused = input_refused(*e, pid_)) {
+      fail(*refused);
+      return false;
+    }
+    e->stdin_write(ev.input.data.data(), ev.input.data.size());
+    if (!paused_ && e->stdin_queued() > kStdinQueue) {
+      paused_ = true;
+      paused_since_ = ex_.connection().host().now_ms();
+      ex_.pause_body();
+    }
+    return true;
+  }
+
+  // Answered at once; the rest of the body is not read (the connection
+  // closes after the answer).
+  void fail(const cn::Error& e) {
+    if (failed_) return;
+    failed_ = true;
+    if (paused_) ex_.resume_body();
+    paused_ = false;
+    rpc::stream_error(ex_, e);
+  }
+
+  EnvdProcesses& svc_;
+  http::Exchange& ex_;
+  cn::EnvelopeReader reader_;
+  std::string exec_id_;
+  uint32_t pid_ = 0;
+  bool paused_ = false, failed_ = false;
+  uint64_t paused_since_ = 0;
+};
+
+void handle_close_stdin(EnvdProcesses& svc, http::Exchange& ex, std::string_view message) {
+  auto d = envd::decode_selector_request(message);
+  if (!decoded(ex, d, false)) return;
+  const auto& sel = std::get<envd::SelectorRequest>(d).process;
+  EnvdProcesses::Entry* p = svc.find(sel);
+  exec::Execution* e = p ? svc.execution(*p) : nullptr;
+  if (!e) return rpc::respond_error(ex, not_found(sel));
+  if (!e->stdin_open())
+    return rpc::respond_error(ex, {cn::Code::failed_precondition,
+                                   "stdin of process " + std::to_string(p->pid) + " is not open"});
+  e->stdin_close();
+  rpc::respond(ex, "{}");
+}
+
+// --- signals and size ---------------------------------------------------------
+
+void handle_send_signal(EnvdProcesses& svc, http::Exchange& ex, std::string_view message) {
+  auto d = envd::decode_send_signal(message);
+  if (!decoded(ex, d, false)) return;
+  auto& req = std::get<envd::SendSignalRequest>(d);
+  if (req.signal != SIGTERM && req.signal != SIGKILL)
+    return rpc::respond_error(ex, {cn::Code::invalid_argument, "signal must be SIGNAL_SIGTERM or SIGNAL_SIGKILL"});
+  EnvdProcesses::Entry* p = svc.find(req.process);
+  exec::Execution* e = p ? svc.execution(*p) : nullptr;
+  if (!e) return rpc::respond_error(ex, not_found(req.process));
+  // The whole cgroup, also after the leader has exited.
+  if (!e->send_signal(req.signal))
+    return rpc::respond_error(ex, {cn::Code::not_found,
+                                   "process with pid " + std::to_string(p->pid) + " is not running"});
+  rpc::respond(ex, "{}");
+}
+
+void handle_update(EnvdProcesses& svc, http::Exchange& ex, std::string_view message) {
+  auto d = envd::decode_update(message);
+  if (!decoded(ex, d, false)) return;
+  auto& req = std::get<envd::UpdateRequest>(d);
+  EnvdProcesses::Entry* p = svc.find(req.process);
+  exec::Execution* e = p ? svc.execution(*p) : nullptr;
+  if (!e) return rpc::respond_error(ex, not_found(req.process));
+  if (req.pty) {
+    if (!p->pty)
+      return rpc::respond_error(ex, {cn::Code::failed_precondition,
+                                     "process " + std::to_string(p->pid) + " has no PTY to resize"});
+    if (!req.pty->rows || !req.pty->cols || req.pty->rows > 0xffff || req.pty->cols > 0xffff)
+      return rpc::respond_error(ex, {cn::Code::invalid_argument, "pty size needs rows and cols between 1 and 65535"});
+    e->resize(static_cast<uint16_t>(req.pty->rows), static_cast<uint16_t>(req.pty->cols));
+  }
+  rpc::respond(ex, "{}");
+}
+
+}  // namespace envd_process_impl
+
+// --- the table ----------------------------------------------------------------
+
+EnvdProcesses::Entry* EnvdProcesses::find(const envd::ProcessSelector& sel) {
+  uint32_t pid = 0;
+  if (sel.pid) {
+    pid = *sel.pid;
+  } else if (sel.tag) {
+    auto t = by_tag_.find(*sel.tag);
+    if (t == by_tag_.end()) return nullptr;
+    pid = t->second;
+  } else {
+    return nullptr;
+  }
+  auto it = by_pid_.find(pid);
+  if (it == by_pid_.end()) return nullptr;
+  if (!execution(it->second)) {
+    // Let go of by the registry (--retention): gone here too.
+    if (it->second.tag) by_tag_.erase(*it->second.tag);
+    by_pid_.erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void EnvdProcesses::add(Entry e) {
+  if (by_pid_.size() >= executions_kept_hint()) prune();
+  uint32_t pid = e.pid;
+  if (auto old = by_pid_.find(pid); old != by_pid_.end() && old->second.tag) {
+    // The pid came round again: the older process is no longer reachable by it.
+    auto t = by_tag_.find(*old->second.tag);
+    if (t != by_tag_.end() && t->second == pid) by_tag_.erase(t);
+  }
+  if (e.tag) by_tag_[*e.tag] = pid;
+  by_pid_[pid] = std::move(e);
+}
+
+size_t EnvdProcesses::running() {
+  size_t n = 0;
+  for (auto& [pid, e] : by_pid_)
+    if (exec::Execution* x = execution(e); x && x->running()) ++n;
+  return n;
+}
+
+void EnvdProcesses::prune() {
+  for (auto it = by_pid_.begin(); it != by_pid_.end();) {
+    if (execution(it->second)) {
+      ++it;
+      continue;
+    }
+    if (it->second.tag) {
+      auto t = by_tag_.find(*it->second.tag);
+      if (t != by_tag_.end() && t->second == it->first) by_tag_.erase(t);
+    }
+    it = by_pid_.erase(it);
+  }
+}
+
+size_t EnvdProcesses::executions_kept_hint() const { return ctx.config.max_records + 1024; }
+
+void add_envd_process_routes(RouteTable& routes, EnvdProcesses& svc) {
+  namespace impl = envd_process_impl;
+  const std::string base = "/process.Process/";
+  using Unary = void (*)(EnvdProcesses&, http::Exchange&, std::string_view);
+  using Stream = void (*)(EnvdProcesses&, http::Exchange&, std::string_view, const CallInfo&);
+  for (auto [name, h] : {std::pair<const char*, Stream>{"Start", impl::handle_start}, {"Connect", impl::handle_connect}})
+    rpc::add_server_stream(routes, base + name,
+                           [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo& i) { h(svc, ex, m, i); });
+  for (auto [name, h] : {std::pair<const char*, Unary>{"List", impl::handle_list}, {"SendInput", impl::handle_send_input},
+                         {"CloseStdin", impl::handle_close_stdin}, {"SendSignal", impl::handle_send_signal},
+                         {"Update", impl::handle_update}})
+    rpc::add_unary(routes, base + name,
+                   [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo&) { h(svc, ex, m); });
+  rpc::add_client_stream(
+      routes, base + "StreamInput",
+      [&svc](http::Exchange& ex, const CallInfo&) {
+        auto body = std::make_unique<impl::StreamInputBody>(svc, ex);
+        impl::StreamInputBody& b = *body;
+        ex.attach(std::move(body));
+        ex.on_complete = [&b](http::Exchange&) { b.complete(); };
+      },
+      [](http::Exchange&) {});
+}
+
+}  // namespace execd::api
