@@ -35,6 +35,16 @@ exec::RegistrySettings registry_settings(const Config& cfg) {
   return s;
 }
 
+watch::Settings watch_settings(const Config& cfg) {
+  watch::Settings s;
+  s.max_watches = static_cast<size_t>(cfg.max_watches);
+  s.ring_bytes = static_cast<size_t>(cfg.watch_ring_bytes);
+  s.max_dirs = static_cast<size_t>(cfg.watch_max_dirs);
+  s.retention_ms = static_cast<uint64_t>(cfg.watch_retention_ms);
+  s.coalesce_ms = static_cast<uint64_t>(cfg.watch_coalesce_ms);
+  return s;
+}
+
 http::ConnectionLimits connection_limits(const Config& cfg) {
   http::ConnectionLimits l;
   l.parser.max_body_bytes = static_cast<size_t>(cfg.max_body_bytes);
@@ -62,9 +72,10 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       routes_(ctx_.config.access_token),
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
       journal_(ctx_),
-      executions_(loop, registry_settings(ctx_.config), journal_),
-      commands_{ctx_, runtime_, executions_},
-      sessions_(ctx_, runtime_, executions_),
+      watches_(loop, watch_settings(ctx_.config), activity_),
+      executions_(loop, registry_settings(ctx_.config), journal_, activity_),
+      commands_{ctx_, runtime_, executions_, watches_},
+      sessions_(ctx_, runtime_, executions_, watches_),
       ptys_(ctx_, runtime_, journal_),
       file_gate_(api::kPoolThreads / 2),
       files_{ctx_, file_gate_, journal_},
@@ -94,6 +105,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
   api::add_code_routes(routes_, code_, commands_, sessions_);
+  api::add_watch_routes(routes_, watches_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -190,6 +202,7 @@ void Daemon::finish() {
     d->ptys_.clear();
     d->sessions_.clear();
     d->executions_.close();
+    d->watches_.close();
     d->journal_.close();
     d->code_.close();
     d->metrics_.close();

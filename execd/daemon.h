@@ -21,6 +21,8 @@
 #include "execd/api/proxy.h"
 #include "execd/api/pty.h"
 #include "execd/api/sessions.h"
+#include "execd/api/watch.h"
+#include "execd/activity.h"
 #include "execd/context.h"
 #include "execd/exec/registry.h"
 #include "execd/http/server.h"
@@ -60,6 +62,8 @@ class Daemon {
   RouteTable routes_;
   http::Server server_;
   api::Journal journal_;
+  Activity activity_;
+  watch::Hub watches_;         // before the executions: their trackers lease watches
   exec::Registry executions_;  // reloading records writes to the journal
   api::CommandService commands_;
   api::SessionRegistry sessions_;

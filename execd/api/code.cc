@@ -708,7 +708,50 @@ void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
   c.ensure_started();
 }
 
-void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
+struct TrackWait : Awaitable {};
+
+// Starts the run in context `context_id`; with track_changes, the watches
+// on its roots are made first (and the context is looked up again after).
+void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex, const std::string& context_id,
+                    std::string code, std::vector<std::string> track, std::unique_ptr<exec::ChangeTracker> tracker) {
+  CodeContext* c = reg.find(context_id);
+  if (!c) return context_not_found(ex, context_id);
+  if (c->busy())
+    return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
+  if (!track.empty() && !tracker) {
+    auto wait = std::make_shared<TrackWait>();
+    await(ex, *wait);
+    exec::ChangeTracker::open(
+        commands.watches, track, track_limits(reg.ctx),
+        [&reg, &commands, wait, context_id, code = std::move(code), track](
+            std::unique_ptr<exec::ChangeTracker> t, std::optional<protocol::ApiError> err) mutable {
+          http::Exchange* ex = wait->exchange();
+          if (!ex) return;
+          if (err) return ex->respond_error(err->status, err->code, "track_changes: " + err->message);
+          start_code_run(reg, commands, *ex, context_id, std::move(code), std::move(track), std::move(t));
+        });
+    return;
+  }
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::code_run;
+  spec.content = code;
+  spec.owner = c->id();
+  spec.language = c->language();
+  spec.fingerprint = "code-run";
+  spec.cwd = c->cwd();
+  spec.track_changes = std::move(track);
+  exec::Execution& e =
+      reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
+  if (tracker) e.track(std::move(tracker));
+  auto run = std::make_unique<CodeRun>(e, std::move(code));
+  ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original,
+                                                    framing_for(reg.ctx, ex), 0, 0,
+                                                    std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
+  c->begin_run(*run);
+  e.start(std::move(run));
+}
+
+void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex) {
   auto decoded = jp::decode_run_code(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody,
@@ -732,23 +775,7 @@ void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
       reg.defaults[spec->name] = c->id();
     }
   }
-  if (c->busy())
-    return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::code_run;
-  spec.content = req.code;
-  spec.owner = c->id();
-  spec.language = c->language();
-  spec.fingerprint = "code-run";
-  spec.cwd = c->cwd();
-  exec::Execution& e =
-      reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
-  auto run = std::make_unique<CodeRun>(e, std::move(req.code));
-  ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original,
-                                                    framing_for(reg.ctx, ex), 0, 0,
-                                                    std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
-  c->begin_run(*run);
-  e.start(std::move(run));
+  start_code_run(reg, commands, ex, c->id(), std::move(req.code), std::move(req.track_changes), nullptr);
 }
 
 void handle_list(CodeRegistryImpl& reg, http::Exchange& ex) {
@@ -774,7 +801,7 @@ void handle_delete_language(CodeRegistryImpl& reg, http::Exchange& ex) {
 
 void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands, SessionRegistry& sessions) {
   CodeRegistryImpl& reg = *code.impl();
-  routes.add("POST", "/code", [&reg](http::Exchange& ex) { handle_run(reg, ex); });
+  routes.add("POST", "/code", [&reg, &commands](http::Exchange& ex) { handle_run(reg, commands, ex); });
   routes.add("DELETE", "/code", [&reg, &commands, &sessions](http::Exchange& ex) {
     const std::string* id = protocol::query_value(ex.query, "id");
     CodeContext* c = id ? reg.find(*id) : nullptr;

@@ -11,6 +11,7 @@
 #include "execd/context.h"
 #include "execd/exec/registry.h"
 #include "execd/routes.h"
+#include "execd/watch/watch.h"
 #include "pty/runtime.h"
 
 namespace execd::pty {
@@ -31,11 +32,15 @@ enum class InterruptResult { not_found, not_running, interrupted };
 
 class SessionRegistry {
  public:
-  SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions);
+  SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions, watch::Hub& watches);
   ~SessionRegistry();
   const Context& ctx() const { return ctx_; }
   pty::Runtime& runtime() { return runtime_; }
   exec::Registry& executions() { return executions_; }
+  watch::Hub& watches() { return watches_; }
+  size_t count() const { return entries_.size(); }
+  // Sessions whose shell is running a run now.
+  size_t busy() const;
 
   SessionEntry* create(const std::string& cwd, std::string& error);
   SessionEntry* find(const std::string& id);
@@ -59,6 +64,7 @@ class SessionRegistry {
   const Context& ctx_;
   pty::Runtime& runtime_;
   exec::Registry& executions_;
+  watch::Hub& watches_;
   std::map<std::string, std::unique_ptr<SessionEntry>> entries_;
   // Shells of deleted sessions, until they are gone.
   std::map<pty::BashSession*, bool> dying_;

@@ -88,6 +88,7 @@ std::string stdout_of(const std::vector<nlohmann::json>& events, uint64_t from) 
 struct World : LoopScratch {
   Context ctx;
   std::unique_ptr<api::Journal> journal;
+  Activity activity;
   std::unique_ptr<exec::Registry> reg;
 
   explicit World(std::string state = "") {
@@ -98,7 +99,7 @@ struct World : LoopScratch {
     exec::RegistrySettings s;
     s.state_dir = ctx.config.state_dir;
     s.log_limit = 64 << 20;
-    reg = std::make_unique<exec::Registry>(&loop, s, *journal);
+    reg = std::make_unique<exec::Registry>(&loop, s, *journal, activity);
   }
   ~World() {
     reg->close();
@@ -408,7 +409,7 @@ TEST_CASE("execution: records that cannot be written never pin an execution, and
   exec::RegistrySettings s;
   s.state_dir = state;
   s.retention_ms = 1;
-  exec::Registry reg(&w.loop, s, *w.journal);
+  exec::Registry reg(&w.loop, s, *w.journal, w.activity);
   exec::ExecutionSpec spec;
   spec.id = "nopersist";
   exec::Execution& e = reg.create(spec);
@@ -429,7 +430,7 @@ TEST_CASE("execution: output the disk could not keep is a gap to a reader that n
   // Logs under a state directory that does not exist fail their first write.
   exec::RegistrySettings s;
   s.state_dir = w.dir + "/missing";
-  exec::Registry reg(&w.loop, s, *w.journal);
+  exec::Registry reg(&w.loop, s, *w.journal, w.activity);
   exec::ExecutionSpec spec;
   spec.id = "nodisk";
   exec::Execution& e = reg.create(spec);
