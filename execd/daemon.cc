@@ -101,6 +101,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_file_routes(routes_, files_);
   api::add_upload_route(routes_, files_);
   api::add_download_route(routes_, files_);
+  api::add_archive_routes(routes_, files_);
   api::add_metrics_routes(routes_, metrics_);
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
