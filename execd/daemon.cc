@@ -81,7 +81,9 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       files_{ctx_, file_gate_, journal_},
       metrics_(ctx_),
       proxy_(ctx_),
-      code_(ctx_, runtime_, executions_) {
+      code_(ctx_, runtime_, executions_),
+      activity_api_{ctx_, activity_, executions_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
+                    server_} {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).
@@ -107,6 +109,16 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_proxy_routes(routes_, proxy_);
   api::add_code_routes(routes_, code_, commands_, sessions_);
   api::add_watch_routes(routes_, watches_);
+  api::add_activity_routes(routes_, activity_api_);
+  routes_.set_activity(&activity_);
+  ptys_.set_activity(&activity_);
+  // Actors that are not runs, for track_changes: terminals, file work
+  // through the API, processes finished commands left behind.
+  activity_.set_probe([this](std::vector<std::string>& out) {
+    ptys_.actors(out);
+    if (file_gate_.running() > 0) out.emplace_back("file-api");
+    if (containment_.lingering() > 0) out.emplace_back("leftover-processes");
+  });
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -161,6 +173,8 @@ void Daemon::shutdown(int signum) {
     return;
   }
   stopping_ = true;
+  // Frozen processes would take no signal until thawed.
+  if (containment_.frozen()) containment_.thaw();
   executions_.stop_accepting();
   spdlog::info("{} received: forwarding to running commands, draining for {} ms", strsignal(signum),
                ctx_.config.graceful_shutdown_ms);

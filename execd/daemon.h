@@ -13,6 +13,7 @@
 
 #include <memory>
 
+#include "execd/api/activity.h"
 #include "execd/api/code.h"
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
@@ -73,6 +74,7 @@ class Daemon {
   api::MetricsService metrics_;
   api::ProxyService proxy_;
   api::CodeRegistry code_;
+  api::ActivityService activity_api_;
   uv_signal_t sigterm_, sigint_;
   uv_timer_t housekeeping_;
   uint64_t deadline_ = 0;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "execd/activity.h"
 #include "execd/http/exchange.h"
 #include "protocol/router.h"
 
@@ -34,6 +35,9 @@ class RouteTable {
   void add_prefix_streaming(std::string prefix, Handler head, Handler h);
   // Routes `ex` (called at head time).
   void route(http::Exchange& ex) const;
+  // Authorized requests are noted there (GET /activity), except the
+  // control plane's own polling: /ping, /activity, /freeze, /thaw.
+  void set_activity(Activity* a) { activity_ = a; }
 
  private:
   struct Route {
@@ -46,6 +50,7 @@ class RouteTable {
   std::string token_;
   protocol::Router<Route> router_;
   std::vector<std::pair<std::string, Route>> prefixes_;
+  Activity* activity_ = nullptr;
 
  public:
   // Routes that need no token (health probes carry no secret).

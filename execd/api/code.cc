@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "execd/api/activity.h"
 #include "execd/api/api.h"
 #include "execd/api/awaiter.h"
 #include "execd/api/commands.h"
@@ -159,7 +160,7 @@ class CodeRegistryImpl {
   void forget(CodeContext* c);
 };
 
-class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
+class CodeContext final : public pty::CommandSink, public KernelChannelHandler, public pty::FreezeListener {
  public:
   enum class State { stopped, starting, ready, stopping };
 
@@ -167,6 +168,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
       : reg_(reg), id_(std::move(id)), language_(std::move(language)), spec_(std::move(spec)), cwd_(std::move(cwd)) {
     uv_timer_init(reg_.ctx.loop, &timer_);
     timer_.data = this;
+    reg_.runtime.containment.add_freeze_listener(this);
   }
 
   const std::string& id() const { return id_; }
@@ -244,8 +246,22 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     if (cmd_) cmd_->signal_group(SIGKILL);
   }
 
+  // pty::FreezeListener: a frozen kernel answers no heartbeat and runs no
+  // code; none of its deadlines counts that time.
+  void on_freeze() override {}
+  void on_thaw(uint64_t frozen_ms) override {
+    uint64_t now = uv_now(reg_.ctx.loop);
+    last_heartbeat_ = now;
+    started_ += frozen_ms;
+    if (run_) {
+      if (run_->idle_at) run_->idle_at += frozen_ms;
+      if (run_->last_sigint) run_->last_sigint += frozen_ms;
+    }
+  }
+
   // Frees the context once its timer has closed.
   void destroy() {
+    reg_.runtime.containment.remove_freeze_listener(this);
     if (channels_) channels_->close();
     channels_ = nullptr;
     if (cmd_) cmd_->release();
@@ -391,6 +407,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   static void on_timer(uv_timer_t* t) { static_cast<CodeContext*>(t->data)->tick(); }
 
   void tick() {
+    if (reg_.runtime.containment.frozen()) return;
     uint64_t now = uv_now(reg_.ctx.loop);
     switch (state_) {
       case State::starting:
@@ -688,6 +705,7 @@ bool prepare_cwd(const std::string& cwd, std::string& error) {
 }
 
 void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime.containment, ex)) return;
   auto decoded = jp::decode_create_context(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody,
@@ -752,6 +770,7 @@ void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Excha
 }
 
 void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime.containment, ex)) return;
   auto decoded = jp::decode_run_code(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody,

@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "execd/api/activity.h"
 #include "execd/api/awaiter.h"
 #include "execd/api/sessions.h"
 #include "execd/exec/reader.h"
@@ -117,6 +118,7 @@ void after_prepare(PrepareWork& w, int) {
 }
 
 void handle_run(CommandService& svc, http::Exchange& ex) {
+  if (refuse_if_frozen(svc.runtime.containment, ex)) return;
   auto decoded = protocol::decode_command_request(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, err->message);

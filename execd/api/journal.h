@@ -2,6 +2,8 @@
 // protocol/journal for the format and the chain) and its routes:
 //   GET /journal?since=<seq>[&follow=true]   entries with seq > since, NDJSON
 //   GET /journal/verify                      re-walks the chain
+//   POST /journal/events                     a harness's own events, appended
+//                                            to the chain (type "harness")
 //
 // Writing: one entry per finished command, session run, PTY session and file
 // change made through the API, appended with one write(2) on the loop (a
@@ -40,9 +42,13 @@ class Journal {
   Journal& operator=(const Journal&) = delete;
 
   bool enabled() const { return fd_ >= 0; }
+  const Context& context() const { return ctx_; }
   uv_loop_t* loop() const { return ctx_.loop; }
   // Adds seq and prev and appends the entry. `body` carries "type" and the rest.
   void append(const nlohmann::ordered_json& body);
+  // The same, with `raw_json` (compact, validated) as the field `raw_key`,
+  // last: a harness's own event, kept byte for byte as it was minified.
+  void append(const nlohmann::ordered_json& body, std::string_view raw_key, std::string_view raw_json);
   protocol::JournalHead head() const { return head_; }
   uint64_t current_size() const { return size_; }
   // Oldest first.

@@ -28,11 +28,15 @@ using protocol::BodyFraming;
 // connection closes when both directions have ended.
 class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
  public:
-  Tunnel(http::Connection& conn, UpstreamConnection* up) : conn_(conn), up_(up) {
+  Tunnel(ProxyService& svc, http::Connection& conn, UpstreamConnection* up) : svc_(svc), conn_(conn), up_(up) {
     up_->set_owner(*this);
     up_->want_data(true);
+    svc_.opened();
   }
-  ~Tunnel() override { release(); }
+  ~Tunnel() override {
+    release();
+    svc_.closed();
+  }
 
   // Client → service.
   void on_data(const char* data, size_t len) override {
@@ -73,6 +77,7 @@ class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
     up_ = nullptr;
   }
 
+  ProxyService& svc_;
   http::Connection& conn_;
   UpstreamConnection* up_;
   bool client_eof_ = false, upstream_eof_ = false;
@@ -97,10 +102,12 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   ProxyExchange(ProxyService& svc, Exchange& ex, int port, std::string head, BodyFraming body)
       : svc_(svc), ex_(ex), port_(port), head_(std::move(head)), body_(body), parser_(*this) {
     parser_.set_head_request(ex.request().method == "HEAD");
+    svc_.opened();
   }
   ~ProxyExchange() override {
     release_upstream(false);
     release_pipe();
+    svc_.closed();
   }
 
   // At head time: no response may be written yet (the parser is mid-request).
@@ -190,7 +197,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
       return;
     }
     if (result == R::upgrade && !bogus_upgrade_) {
-      auto tunnel = std::make_unique<Tunnel>(ex_.connection(), up_);
+      auto tunnel = std::make_unique<Tunnel>(svc_, ex_.connection(), up_);
       up_ = nullptr;
       Tunnel* t = tunnel.get();
       ex_.upgrade(std::move(tunnel));

@@ -35,6 +35,10 @@ class ProxyService {
   http::UpstreamPool& pool() { return pool_; }
   http::SplicePipes& pipes() { return pipes_; }
   uint64_t timeout_ms() const { return static_cast<uint64_t>(ctx_.config.proxy_timeout_ms); }
+  // Proxied requests in progress and open tunnels (GET /activity).
+  size_t open() const { return open_; }
+  void opened() { ++open_; }
+  void closed() { --open_; }
   void close() {
     pool_.close();
     pipes_.close();
@@ -45,6 +49,7 @@ class ProxyService {
   http::UpstreamPool pool_;
   http::SplicePipes pipes_;
   int own_port_ = 0;
+  size_t open_ = 0;
 };
 
 void add_proxy_routes(RouteTable& routes, ProxyService& proxy);

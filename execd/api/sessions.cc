@@ -15,6 +15,7 @@
 #include <utility>
 #include <variant>
 
+#include "execd/api/activity.h"
 #include "execd/api/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
@@ -124,6 +125,7 @@ void respond_unknown_session(Exchange& ex, const std::string& id) {
 }
 
 void handle_create(SessionRegistry& reg, Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime().containment, ex)) return;
   auto decoded = protocol::decode_session_create(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. " + err->message);
@@ -235,6 +237,7 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
 }
 
 void handle_run(SessionRegistry& reg, Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime().containment, ex)) return;
   const std::string id = ex.params.get("id");
   auto decoded = protocol::decode_session_run(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
