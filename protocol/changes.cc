@@ -19,6 +19,10 @@ const char* change_op_name(ChangeOp op) {
   return "modified";
 }
 
+namespace {
+constexpr size_t kMaxCounted = 1000000;
+}  // namespace
+
 ChangeSet::Rec* ChangeSet::find(const std::string& path) {
   auto it = recs_.find(path);
   return it == recs_.end() ? nullptr : &it->second;
@@ -26,7 +30,7 @@ ChangeSet::Rec* ChangeSet::find(const std::string& path) {
 
 ChangeSet::Rec* ChangeSet::make(const std::string& path) {
   if (recs_.size() >= max_) {
-    ++dropped_;
+    if (dropped_.size() < kMaxCounted) dropped_.insert(std::hash<std::string>{}(path));
     return nullptr;
   }
   return &recs_[path];

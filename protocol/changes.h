@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string_view>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,9 @@ class ChangeSet {
   explicit ChangeSet(size_t max_entries) : max_(max_entries) {}
   void add(const WatchEvent& e, bool concurrent);
   size_t size() const { return recs_.size(); }
-  uint64_t dropped() const { return dropped_; }
+  // Distinct paths changed but not listed (counted by hash, up to a
+  // million; beyond that, at least this many).
+  uint64_t dropped() const { return dropped_.size(); }
   bool overflow() const { return overflow_; }
   const std::string& error() const { return error_; }
   // The entries, sorted by path (the set is empty afterwards).
@@ -76,7 +79,7 @@ class ChangeSet {
 
   size_t max_;
   std::map<std::string, Rec> recs_;
-  uint64_t dropped_ = 0;
+  std::unordered_set<uint64_t> dropped_;
   bool overflow_ = false;
   std::string error_;
 };

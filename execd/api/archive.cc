@@ -413,12 +413,13 @@ void post_head(FileService& svc, Exchange& ex) {
   p.max_entries = static_cast<uint64_t>(svc.ctx.config.archive_max_entries);
   p.max_bytes = static_cast<uint64_t>(svc.ctx.config.archive_max_bytes);
   p.state_dir = svc.ctx.config.state_dir;
-  // Too large by its own word: refused before a byte of it is read.
+  // Too large by its own word: answered now, before a byte of it is read
+  // (the connection closes after the answer).
   if (const std::string* len = ex.header("content-length")) {
     auto n = protocol::parse_offset(*len);
     if (n && *n > p.max_bytes)
-      return refuse(413, codes::kPayloadTooLarge,
-                    "the archive is larger than " + std::to_string(p.max_bytes) + " bytes (--archive-max-bytes)");
+      return ex.respond_error(413, codes::kPayloadTooLarge,
+                              "the archive is larger than " + std::to_string(p.max_bytes) + " bytes (--archive-max-bytes)");
   }
   auto up = std::make_unique<ArchiveUpload>(svc, ex, std::move(p));
   ArchiveUpload& u = *up;
