@@ -84,6 +84,7 @@ bench: build static venv
 	$(VENV)/bin/python tests/bench/bench_proxy.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_fair.py --execd $(BUILD)/execd
+	$(VENV)/bin/python tests/bench/bench_watch_archive.py --execd $(BUILD)/execd
 
 static: deps
 	./image/fetch-simdjson.sh $(STATIC_BUILD)/simdjson

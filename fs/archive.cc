@@ -301,7 +301,7 @@ bool dir_has_nothing(const std::string& path) {
   return empty;
 }
 
-Error refused(const std::string& entry, const std::string& why) {
+Error refuse_entry(const std::string& entry, const std::string& why) {
   return Error{ErrorKind::bad_request, "archive entry \"" + entry + "\" refused: " + why};
 }
 
@@ -356,9 +356,9 @@ struct Extraction {
       if (result.format.empty() && archive_format_name(a)) result.format = archive_format_name(a);
       const char* raw = archive_entry_pathname(e);
       std::string name = raw ? raw : "";
-      if (name.empty()) return refused(name, "no name");
-      if (name[0] == '/') return refused(name, "absolute path");
-      if (!split_clean(name, parts)) return refused(name, "\"..\" in its path");
+      if (name.empty()) return refuse_entry(name, "no name");
+      if (name[0] == '/') return refuse_entry(name, "absolute path");
+      if (!split_clean(name, parts)) return refuse_entry(name, "\"..\" in its path");
       mode_t type = archive_entry_filetype(e);
       const char* hard = archive_entry_hardlink(e);
       if (parts.empty()) {
@@ -368,7 +368,7 @@ struct Extraction {
       }
       std::string rel = join_parts(parts, parts.size());
       for (size_t n = 1; n < parts.size(); ++n)
-        if (symlinks.count(join_parts(parts, n))) return refused(name, "it would be written through the symlink " + join_parts(parts, n));
+        if (symlinks.count(join_parts(parts, n))) return refuse_entry(name, "it would be written through the symlink " + join_parts(parts, n));
       if (++result.entries > opt.max_entries)
         return Error{ErrorKind::too_large, "the archive has more than " + std::to_string(opt.max_entries) +
                                                " entries (--archive-max-entries)"};
@@ -376,24 +376,24 @@ struct Extraction {
       if (hard) {
         std::string h = hard;
         if (h.empty() || h[0] == '/' || !split_clean(h, link_parts) || link_parts.empty())
-          return refused(name, "hard link to \"" + h + "\", outside the archive");
+          return refuse_entry(name, "hard link to \"" + h + "\", outside the archive");
         hard_rel = join_parts(link_parts, link_parts.size());
-        if (!files.count(hard_rel)) return refused(name, "hard link to \"" + h + "\", not an earlier file of the archive");
+        if (!files.count(hard_rel)) return refuse_entry(name, "hard link to \"" + h + "\", not an earlier file of the archive");
       } else if (type == AE_IFLNK) {
         const char* t = archive_entry_symlink(e);
         std::string target = t ? t : "";
-        if (target.empty()) return refused(name, "empty symlink");
-        if (target[0] == '/') return refused(name, "symlink to an absolute path (" + target + ")");
+        if (target.empty()) return refuse_entry(name, "empty symlink");
+        if (target[0] == '/') return refuse_entry(name, "symlink to an absolute path (" + target + ")");
         std::vector<std::string> dir(parts.begin(), parts.end() - 1);
-        if (!link_stays_inside(dir, target)) return refused(name, "symlink pointing out of the target (" + target + ")");
+        if (!link_stays_inside(dir, target)) return refuse_entry(name, "symlink pointing out of the target (" + target + ")");
       } else if (type == AE_IFCHR || type == AE_IFBLK) {
-        return refused(name, "device file");
+        return refuse_entry(name, "device file");
       } else if (type == AE_IFIFO) {
-        return refused(name, "FIFO");
+        return refuse_entry(name, "FIFO");
       } else if (type == AE_IFSOCK) {
-        return refused(name, "socket");
+        return refuse_entry(name, "socket");
       } else if (type != AE_IFREG && type != AE_IFDIR) {
-        return refused(name, "unknown entry type");
+        return refuse_entry(name, "unknown entry type");
       }
       int64_t declared = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
       if (declared < 0 || result.bytes + static_cast<uint64_t>(declared) > opt.max_bytes)

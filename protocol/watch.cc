@@ -15,8 +15,8 @@ constexpr size_t kInotifyHead = 16;
 // NAME_MAX + 1, rounded up as the kernel pads names.
 constexpr uint32_t kMaxNameLen = 4096;
 
-void append_uint(std::string& out, uint64_t v) { out += std::to_string(v); }
-void append_int(std::string& out, int64_t v) { out += std::to_string(v); }
+void put_uint(std::string& out, uint64_t v) { out += std::to_string(v); }
+void put_int(std::string& out, int64_t v) { out += std::to_string(v); }
 }  // namespace
 
 size_t parse_inotify_records(const uint8_t* buf, size_t len, std::vector<InotifyRecord>& out) {
@@ -65,7 +65,7 @@ const char* entry_type_name(EntryType t) {
 
 void encode_watch_event(std::string& out, const WatchEvent& e) {
   out += "{\"seq\":";
-  append_uint(out, e.seq);
+  put_uint(out, e.seq);
   out += ",\"type\":\"";
   out += watch_kind_name(e.kind);
   out += '"';
@@ -84,9 +84,9 @@ void encode_watch_event(std::string& out, const WatchEvent& e) {
     out += '"';
     if (e.stat.exists && e.kind != WatchKind::remove) {
       out += ",\"size\":";
-      append_uint(out, e.stat.size);
+      put_uint(out, e.stat.size);
       out += ",\"mtime\":";
-      append_int(out, e.stat.mtime_ms);
+      put_int(out, e.stat.mtime_ms);
       char mode[12];
       snprintf(mode, sizeof mode, "%o", e.stat.mode & 07777u);
       out += ",\"mode\":\"";
@@ -103,7 +103,7 @@ void encode_watch_event(std::string& out, const WatchEvent& e) {
     append_json_string_lossy(out, e.reason);
   }
   out += ",\"timestamp\":";
-  append_int(out, e.ts_ms);
+  put_int(out, e.ts_ms);
   out += "}\n";
 }
 
@@ -113,30 +113,30 @@ void encode_watch_hello(std::string& out, std::string_view path, bool recursive,
   out += ",\"recursive\":";
   out += recursive ? "true" : "false";
   out += ",\"seq\":";
-  append_uint(out, seq);
+  put_uint(out, seq);
   out += ",\"timestamp\":";
-  append_int(out, ts_ms);
+  put_int(out, ts_ms);
   out += "}\n";
 }
 
 void encode_watch_gap(std::string& out, uint64_t since, uint64_t continues_after, std::string_view reason,
                       int64_t ts_ms) {
   out += "{\"type\":\"gap\",\"since\":";
-  append_uint(out, since);
+  put_uint(out, since);
   out += ",\"continues_after\":";
-  append_uint(out, continues_after);
+  put_uint(out, continues_after);
   out += ",\"reason\":";
   append_json_string_lossy(out, reason);
   out += ",\"timestamp\":";
-  append_int(out, ts_ms);
+  put_int(out, ts_ms);
   out += "}\n";
 }
 
 void encode_watch_ping(std::string& out, uint64_t seq, int64_t ts_ms) {
   out += "{\"type\":\"ping\",\"seq\":";
-  append_uint(out, seq);
+  put_uint(out, seq);
   out += ",\"timestamp\":";
-  append_int(out, ts_ms);
+  put_int(out, ts_ms);
   out += "}\n";
 }
 

@@ -53,8 +53,8 @@ namespace {
 
 constexpr size_t kPiece = 1u << 20;        // archive bytes one pool job produces
 constexpr size_t kSpoolChunk = 1u << 20;   // body bytes handed to one write job
-constexpr size_t kPauseAbove = 4u << 20;   // waiting for the disk: stop reading the socket
-constexpr size_t kResumeBelow = 1u << 20;
+constexpr size_t kSpoolPauseAbove = 4u << 20;   // waiting for the disk: stop reading the socket
+constexpr size_t kSpoolResumeBelow = 1u << 20;
 
 FileReply archive_reply(const fs::Error& e) {
   if (e.kind == fs::ErrorKind::conflict) return FileReply::error(409, codes::kConflict, e.message);
@@ -274,7 +274,7 @@ class ArchiveUpload final : public http::Source {
                                    "the archive is larger than " + std::to_string(params_.max_bytes) +
                                        " bytes (--archive-max-bytes)"));
     pending_.append(data, len);
-    if (!paused_ && pending_.size() + in_flight_ > kPauseAbove) {
+    if (!paused_ && pending_.size() + in_flight_ > kSpoolPauseAbove) {
       paused_ = true;
       ex_.pause_body();
     }
@@ -338,7 +338,7 @@ class ArchiveUpload final : public http::Source {
   void job_done(SpoolJob& j) {
     spool_ = std::move(j.spool);
     in_flight_ = 0;
-    if (paused_ && pending_.size() < kResumeBelow) {
+    if (paused_ && pending_.size() < kSpoolResumeBelow) {
       paused_ = false;
       ex_.resume_body();
     }

@@ -726,7 +726,7 @@ void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
   c.ensure_started();
 }
 
-struct TrackWait : Awaitable {};
+struct CodeTrackWait : Awaitable {};
 
 // Starts the run in context `context_id`; with track_changes, the watches
 // on its roots are made first (and the context is looked up again after).
@@ -737,7 +737,7 @@ void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Excha
   if (c->busy())
     return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
   if (!track.empty() && !tracker) {
-    auto wait = std::make_shared<TrackWait>();
+    auto wait = std::make_shared<CodeTrackWait>();
     await(ex, *wait);
     exec::ChangeTracker::open(
         commands.watches, track, track_limits(reg.ctx),

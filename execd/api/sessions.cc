@@ -168,7 +168,7 @@ struct PreparedSessionRun {
   ~PreparedSessionRun() { pty::BashSession::discard(prepared); }
 };
 
-struct TrackWait : Awaitable {};
+struct SessionTrackWait : Awaitable {};
 
 void begin_run(SessionRegistry& reg, Exchange& ex, const std::shared_ptr<PreparedSessionRun>& job,
                const std::string& id, const std::string& command, const std::string& cwd, int64_t timeout_ms,
@@ -176,7 +176,7 @@ void begin_run(SessionRegistry& reg, Exchange& ex, const std::shared_ptr<Prepare
   // The session may have gone or become busy while the jobs ran.
   if (refuse_run(reg, ex, id)) return;
   if (!track.empty() && !tracker) {
-    auto wait = std::make_shared<TrackWait>();
+    auto wait = std::make_shared<SessionTrackWait>();
     await(ex, *wait);
     exec::ChangeTracker::open(
         reg.watches(), track, track_limits(reg.ctx()),

@@ -30,7 +30,7 @@ constexpr size_t kMaxRaw = 65536;
 constexpr size_t kMaxPending = 4096;
 // Entries reported for what one new directory already held.
 constexpr size_t kMaxListed = 65536;
-constexpr uint64_t kSweepMs = 1000;
+constexpr uint64_t kWatchSweepMs = 1000;
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -599,7 +599,7 @@ Hub::Hub(uv_loop_t* loop, Settings settings, Activity& activity)
   seq_ = static_cast<uint64_t>(unix_ns() / 1000);
   uv_timer_init(loop, &sweep_timer_);
   sweep_timer_.data = this;
-  uv_timer_start(&sweep_timer_, [](uv_timer_t* t) { static_cast<Hub*>(t->data)->sweep(); }, kSweepMs, kSweepMs);
+  uv_timer_start(&sweep_timer_, [](uv_timer_t* t) { static_cast<Hub*>(t->data)->sweep(); }, kWatchSweepMs, kWatchSweepMs);
   uv_unref(reinterpret_cast<uv_handle_t*>(&sweep_timer_));
 }
 
