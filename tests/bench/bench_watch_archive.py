@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from urllib.parse import quote
 
@@ -37,9 +38,8 @@ MiB = 1024 * 1024
 
 def start(execd: str, state: str):
     token = secrets.token_hex(16)
-    p = subprocess.Popen([execd, "--host", "127.0.0.1", "--port", "0", "--state-dir", state, "--access-token", token,
-                          "--log-level", "warn"], stderr=subprocess.PIPE, text=True)
-    # --log-level warn still prints the listening line at start? read until the port appears.
+    p = subprocess.Popen([execd, "--host", "127.0.0.1", "--port", "0", "--state-dir", state, "--access-token", token],
+                         stderr=subprocess.PIPE, text=True)
     port = None
     deadline = time.monotonic() + 20
     buf = ""
@@ -52,6 +52,8 @@ def start(execd: str, state: str):
     if port is None:
         p.kill()
         sys.exit(f"execd did not start: {buf}")
+    # Its log is not read from here on: it goes nowhere rather than fill the pipe.
+    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
     return p, port, token
 
 
