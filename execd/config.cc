@@ -42,11 +42,22 @@ const char* const kUsage =
     "  --kill-grace D                  TERM to KILL delay on timeout/interrupt (default 2s)\n"
     "  --idle-timeout D                close connections silent this long between requests (default 2m)\n"
     "  --proxy-timeout D               /proxy/{port}: 504 when the service sends no response head\n"
-    "                                  this long after the request (default 60s)\n"
+    "                                  this long after the request, or a body stops moving either\n"
+    "                                  way for this long (default 60s)\n"
+    "  --proxy-idle-timeout D          /proxy/{port}: close a tunnel (after a 101) silent both ways\n"
+    "                                  this long (default 10m)\n"
     "  --header-timeout D              a request head must arrive within this from its first byte (default 10s)\n"
     "  --body-timeout D                longest silence inside a request body (default 60s)\n"
     "  --max-connections N             connections held at once; idle and unauthenticated ones are shed first\n"
     "                                  (default 16384, and never more than the open-files limit allows)\n"
+    "  --max-code-contexts N           code contexts (kernels) at once (default 32)\n"
+    "  --max-sessions N                bash sessions at once (default 64)\n"
+    "  --max-ptys N                    PTY sessions at once (default 64)\n"
+    "  --max-running N                 executions running at once: commands, session runs, code runs\n"
+    "                                  (default 4096)\n"
+    "  --max-readers N                 resume readers and retried starts streaming at once (default 1024)\n"
+    "  --max-journal-followers N       GET /journal?follow=true at once (default 64)\n"
+    "  --max-tunnels N                 /proxy tunnels (after a 101) at once (default 1024)\n"
     "  --no-cgroups                    no per-command cgroups: commands are process groups only\n"
     "                                  (no limits, no containment of setsid children)\n"
     "  --cgroup-parent PATH            cgroup (as in /proc/self/cgroup) under which execd-<pid>/cmd-<n>\n"
@@ -283,11 +294,11 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
         return "--graceful-shutdown-timeout needs a duration like 1500ms, 2s or 1m";
       cfg.graceful_shutdown_ms = ns <= 0 ? 0 : static_cast<int64_t>(ns / 1e6);  // Go: negative = no drain
       grace_flag = true;
-    } else if (name == "proxy-timeout") {
+    } else if (name == "proxy-timeout" || name == "proxy-idle-timeout") {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) <= 0)
-        return "--proxy-timeout needs a positive duration like 500ms, 30s or 2m";
-      cfg.proxy_timeout_ms = ms;
+        return "--" + name + " needs a positive duration like 500ms, 30s or 2m";
+      (name == "proxy-timeout" ? cfg.proxy_timeout_ms : cfg.proxy_idle_timeout_ms) = ms;
     } else if (name == "retention" || name == "kill-grace" || name == "idle-timeout") {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)
@@ -298,6 +309,19 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)
         return "--" + name + " needs a duration like 1500ms, 2s or 1m";
       (name == "header-timeout" ? cfg.header_timeout_ms : cfg.body_timeout_ms) = ms;
+    } else if (name == "max-code-contexts" || name == "max-sessions" || name == "max-ptys" ||
+               name == "max-running" || name == "max-readers" || name == "max-journal-followers" ||
+               name == "max-tunnels") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--" + name + " needs a count >= 1";
+      size_t& slot = name == "max-code-contexts" ? cfg.max_code_contexts
+                     : name == "max-sessions"    ? cfg.max_sessions
+                     : name == "max-ptys"        ? cfg.max_ptys
+                     : name == "max-running"     ? cfg.max_running
+                     : name == "max-readers"     ? cfg.max_readers
+                     : name == "max-journal-followers" ? cfg.max_journal_followers
+                                                       : cfg.max_tunnels;
+      slot = static_cast<size_t>(n);
     } else if (name == "max-connections") {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--max-connections needs a count >= 1";

@@ -29,7 +29,8 @@ struct Config {
   int64_t max_body_bytes = 8ll << 20;     // buffered JSON bodies
   int64_t kill_grace_ms = 2000;           // TERM → KILL on timeout/interrupt
   int64_t idle_timeout_ms = 120 * 1000;   // silent client with no response in progress
-  int64_t proxy_timeout_ms = 60 * 1000;   // /proxy: connect + response head deadline
+  int64_t proxy_timeout_ms = 60 * 1000;   // /proxy: connect, response head, a stalled body either way
+  int64_t proxy_idle_timeout_ms = 10 * 60 * 1000;  // /proxy: a tunnel (after a 101) silent both ways
   int64_t header_timeout_ms = 10 * 1000;  // first byte of a request head to its end
   int64_t body_timeout_ms = 60 * 1000;    // silence inside a request body
   int64_t max_connections = 16384;
@@ -57,6 +58,14 @@ struct Config {
   int64_t freeze_timeout_ms = 5000;         // POST /freeze gives up (and thaws) after this
   int64_t idle_after_ms = 60 * 1000;        // quiet this long (and nothing running): idle
   int64_t journal_event_max_bytes = 64 * 1024;  // one harness event (POST /journal/events)
+  // What a client can make execd keep at once (execd/limits): 429 past it.
+  size_t max_code_contexts = 32;
+  size_t max_sessions = 64;               // bash sessions
+  size_t max_ptys = 64;                   // PTY sessions
+  size_t max_running = 4096;              // executions running (commands, session and code runs)
+  size_t max_readers = 1024;              // resume readers and retried starts attached
+  size_t max_journal_followers = 64;      // GET /journal?follow=true
+  size_t max_tunnels = 1024;              // /proxy after a 101
   bool show_help = false, show_version = false;
 
   // Where access_token came from: "--access-token", "--access-token-file",

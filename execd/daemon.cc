@@ -71,13 +71,13 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       runtime_{loop, reaper_, containment_, children},
       routes_(ctx_.config.access_token),
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
-      journal_(ctx_),
+      file_gate_(api::kPoolThreads / 2),
+      journal_(ctx_, file_gate_),
       watches_(loop, watch_settings(ctx_.config), activity_),
       executions_(loop, registry_settings(ctx_.config), journal_, activity_),
       commands_{ctx_, runtime_, executions_, watches_},
       sessions_(ctx_, runtime_, executions_, watches_),
       ptys_(ctx_, runtime_, journal_),
-      file_gate_(api::kPoolThreads / 2),
       files_{ctx_, file_gate_, journal_},
       metrics_(ctx_),
       proxy_(ctx_),
@@ -92,8 +92,13 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
                  pty::kChildOomScoreAdj);
   spdlog::info("{}", containment_.init(loop, ctx_.config.cgroups, ctx_.config.cgroup_parent));
   // The containment mode rides along as a header: the body stays empty, as Go's.
+  // What execd could not save (the disk refused it) rides along too, so a
+  // control plane that polls /ping learns of it: 0 and 0 when all is on disk.
   auto ping = [this](http::Exchange& ex) {
-    ex.respond(200, "", "", {std::string("X-Execd-Containment: ") + pty::containment_mode_name(containment_.mode())});
+    ex.respond(200, "", "",
+               {std::string("X-Execd-Containment: ") + pty::containment_mode_name(containment_.mode()),
+                "X-Execd-Unsaved-Records: " + std::to_string(executions_.records().unsaved()),
+                "X-Execd-Unsaved-Journal: " + std::to_string(journal_.unsaved())});
   };
   routes_.add_open("GET", "/ping", ping);
   routes_.add_open("HEAD", "/ping", ping);

@@ -62,6 +62,7 @@ class Daemon {
   pty::Runtime runtime_;
   RouteTable routes_;
   http::Server server_;
+  api::WorkGate file_gate_;  // before the journal: its readers go through it
   api::Journal journal_;
   Activity activity_;
   watch::Hub watches_;         // before the executions: their trackers lease watches
@@ -69,7 +70,6 @@ class Daemon {
   api::CommandService commands_;
   api::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
-  api::WorkGate file_gate_;
   api::FileService files_;
   api::MetricsService metrics_;
   api::ProxyService proxy_;

@@ -85,16 +85,62 @@ void KernelChannels::drain_all() {
   for (int i = 0; i < kCount && !closed_; ++i) drain(i);
 }
 
+KernelChannels::Received& KernelChannels::Received::operator=(Received&& other) noexcept {
+  if (this != &other) {
+    clear();
+    parts = std::move(other.parts);
+    other.parts.clear();
+  }
+  return *this;
+}
+
+void KernelChannels::Received::clear() {
+  for (auto& p : parts) zmq_msg_close(&p);
+  parts.clear();
+}
+
+std::vector<std::string_view> KernelChannels::Received::views() const {
+  std::vector<std::string_view> v;
+  v.reserve(parts.size());
+  for (const auto& p : parts)
+    v.emplace_back(static_cast<const char*>(zmq_msg_data(const_cast<zmq_msg_t*>(&p))),
+                   zmq_msg_size(const_cast<zmq_msg_t*>(&p)));
+  return v;
+}
+
+bool KernelChannels::deliver(int i, const Received& m) {
+  auto ch = static_cast<KernelChannel>(i);
+  auto decoded = jp::decode_view(m.views(), key_);
+  if (auto* err = std::get_if<jp::WireError>(&decoded)) {
+    spdlog::warn("kernel channel {}: message dropped: {}", i, jp::describe(*err));
+    return true;
+  }
+  return handler_->on_kernel_message(ch, std::get<jp::WireView>(decoded));
+}
+
+void KernelChannels::resume(KernelChannel ch) {
+  if (holding_[static_cast<int>(ch)]) schedule_drain();
+}
+
 void KernelChannels::drain(int i) {
   if (closed_ || draining_) return;
   draining_ = true;
   void* s = sockets_[i];
-  std::vector<std::string> frames;
   size_t taken = 0;
+  if (holding_[i]) {
+    // The message the handler left: again, before anything newer.
+    if (!deliver(i, held_[i])) {
+      draining_ = false;
+      return;
+    }
+    holding_[i] = false;
+    held_[i].clear();
+  }
+  Received m;
   while (!closed_) {
     // A kernel printing as fast as it can must not hold the loop: after a
     // turn's worth, the rest waits for the next iteration, so the clients,
-    // other kernels and the spill file's write completions get theirs.
+    // other kernels and the log's write completions get theirs.
     if (taken >= kDrainTurnBytes) {
       schedule_drain();
       break;
@@ -102,34 +148,30 @@ void KernelChannels::drain(int i) {
     int events = 0;
     size_t len = sizeof events;
     if (zmq_getsockopt(s, ZMQ_EVENTS, &events, &len) != 0 || !(events & ZMQ_POLLIN)) break;
-    frames.clear();
+    m.clear();
     bool more = true, failed = false;
     while (more) {
-      zmq_msg_t part;
+      m.parts.emplace_back();
+      zmq_msg_t& part = m.parts.back();
       zmq_msg_init(&part);
       if (zmq_msg_recv(&part, s, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&part);
         failed = true;
         break;
       }
-      frames.emplace_back(static_cast<const char*>(zmq_msg_data(&part)), zmq_msg_size(&part));
       taken += zmq_msg_size(&part);
       more = zmq_msg_more(&part);
-      zmq_msg_close(&part);
     }
     if (failed) break;
-    auto ch = static_cast<KernelChannel>(i);
-    if (ch == KernelChannel::hb) {
+    if (static_cast<KernelChannel>(i) == KernelChannel::hb) {
       ping_outstanding_ = false;
       handler_->on_heartbeat();
       continue;
     }
-    auto decoded = jp::decode(frames, key_);
-    if (auto* err = std::get_if<jp::WireError>(&decoded)) {
-      spdlog::warn("kernel channel {}: message dropped: {}", i, jp::describe(*err));
-      continue;
+    if (!deliver(i, m)) {
+      holding_[i] = true;
+      held_[i] = std::move(m);
+      break;
     }
-    handler_->on_kernel_message(ch, std::move(std::get<jp::WireMessage>(decoded)));
   }
   draining_ = false;
 }
@@ -160,6 +202,10 @@ void KernelChannels::close() {
   if (closed_) return;
   closed_ = true;
   handler_ = nullptr;
+  for (int i = 0; i < kCount; ++i) {
+    held_[i].clear();
+    holding_[i] = false;
+  }
   auto on_closed = [](uv_handle_t* h) {
     auto* k = static_cast<KernelChannels*>(h->data);
     if (--k->open_handles_ == 0) delete k;

@@ -4,7 +4,11 @@
 // edge-triggered, so every wake-up (and every send, which can consume an
 // edge) is followed by draining ZMQ_EVENTS / ZMQ_DONTWAIT until the socket
 // reports nothing more. Messages are decoded and verified by
-// protocol/jupyter; a message that fails is logged and dropped.
+// protocol/jupyter, in place: the handler sees views into ZeroMQ's own frames
+// (a kernel's print of 128 MiB is never copied whole). A handler that cannot
+// take a message yet (its output is waiting for the disk) says so; the
+// channel then keeps that message, reads nothing more from that socket, and
+// hands the same message again after resume().
 //
 // Ownership: the owner calls close() instead of deleting; the object frees
 // itself once libuv has closed its poll handles. The handler is never called
@@ -14,7 +18,12 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include <zmq.h>
 
 #include "protocol/jupyter.h"
 #include "pty/kernel.h"
@@ -26,7 +35,9 @@ enum class KernelChannel : uint8_t { shell = 0, iopub = 1, control = 2, stdin_ =
 class KernelChannelHandler {
  public:
   virtual ~KernelChannelHandler() = default;
-  virtual void on_kernel_message(KernelChannel ch, protocol::jupyter::WireMessage&& m) = 0;
+  // False: not (entirely) taken yet; the same message comes again after
+  // resume(ch), with the same frames.
+  virtual bool on_kernel_message(KernelChannel ch, const protocol::jupyter::WireView& m) = 0;
   virtual void on_heartbeat() = 0;
 };
 
@@ -39,6 +50,8 @@ class KernelChannels {
   bool send(KernelChannel ch, const protocol::jupyter::WireMessage& m);
   // One heartbeat ping; false while the previous one is unanswered.
   bool ping();
+  // The handler can take the message it left on `ch` now.
+  void resume(KernelChannel ch);
   void close();
 
  private:
@@ -49,14 +62,28 @@ class KernelChannels {
   ~KernelChannels() = default;
   static void on_poll(uv_poll_t* p, int status, int events);
   static void on_deferred(uv_idle_t* t);
+  // One received message: ZeroMQ's frames, kept as they came.
+  struct Received {
+    std::deque<zmq_msg_t> parts;  // (a deque: frames never move once received)
+    Received() = default;
+    Received(Received&& other) noexcept : parts(std::move(other.parts)) { other.parts.clear(); }
+    Received& operator=(Received&& other) noexcept;
+    ~Received() { clear(); }
+    void clear();
+    std::vector<std::string_view> views() const;
+  };
   void drain(int i);
   void drain_all();
   void schedule_drain();
+  // Decodes and hands `m` over; false when the handler keeps it for later.
+  bool deliver(int i, const Received& m);
 
   uv_loop_t* loop_;
   KernelChannelHandler* handler_;
   std::string key_;
   void* sockets_[kCount] = {};
+  Received held_[kCount];     // a message the handler could not take yet
+  bool holding_[kCount] = {};
   uv_poll_t polls_[kCount];
   uv_idle_t deferred_;
   int open_handles_ = 0;

@@ -197,6 +197,13 @@ int main(int argc, char** argv) {
   // each once used): the pool threads, which allocate little, share one
   // besides the loop's, so a warm pool costs ~16 KiB, not ~240.
   mallopt(M_ARENA_MAX, 2);
+  // A fixed mmap threshold: anything of 2 MiB or more (a kernel's large
+  // print as ZeroMQ hands it over, a burst's buffers) goes back to the
+  // system when freed. glibc's default raises the threshold after each such
+  // free, and the next large buffers then stayed resident for good (256 MiB
+  // ten seconds after one 128 MiB print). Streaming buffers (up to ~0.5 MiB)
+  // stay below it.
+  mallopt(M_MMAP_THRESHOLD, 2 << 20);
 
   uv_loop_t* loop = uv_default_loop();
   {

@@ -6,6 +6,7 @@
 #include <simdjson.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,13 @@ std::string sign(std::string_view key, const WireMessage& m) {
   return lower_hex(hmac_sha256(key, {m.header, m.parent_header, m.metadata, m.content}));
 }
 
+namespace {
+std::string sign_views(std::string_view key, const WireView& m) {
+  if (key.empty()) return {};
+  return lower_hex(hmac_sha256(key, {m.header, m.parent_header, m.metadata, m.content}));
+}
+}  // namespace
+
 std::vector<std::string> encode(const WireMessage& m, std::string_view key) {
   std::vector<std::string> frames;
   frames.reserve(m.identities.size() + 6 + m.buffers.size());
@@ -73,21 +81,21 @@ const char* describe(WireError e) {
   return "?";
 }
 
-std::variant<WireMessage, WireError> decode(const std::vector<std::string>& frames, std::string_view key) {
+std::variant<WireView, WireError> decode_view(const std::vector<std::string_view>& frames, std::string_view key) {
   size_t delim = 0;
   while (delim < frames.size() && frames[delim] != kDelimiter) ++delim;
   if (delim == frames.size()) return WireError::no_delimiter;
   if (frames.size() - delim < 6) return WireError::truncated;
-  WireMessage m;
+  WireView m;
   m.identities.assign(frames.begin(), frames.begin() + static_cast<std::ptrdiff_t>(delim));
-  const std::string& signature = frames[delim + 1];
+  std::string_view signature = frames[delim + 1];
   m.header = frames[delim + 2];
   m.parent_header = frames[delim + 3];
   m.metadata = frames[delim + 4];
   m.content = frames[delim + 5];
   m.buffers.assign(frames.begin() + static_cast<std::ptrdiff_t>(delim + 6), frames.end());
   if (!key.empty()) {
-    std::string expected = sign(key, m);
+    std::string expected = sign_views(key, m);
     if (expected.empty() || signature.size() != expected.size() ||
         CRYPTO_memcmp(signature.data(), expected.data(), expected.size()) != 0)
       return WireError::bad_signature;
@@ -95,15 +103,185 @@ std::variant<WireMessage, WireError> decode(const std::vector<std::string>& fram
   return m;
 }
 
-std::optional<Envelope> read_envelope(const WireMessage& m) {
+std::variant<WireMessage, WireError> decode(const std::vector<std::string>& frames, std::string_view key) {
+  std::vector<std::string_view> views(frames.begin(), frames.end());
+  auto decoded = decode_view(views, key);
+  if (auto* err = std::get_if<WireError>(&decoded)) return *err;
+  const WireView& v = std::get<WireView>(decoded);
+  WireMessage m;
+  m.identities.assign(v.identities.begin(), v.identities.end());
+  m.header = v.header;
+  m.parent_header = v.parent_header;
+  m.metadata = v.metadata;
+  m.content = v.content;
+  m.buffers.assign(v.buffers.begin(), v.buffers.end());
+  return m;
+}
+
+namespace {
+std::optional<Envelope> envelope_of(std::string_view header_text, std::string_view parent_text) {
   Envelope e;
   simdjson::dom::object header, parent;
-  if (parser().parse(m.header).get(header)) return std::nullopt;
+  if (parser().parse(header_text.data(), header_text.size()).get(header)) return std::nullopt;
   e.msg_type = sfield(header, "msg_type");
   e.msg_id = sfield(header, "msg_id");
-  if (parser().parse(m.parent_header).get(parent)) return std::nullopt;
+  if (parser().parse(parent_text.data(), parent_text.size()).get(parent)) return std::nullopt;
   e.parent_msg_id = sfield(parent, "msg_id");
   return e;
+}
+}  // namespace
+
+std::optional<Envelope> read_envelope(const WireMessage& m) { return envelope_of(m.header, m.parent_header); }
+std::optional<Envelope> read_envelope(const WireView& m) { return envelope_of(m.header, m.parent_header); }
+
+namespace {
+
+size_t skip_ws(std::string_view s, size_t i) {
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
+  return i;
+}
+
+// At an opening quote: the index past the closing one (npos if unclosed).
+size_t string_end(std::string_view s, size_t i) {
+  for (++i; i < s.size(); ++i) {
+    if (s[i] == '\\') ++i;
+    else if (s[i] == '"') return i + 1;
+  }
+  return std::string_view::npos;
+}
+
+// Past one JSON value starting at `i` (npos if it runs off the end).
+size_t value_end(std::string_view s, size_t i) {
+  if (i >= s.size()) return std::string_view::npos;
+  if (s[i] == '"') return string_end(s, i);
+  if (s[i] != '{' && s[i] != '[') {
+    while (i < s.size() && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\n' && s[i] != '\r' &&
+           s[i] != '\t')
+      ++i;
+    return i;
+  }
+  int depth = 0;
+  for (; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '"') {
+      i = string_end(s, i);
+      if (i == std::string_view::npos) return i;
+      --i;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+void put_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+bool hex4(std::string_view s, size_t at, uint32_t& v) {
+  if (at + 4 > s.size()) return false;
+  v = 0;
+  for (size_t i = at; i < at + 4; ++i) {
+    char c = s[i];
+    uint32_t d = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : 16;
+    if (d > 15) return false;
+    v = v * 16 + d;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool unescape_json_string(std::string_view s, size_t& pos, size_t max, std::string& out) {
+  size_t added = 0;
+  while (pos < s.size() && added < max) {
+    size_t run = s.find('\\', pos);
+    size_t end = run == std::string_view::npos ? s.size() : run;
+    if (end > pos) {
+      size_t take = std::min(end - pos, max - added);
+      out.append(s.substr(pos, take));
+      pos += take;
+      added += take;
+      continue;
+    }
+    // An escape at `pos`.
+    if (pos + 1 >= s.size()) return false;
+    char e = s[pos + 1];
+    size_t before = out.size();
+    switch (e) {
+      case '"': out += '"'; pos += 2; break;
+      case '\\': out += '\\'; pos += 2; break;
+      case '/': out += '/'; pos += 2; break;
+      case 'b': out += '\b'; pos += 2; break;
+      case 'f': out += '\f'; pos += 2; break;
+      case 'n': out += '\n'; pos += 2; break;
+      case 'r': out += '\r'; pos += 2; break;
+      case 't': out += '\t'; pos += 2; break;
+      case 'u': {
+        uint32_t cp;
+        if (!hex4(s, pos + 2, cp)) return false;
+        pos += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+          uint32_t lo;
+          if (pos + 1 < s.size() && s[pos] == '\\' && s[pos + 1] == 'u' && hex4(s, pos + 2, lo) && lo >= 0xDC00 &&
+              lo <= 0xDFFF) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            pos += 6;
+          } else {
+            cp = 0xFFFD;  // a lone surrogate: what simdjson would refuse, shown as U+FFFD
+          }
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+          cp = 0xFFFD;
+        }
+        put_utf8(out, cp);
+        break;
+      }
+      default:
+        return false;
+    }
+    added += out.size() - before;
+  }
+  return true;
+}
+
+std::optional<StreamText> find_stream_text(std::string_view s) {
+  size_t i = skip_ws(s, 0);
+  if (i >= s.size() || s[i] != '{') return std::nullopt;
+  i = skip_ws(s, i + 1);
+  std::optional<std::string_view> name, text;
+  while (i < s.size() && s[i] != '}') {
+    if (s[i] != '"') return std::nullopt;
+    size_t kend = string_end(s, i);
+    if (kend == std::string_view::npos) return std::nullopt;
+    std::string_view key = s.substr(i + 1, kend - i - 2);
+    i = skip_ws(s, kend);
+    if (i >= s.size() || s[i] != ':') return std::nullopt;
+    i = skip_ws(s, i + 1);
+    size_t vend = value_end(s, i);
+    if (vend == std::string_view::npos) return std::nullopt;
+    if ((key == "name" || key == "text") && s[i] == '"') (key == "name" ? name : text) = s.substr(i + 1, vend - i - 2);
+    i = skip_ws(s, vend);
+    if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
+    else if (i >= s.size() || s[i] != '}') return std::nullopt;
+  }
+  if (i >= s.size() || !name || !text) return std::nullopt;
+  return StreamText{*name == "stderr", *text};
 }
 
 std::optional<StreamContent> read_stream_content(std::string_view content) {

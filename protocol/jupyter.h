@@ -48,6 +48,16 @@ const char* describe(WireError e);
 // Splits and verifies received frames (constant-time signature check).
 std::variant<WireMessage, WireError> decode(const std::vector<std::string>& frames, std::string_view key);
 
+// A received message viewed in place: the frames stay the receiver's (a
+// kernel's print of 128 MiB is not copied to be read). The same checks as
+// decode().
+struct WireView {
+  std::vector<std::string_view> identities;
+  std::string_view header, parent_header, metadata, content;
+  std::vector<std::string_view> buffers;
+};
+std::variant<WireView, WireError> decode_view(const std::vector<std::string_view>& frames, std::string_view key);
+
 // What execd reads from a received message's header and parent header.
 struct Envelope {
   std::string msg_type;
@@ -56,6 +66,7 @@ struct Envelope {
 };
 // nullopt when the header or parent header is not a JSON object.
 std::optional<Envelope> read_envelope(const WireMessage& m);
+std::optional<Envelope> read_envelope(const WireView& m);
 
 // A `stream` message's content: which stream, and its text. nullopt unless
 // the content is an object with a `name` and a string `text`. Parsed with
@@ -66,6 +77,19 @@ struct StreamContent {
   std::string text;
 };
 std::optional<StreamContent> read_stream_content(std::string_view content);
+
+// The same, found in place for a large message: which stream, and where its
+// text lies in `content`, still JSON-escaped (a small scanner: top-level
+// keys, a string `name` and a string `text`; anything else is skipped).
+struct StreamText {
+  bool is_stderr = false;
+  std::string_view escaped;
+};
+std::optional<StreamText> find_stream_text(std::string_view content);
+// Unescapes the body of a JSON string from `pos` on, appending to `out`
+// until about `max` bytes were added or the body ends (an escape is never
+// split); `pos` moves past what was used. False on a malformed escape.
+bool unescape_json_string(std::string_view escaped, size_t& pos, size_t max, std::string& out);
 
 // A request from execd: a fresh header (msg_id, session, ISO 8601 date,
 // protocol version) around `content`.

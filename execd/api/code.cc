@@ -14,6 +14,7 @@
 #include "execd/api/api.h"
 #include "execd/api/awaiter.h"
 #include "execd/api/commands.h"
+#include "execd/limits.h"
 #include "execd/exec/reader.h"
 #include "protocol/errors.h"
 #include "protocol/jupyter.h"
@@ -69,6 +70,8 @@ constexpr uint64_t kSigintRepeatMs = 500;
 // iopub; the two sockets may deliver out of order, but not by this much.
 constexpr uint64_t kReplyAfterIdleMs = 1000;
 constexpr size_t kStderrTail = 2048;
+// Stream messages above this are handed on in pieces of this size.
+constexpr size_t kStreamPieceBytes = 1 << 20;
 
 // Overridable for tests of a silent kernel; 5 s otherwise.
 uint64_t heartbeat_timeout_from(const std::vector<std::string>& env) {
@@ -101,6 +104,9 @@ class CodeRun final : public exec::Runner {
   bool interrupt() override;
   // Nobody reads the rest: stop the code so the context is free again.
   void unwatched() override { interrupt(); }
+  // The output cannot pause, but a large print can wait for the disk.
+  void set_paused(bool p) override;
+  bool paused = false;
 
   exec::RunSink& sink;
   Link<CodeContext> context;
@@ -148,6 +154,13 @@ class CodeRegistryImpl {
   void* zmq_ctx() {
     if (!zmq) zmq = zmq_ctx_new();
     return zmq;
+  }
+  // A kernel holds its process, five sockets and what ZeroMQ opens for them.
+  static constexpr size_t kKernelDescriptors = 24;
+  bool admit_context(http::Exchange& ex) {
+    return admit(ex, contexts.size() + dying.size(), ctx.config.max_code_contexts, "code contexts",
+                 "max-code-contexts") &&
+           admit_descriptors(ex, kKernelDescriptors, "a code context");
   }
   CodeContext* find(const std::string& id) {
     auto it = contexts.find(id);
@@ -262,6 +275,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
   // Frees the context once its timer has closed.
   void destroy() {
     reg_.runtime.containment.remove_freeze_listener(this);
+    big_content_ = nullptr;
     if (channels_) channels_->close();
     channels_ = nullptr;
     if (cmd_) cmd_->release();
@@ -283,6 +297,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
     spdlog::info("code context {}: kernel {} ({})", id_, cmd_ ? cmd_->pid() : -1, reason);
     if (cmd_) cmd_->release();
     cmd_ = nullptr;
+    big_content_ = nullptr;
     if (channels_) channels_->close();
     channels_ = nullptr;
     remove_connection_file();
@@ -312,9 +327,9 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
   // KernelChannelHandler
   void on_heartbeat() override { last_heartbeat_ = uv_now(reg_.ctx.loop); }
 
-  void on_kernel_message(KernelChannel ch, jp::WireMessage&& m) override {
+  bool on_kernel_message(KernelChannel ch, const jp::WireView& m) override {
     auto env = jp::read_envelope(m);
-    if (!env) return;
+    if (!env) return true;
     switch (ch) {
       case KernelChannel::shell:
         if (env->msg_type == "kernel_info_reply") {
@@ -328,21 +343,27 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
           run_->reply_seen = true;
           maybe_finish_run();
         }
-        return;
+        return true;
       case KernelChannel::iopub:
         if (state_ == State::starting) {
           iopub_seen_ = true;
           maybe_ready();
         }
-        if (run_ && run_->sent && env->parent_msg_id == run_->msg_id) on_iopub(env->msg_type, m.content);
-        return;
+        if (run_ && run_->sent && env->parent_msg_id == run_->msg_id) return on_iopub(env->msg_type, m.content);
+        return true;
       case KernelChannel::stdin_:
-        if (env->msg_type == "input_request") answer_input(m);
-        return;
+        if (env->msg_type == "input_request") answer_input(m.header);
+        return true;
       case KernelChannel::control:
       case KernelChannel::hb:
-        return;
+        return true;
     }
+    return true;
+  }
+
+  // The run's output went to the disk: a print held back can go on.
+  void resume_output() {
+    if (channels_) channels_->resume(KernelChannel::iopub);
   }
 
  private:
@@ -456,29 +477,32 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
                     jp::make_request("execute_request", run_->msg_id, session_, jp::execute_request_content(run_->code)));
   }
 
-  void on_iopub(const std::string& type, const std::string& content_text) {
+  // False: a large print is held back until its output has reached the
+  // disk (the message comes again after resume_output()).
+  bool on_iopub(std::string_view type, std::string_view content_text) {
     exec::RunSink& s = run_->sink;
     if (type == "stream") {
+      if (content_text.size() > kStreamPieceBytes) return stream_in_pieces(content_text);
       auto sc = jp::read_stream_content(content_text);
-      if (!sc) return;
+      if (!sc) return true;
       s.output(sc->is_stderr ? exec::kStderr : exec::kStdout, reinterpret_cast<const uint8_t*>(sc->text.data()),
                sc->text.size());
-      return;
+      return true;
     }
     int64_t now = unix_ms();
     if (type == "display_data" || type == "update_display_data") {
       if (auto e = jp::result_event(content_text, now)) s.event(*e);
-      return;
+      return true;
     }
     auto c = jp::read_content(content_text);
-    if (!c) return;
+    if (!c) return true;
     if (type == "status") {
       if (c->execution_state == "idle") {
         run_->idle_seen = true;
         if (!run_->reply_seen) run_->idle_at = uv_now(reg_.ctx.loop);
         maybe_finish_run();
       }
-      return;
+      return true;
     }
     if (type == "execute_input") {
       if (c->execution_count) run_->count = c->execution_count;
@@ -486,7 +510,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
         run_->executing = true;
         if (run_->interrupt_pending) deliver_interrupt();
       }
-      return;
+      return true;
     }
     if (type == "execute_result") {
       if (c->execution_count) {
@@ -498,6 +522,35 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
       run_->error_sent = true;
       s.event(jp::error_event_from(*c, now));
     }
+    return true;
+  }
+
+  // A print larger than a piece: its text is unescaped and handed on a
+  // piece at a time, straight from ZeroMQ's frame; when the run's log is
+  // behind the disk, the rest waits (the socket is not read meanwhile) so
+  // that one message never holds more than a piece and the log's budget.
+  bool stream_in_pieces(std::string_view content) {
+    if (big_content_ != content.data()) {
+      auto st = jp::find_stream_text(content);
+      if (!st) return true;
+      big_content_ = content.data();
+      big_text_ = st->escaped;
+      big_stderr_ = st->is_stderr;
+      big_pos_ = 0;
+    }
+    std::string piece;
+    while (big_pos_ < big_text_.size()) {
+      if (!run_ || run_->paused) return false;  // the log's write completions resume it
+      piece.clear();
+      if (!jp::unescape_json_string(big_text_, big_pos_, kStreamPieceBytes, piece)) {
+        spdlog::warn("code context {}: a stream message with a bad escape; the rest of it is dropped", id_);
+        break;
+      }
+      run_->sink.output(big_stderr_ ? exec::kStderr : exec::kStdout, reinterpret_cast<const uint8_t*>(piece.data()),
+                        piece.size());
+    }
+    big_content_ = nullptr;
+    return true;
   }
 
   void maybe_finish_run() {
@@ -525,6 +578,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
     CodeRun* run = run_.get();
     if (!run) return;
     run_.cut();
+    big_content_ = nullptr;  // (its frames go with the channel's next message)
     protocol::ExecutionResult r;
     r.status = status;
     r.execution_count = run->count;
@@ -551,12 +605,12 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
         ex->respond_error(500, codes::kRuntimeError, "error creating code context. " + reason);
   }
 
-  void answer_input(const jp::WireMessage& request) {
+  void answer_input(std::string_view request_header) {
     // allow_stdin is false, so a kernel should never ask; one that does gets
     // an empty line and the client a note on stderr instead of a hang.
     if (!channels_) return;
     jp::WireMessage reply = jp::make_request("input_reply", random_uuid(), session_, "{\"value\":\"\"}");
-    reply.parent_header = request.header;
+    reply.parent_header = std::string(request_header);
     channels_->send(KernelChannel::stdin_, reply);
     if (run_) {
       static const char note[] = "execd: this kernel asked for input, which /code cannot give; it got an empty line\n";
@@ -601,7 +655,18 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
   bool shell_ready_ = false, iopub_seen_ = false, term_sent_ = false, ever_ready_ = false;
   Link<CodeRun> run_;
   std::vector<std::unique_ptr<ReadyWaiter>> waiters_;
+  // A large print being handed on in pieces (see stream_in_pieces).
+  const char* big_content_ = nullptr;
+  std::string_view big_text_;
+  size_t big_pos_ = 0;
+  bool big_stderr_ = false;
 };
+
+void CodeRun::set_paused(bool p) {
+  paused = p;
+  if (!p)
+    if (CodeContext* c = context.get()) c->resume_output();
+}
 
 bool CodeRun::interrupt() {
   CodeContext* c = context.get();
@@ -718,6 +783,7 @@ void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
     return ex.respond_error(400, codes::kInvalidRequestBody,
                             "error creating code context. no kernelspec for language '" + req.language +
                                 "' (installed: " + reg.installed() + ")");
+  if (!reg.admit_context(ex)) return;
   std::string error;
   if (!prepare_cwd(req.cwd, error))
     return ex.respond_error(400, codes::kInvalidRequestBody, "error creating code context. " + error);
@@ -736,6 +802,7 @@ void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Excha
   if (!c) return context_not_found(ex, context_id);
   if (c->busy())
     return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
+  if (!admit(ex, reg.executions.running(), reg.ctx.config.max_running, "running executions", "max-running")) return;
   if (!track.empty() && !tracker) {
     auto wait = std::make_shared<CodeTrackWait>();
     await(ex, *wait);
@@ -790,6 +857,7 @@ void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange&
     auto d = reg.defaults.find(spec->name);
     c = d == reg.defaults.end() ? nullptr : reg.find(d->second);
     if (!c) {
+      if (!reg.admit_context(ex)) return;
       c = &reg.create(req.language, *spec, "");
       reg.defaults[spec->name] = c->id();
     }

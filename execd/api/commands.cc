@@ -17,6 +17,7 @@
 #include "execd/api/sessions.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/stdin.h"
+#include "execd/limits.h"
 #include "execd/runners/command.h"
 #include "execd/runners/command_spawn.h"
 #include "fs/pool_job.h"
@@ -135,6 +136,7 @@ void handle_run(CommandService& svc, http::Exchange& ex) {
       if (existing->spec().fingerprint != fingerprint)
         return ex.respond_error(409, "COMMAND_ID_CONFLICT",
                                 "command id " + w->req.id + " is already used by a different request");
+      if (!admit(ex, svc.executions.readers(), svc.ctx.config.max_readers, "resume readers", "max-readers")) return;
       auto reader = std::make_unique<ExecutionReader>(ex, *existing, ExecutionReader::Role::attach, w->framing);
       ExecutionReader& r = *reader;
       ex.attach(std::move(reader));
@@ -142,6 +144,7 @@ void handle_run(CommandService& svc, http::Exchange& ex) {
       return;
     }
   }
+  if (!admit(ex, svc.executions.running(), svc.ctx.config.max_running, "running executions", "max-running")) return;
   // The id is reserved now, before anything that takes time.
   exec::ExecutionSpec spec;
   spec.kind = exec::Kind::command;
@@ -257,6 +260,7 @@ void handle_stream(CommandService& svc, http::Exchange& ex, const std::string& i
                                   std::to_string(e->produced(s)) + " bytes)");
     from[s] = *v;
   }
+  if (!admit(ex, svc.executions.readers(), svc.ctx.config.max_readers, "resume readers", "max-readers")) return;
   auto reader = std::make_unique<ExecutionReader>(ex, *e, ExecutionReader::Role::resume, protocol::Framing::exact,
                                                   from[0], from[1]);
   ExecutionReader& r = *reader;

@@ -13,6 +13,8 @@
 #include <memory>
 
 #include "execd/api/awaiter.h"
+#include "execd/link.h"
+#include "execd/limits.h"
 #include "protocol/errors.h"
 #include "protocol/resume.h"
 #include "fs/paths.h"
@@ -30,7 +32,28 @@ namespace {
 std::string read_file(const std::string& path) { return fs::read_small_file(path, SIZE_MAX).value_or(std::string()); }
 }  // namespace
 
-Journal::Journal(const Context& ctx) : ctx_(ctx) {
+namespace {
+constexpr uint64_t kMarkEvery = 64 << 10;
+
+// Offsets of entries every kMarkEvery bytes of `text` (whole lines).
+template <class Fn>
+void mark_lines(std::string_view text, Fn mark) {
+  uint64_t offset = 0, last = 0;
+  bool any = false;
+  for (std::string_view line : protocol::split_lines(text)) {
+    if (!any || offset - last >= kMarkEvery) {
+      if (auto seq = protocol::journal_line_seq(line)) {
+        mark(*seq, offset);
+        last = offset;
+        any = true;
+      }
+    }
+    offset += line.size() + 1;
+  }
+}
+}  // namespace
+
+Journal::Journal(const Context& ctx, WorkGate& gate) : ctx_(ctx), gate_(gate) {
   path_ = ctx.config.state_dir + "/journal.jsonl";
   rotated_path_ = ctx.config.state_dir + "/journal.1.jsonl";
   if (!ctx.config.journal) return;
@@ -47,10 +70,12 @@ Journal::Journal(const Context& ctx) : ctx_(ctx) {
     text.resize(keep);
   }
   std::string_view last;
+  mark_lines(text, [&](uint64_t seq, uint64_t off) { marks_.push_back({seq, off}); });
+  std::string old = read_file(rotated_path_);
+  mark_lines(old, [&](uint64_t seq, uint64_t off) { rotated_marks_.push_back({seq, off}); });
   if (!lines.empty()) last = lines.back();
   else {
     // A fresh file after a rotation: the chain goes on from the old one.
-    std::string old = read_file(rotated_path_);
     auto old_lines = protocol::split_lines(old);
     if (!old_lines.empty()) {
       head_.seq = protocol::journal_line_seq(old_lines.back()).value_or(0);
@@ -64,13 +89,27 @@ Journal::Journal(const Context& ctx) : ctx_(ctx) {
     head_.hash = protocol::sha256_hex(last);
   }
   size_ = text.size();
+  chain_ = head_;
   fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd_ < 0) spdlog::warn("cannot open the journal {}: {}; no journal kept", path_, strerror(errno));
+  if (fd_ < 0) {
+    spdlog::warn("cannot open the journal {}: {}; no journal kept", path_, strerror(errno));
+    return;
+  }
+  uv_timer_init(ctx.loop, &retry_timer_);
+  retry_timer_.data = this;
+  timer_open_ = true;
 }
 
 Journal::~Journal() { close(); }
 
 void Journal::close() {
+  if (timer_open_) {
+    timer_open_ = false;
+    uv_close(reinterpret_cast<uv_handle_t*>(&retry_timer_), nullptr);
+  }
+  if (!unwritten_.empty() && !write_unwritten())
+    spdlog::error("journal: {} entries could not be written (the disk refused them); they are lost",
+                  unwritten_.size());
   if (fd_ < 0) return;
   fsync(fd_);
   ::close(fd_);
@@ -78,6 +117,26 @@ void Journal::close() {
 }
 
 std::vector<std::string> Journal::files() const { return {rotated_path_, path_}; }
+
+void Journal::mark(uint64_t seq, uint64_t offset) {
+  if (marks_.empty() || offset - marks_.back().offset >= kMarkEvery) marks_.push_back({seq, offset});
+}
+
+std::vector<Journal::Start> Journal::starts(uint64_t after) const {
+  auto from = [after](const std::vector<Mark>& marks) {
+    uint64_t off = 0;
+    for (const Mark& m : marks) {
+      if (m.seq > after + 1) break;
+      off = m.offset;
+    }
+    return off;
+  };
+  std::vector<Start> out;
+  // The rotated file only holds entries before the current one's first.
+  if (marks_.empty() || after + 1 < marks_.front().seq) out.push_back({rotated_path_, from(rotated_marks_)});
+  out.push_back({path_, from(marks_)});
+  return out;
+}
 
 void Journal::rotate() {
   // The full file is flushed and closed on the pool: an fsync of up to
@@ -99,23 +158,30 @@ void Journal::rotate() {
   fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC, 0600);
   if (fd_ < 0) spdlog::warn("journal rotation: cannot open {}: {}; no journal kept", path_, strerror(errno));
   size_ = 0;
+  rotated_marks_ = std::move(marks_);
+  marks_.clear();
   spdlog::info("journal rotated at seq {}", head_.seq);
 }
 
 // ---------------------------------------------------------------------------
 // Reading: a threadpool job collects the lines after `after` from the files.
 
-// Not in the anonymous namespace: JournalReader (declared in the header)
-// holds one.
+class JournalReader;
+
+// A catch-up: at most max_bytes of lines after `after`, read from where
+// that entry lies (the journal's marks), never whole files. It goes through
+// the file gate; its reader may go meanwhile (the link is then empty, and a
+// job still waiting at the gate is withdrawn).
 struct CollectJob {
-  std::vector<std::string> files;
+  WorkGate::Ticket work;
+  Link<JournalReader> reader;
+  std::vector<Journal::Start> starts;
   uint64_t after = 0;
-  size_t max_bytes = 1 << 20;
+  size_t max_bytes = 64 << 10;
   uint64_t size_cap = 0;  // bytes of the last file to look at
   // results
   std::string text;
   uint64_t last = 0;
-  JournalReader* reader = nullptr;  // null once the reader is gone
 };
 
 namespace {
@@ -124,21 +190,50 @@ void collect(CollectJob& job) {
   CollectJob* j = &job;
   j->last = j->after;
   bool started = false;
-  for (size_t i = 0; i < j->files.size(); ++i) {
-    std::string text = read_file(j->files[i]);
-    if (i + 1 == j->files.size() && text.size() > j->size_cap) text.resize(j->size_cap);
-    for (std::string_view line : protocol::split_lines(text)) {
-      auto seq = protocol::journal_line_seq(line);
-      if (!seq || *seq <= j->last) continue;
-      // Contiguous after the first line given out (a reader whose position
-      // rotated away starts at the oldest entry kept).
-      if (started && *seq != j->last + 1) return;
-      started = true;
-      j->text.append(line);
-      j->text.push_back('\n');
-      j->last = *seq;
-      if (j->text.size() >= j->max_bytes) return;
+  constexpr size_t kChunk = 64 << 10;
+  std::string buf, carry;
+  for (size_t i = 0; i < j->starts.size(); ++i) {
+    const bool current = i + 1 == j->starts.size();
+    int fd = ::open(j->starts[i].path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    uint64_t at = j->starts[i].offset;
+    carry.clear();
+    bool done = false;
+    while (!done) {
+      size_t want = kChunk;
+      if (current) {
+        if (at >= j->size_cap) break;
+        want = static_cast<size_t>(std::min<uint64_t>(kChunk, j->size_cap - at));
+      }
+      buf.resize(want);
+      ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(at));
+      if (n <= 0) break;
+      at += static_cast<uint64_t>(n);
+      carry.append(buf.data(), static_cast<size_t>(n));
+      size_t line_start = 0;
+      for (size_t nl; (nl = carry.find('\n', line_start)) != std::string::npos; line_start = nl + 1) {
+        std::string_view line(carry.data() + line_start, nl - line_start);
+        auto seq = protocol::journal_line_seq(line);
+        if (!seq || *seq <= j->last) continue;
+        // Contiguous after the first line given out (a reader whose position
+        // rotated away starts at the oldest entry kept).
+        if (started && *seq != j->last + 1) {
+          ::close(fd);
+          return;
+        }
+        started = true;
+        j->text.append(line);
+        j->text.push_back('\n');
+        j->last = *seq;
+        if (j->text.size() >= j->max_bytes) {
+          done = true;
+          break;
+        }
+      }
+      carry.erase(0, line_start);
     }
+    ::close(fd);
+    if (done) return;
   }
 }
 
@@ -147,10 +242,13 @@ void collect(CollectJob& job) {
 class JournalReader final : public http::Source {
  public:
   JournalReader(http::Exchange& ex, Journal& j, uint64_t since, bool follow)
-      : ex_(ex), journal_(j), last_(since), follow_(follow) {}
+      : ex_(ex), journal_(j), last_(since), follow_(follow) {
+    if (follow_) journal_.count_follower(+1);
+  }
   ~JournalReader() override {
     journal_.unfollow(this);
-    if (job_) job_->reader = nullptr;
+    if (follow_) journal_.count_follower(-1);
+    withdraw();
   }
 
   void start() {
@@ -173,7 +271,7 @@ class JournalReader final : public http::Source {
   void stop() override {
     stopped_ = true;
     journal_.unfollow(this);
-    if (job_) job_->reader = nullptr;
+    withdraw();
   }
   void tick(uint64_t now_ms) override {
     // Keeps idle proxies from timing a quiet follow out: an empty line.
@@ -187,20 +285,37 @@ class JournalReader final : public http::Source {
   enum class Mode { reading, waiting, live };
   void catch_up() {
     mode_ = Mode::reading;
-    auto job = std::make_unique<CollectJob>();
-    job->reader = this;
-    job->files = journal_.files();
+    auto* job = new CollectJob;
+    job->work.req.data = job;
+    link(*job, job->reader, *this, job_);
+    job->starts = journal_.starts(last_);
     job->after = last_;
     job->size_cap = journal_.current_size();
-    job_ = job.get();
-    fs::queue_job<CollectJob>(journal_.loop(), std::move(job), collect, [](CollectJob& j, int) {
-      if (j.reader) j.reader->caught(j);
-    });
+    journal_.gate().queue(
+        journal_.loop(), job->work, [](uv_work_t* w) { collect(*static_cast<CollectJob*>(w->data)); },
+        [](uv_work_t* w, int status) {
+          std::unique_ptr<CollectJob> j(static_cast<CollectJob*>(w->data));
+          JournalReader* r = j->reader.get();
+          if (!r || status != 0) return;
+          j->reader.cut();
+          r->caught(*j);
+        });
+  }
+
+  // Gone: a catch-up still waiting at the gate never takes a thread.
+  void withdraw() {
+    if (CollectJob* j = job_.get()) {
+      job_.cut();
+      j->work.gate->cancel(j->work);
+    }
   }
 
   void caught(CollectJob& j) {
-    job_ = nullptr;
+    uint64_t before = last_;
     last_ = j.last;
+    // Nothing new where entries should be (a file removed by hand): go on
+    // from the head rather than look again and again.
+    if (last_ == before && last_ < journal_.head().seq) last_ = journal_.head().seq;
     bool more = j.text.empty() || ex_.send(std::move(j.text));
     bool at_head = last_ >= journal_.head().seq;
     if (!at_head) {
@@ -223,7 +338,7 @@ class JournalReader final : public http::Source {
   bool follow_;
   bool stopped_ = false;
   Mode mode_ = Mode::reading;
-  CollectJob* job_ = nullptr;
+  Link<CollectJob> job_;  // the catch-up out
   uint64_t last_tick_ms_ = 0;
 };
 
@@ -231,27 +346,57 @@ void Journal::append(const ojson& body) { append(body, {}, {}); }
 
 void Journal::append(const ojson& body, std::string_view raw_key, std::string_view raw_json) {
   if (fd_ < 0) return;
-  uint64_t seq = head_.seq + 1;
-  std::string_view prev = head_.seq ? std::string_view(head_.hash) : std::string_view(protocol::kJournalGenesis);
+  uint64_t seq = chain_.seq + 1;
+  std::string_view prev = chain_.seq ? std::string_view(chain_.hash) : std::string_view(protocol::kJournalGenesis);
   std::string line = raw_key.empty() ? protocol::journal_line(seq, prev, body)
                                      : protocol::journal_line(seq, prev, body, raw_key, raw_json);
-  if (size_ > 0 && size_ + line.size() + 1 > static_cast<uint64_t>(ctx_.config.journal_max_bytes)) {
-    rotate();
-    if (fd_ < 0) return;
+  chain_.seq = seq;
+  chain_.hash = protocol::sha256_hex(line);
+  unwritten_.push_back(line + "\n");
+  if (unwritten_.size() == 1 && write_unwritten()) return;
+  // The disk refused it (or an earlier one waits): again in a second.
+  if (timer_open_ && !uv_is_active(reinterpret_cast<uv_handle_t*>(&retry_timer_)))
+    uv_timer_start(
+        &retry_timer_,
+        [](uv_timer_t* t) {
+          auto* j = static_cast<Journal*>(t->data);
+          if (j->write_unwritten()) uv_timer_stop(t);
+        },
+        1000, 1000);
+}
+
+bool Journal::write_unwritten() {
+  while (!unwritten_.empty() && fd_ >= 0) {
+    const std::string& out = unwritten_.front();
+    if (size_ > 0 && size_ + out.size() > static_cast<uint64_t>(ctx_.config.journal_max_bytes)) {
+      rotate();
+      if (fd_ < 0) return false;
+    }
+    if (int err = fs::write_all(fd_, out)) {
+      if (err != last_error_)
+        spdlog::warn("journal write failed: {}; {} entries wait to be written", strerror(err), unwritten_.size());
+      last_error_ = err;
+      // Keep the file a sequence of whole lines: cut what went out.
+      if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {}
+      return false;
+    }
+    if (last_error_) {
+      spdlog::info("journal: writing again after {}", strerror(last_error_));
+      last_error_ = 0;
+    }
+    std::string line = out.substr(0, out.size() - 1);
+    uint64_t seq = protocol::journal_line_seq(line).value_or(head_.seq + 1);
+    mark(seq, size_);
+    size_ += out.size();
+    head_.seq = seq;
+    head_.hash = protocol::sha256_hex(line);
+    std::string entry = std::move(unwritten_.front());
+    unwritten_.pop_front();
+    auto followers = followers_;  // a follower may unfollow while we walk
+    for (JournalReader* r : followers)
+      if (followers_.count(r)) r->on_entry(head_.seq, entry);
   }
-  std::string out = line + "\n";
-  if (int err = fs::write_all(fd_, out)) {
-    spdlog::warn("journal write failed: {}", strerror(err));
-    // Keep the file a sequence of whole lines: cut what went out.
-    if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {}
-    return;
-  }
-  size_ += out.size();
-  head_.seq = seq;
-  head_.hash = protocol::sha256_hex(line);
-  auto followers = followers_;  // a follower may unfollow while we walk
-  for (JournalReader* r : followers)
-    if (followers_.count(r)) r->on_entry(seq, out);
+  return unwritten_.empty();
 }
 
 namespace {
@@ -320,7 +465,7 @@ void handle_events(Journal& journal, const Context& ctx, http::Exchange& ex) {
   if (const std::string* s = protocol::query_value(ex.query, "source")) source = *s;
   if (source.size() > 256) return ex.respond_error(400, codes::kInvalidRequestBody, "source is longer than 256 bytes");
   const auto& events = std::get<std::vector<std::string>>(decoded);
-  uint64_t first = journal.head().seq + 1;
+  uint64_t first = journal.chain().seq + 1;
   for (const auto& raw : events) {
     ojson e;
     e["type"] = "harness";
@@ -328,15 +473,19 @@ void handle_events(Journal& journal, const Context& ctx, http::Exchange& ex) {
     if (!source.empty()) e["source"] = source;
     journal.append(e, "event", raw);
   }
-  protocol::JournalHead head = journal.head();
-  if (head.seq < first + events.size() - 1)
+  protocol::JournalHead chain = journal.chain();
+  if (chain.seq < first + events.size() - 1)
     return ex.respond_error(500, codes::kRuntimeError, "the journal could not be written (see execd's log)");
+  // Accepted but waiting for the disk (full): they are in the chain and are
+  // written, in order, once the disk takes them; 202 says they are not yet.
+  size_t unsaved = journal.unsaved();
   ojson out;
   out["appended"] = events.size();
   out["first_seq"] = first;
-  out["last_seq"] = head.seq;
-  out["head"] = head.hash;
-  ex.respond_json(200, out.dump());
+  out["last_seq"] = chain.seq;
+  out["head"] = chain.hash;
+  if (unsaved) out["unsaved"] = unsaved;
+  ex.respond_json(unsaved ? 202 : 200, out.dump());
 }
 
 }  // namespace
@@ -352,7 +501,11 @@ void add_journal_routes(RouteTable& routes, Journal& journal) {
       if (!v) return ex.respond_error(400, codes::kInvalidRequestBody, "since must be a non-negative integer");
       since = *v;
     }
-    auto reader = std::make_unique<JournalReader>(ex, journal, since, query_true(ex, "follow"));
+    bool follow = query_true(ex, "follow");
+    if (follow && !admit(ex, journal.followers(), journal.max_followers(), "journal followers",
+                         "max-journal-followers"))
+      return;
+    auto reader = std::make_unique<JournalReader>(ex, journal, since, follow);
     JournalReader& r = *reader;
     ex.attach(std::move(reader));
     r.start();

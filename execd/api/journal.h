@@ -14,18 +14,23 @@
 // journal.1.jsonl (replacing the previous one) and a new file continues the
 // chain: its first entry's prev is the hash of the old file's last line.
 //
-// Readers (JournalReader, a Source per GET) catch up from the files on the
-// threadpool and then follow live; a reader that falls behind goes back to
-// the files, so a slow reader never holds entries in memory or slows writers.
+// Readers (JournalReader, a Source per GET) catch up from the files and then
+// follow live; a reader that falls behind goes back to the files, so a slow
+// reader never holds entries in memory or slows writers. A catch-up reads at
+// most 64 KiB of lines from where its position lies in the file (the journal
+// keeps the offset of an entry every 64 KiB), never the whole file, on the
+// threadpool through the file gate, like any file work.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "execd/api/work_gate.h"
 #include "execd/context.h"
 #include "execd/routes.h"
 #include "protocol/journal.h"
@@ -36,36 +41,70 @@ class JournalReader;
 
 class Journal {
  public:
-  explicit Journal(const Context& ctx);
+  Journal(const Context& ctx, WorkGate& gate);
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
 
-  bool enabled() const { return fd_ >= 0; }
+  bool enabled() const { return fd_ >= 0 || !unwritten_.empty(); }
   const Context& context() const { return ctx_; }
+  WorkGate& gate() { return gate_; }
+  size_t max_followers() const { return ctx_.config.max_journal_followers; }
   uv_loop_t* loop() const { return ctx_.loop; }
-  // Adds seq and prev and appends the entry. `body` carries "type" and the rest.
+  // Adds seq and prev and appends the entry. `body` carries "type" and the
+  // rest. A write the disk refuses (full) is kept, in order, and tried again
+  // every second and at close; readers see an entry once it is in the file.
   void append(const nlohmann::ordered_json& body);
   // The same, with `raw_json` (compact, validated) as the field `raw_key`,
   // last: a harness's own event, kept byte for byte as it was minified.
   void append(const nlohmann::ordered_json& body, std::string_view raw_key, std::string_view raw_json);
+  // The last entry in the file (what readers and verify go by).
   protocol::JournalHead head() const { return head_; }
+  // The last entry accepted, written or still waiting for the disk.
+  protocol::JournalHead chain() const { return chain_; }
+  // Entries accepted and not yet in the file.
+  size_t unsaved() const { return unwritten_.size(); }
   uint64_t current_size() const { return size_; }
+  // Where a reader after entry `after` starts reading: each file (oldest
+  // first) with the offset of an entry at or before after + 1.
+  struct Start {
+    std::string path;
+    uint64_t offset;
+  };
+  std::vector<Start> starts(uint64_t after) const;
   // Oldest first.
   std::vector<std::string> files() const;
   void close();
 
   void follow(JournalReader* r) { followers_.insert(r); }
   void unfollow(JournalReader* r) { followers_.erase(r); }
+  // Readers that asked to follow, catching up or live (the limit counts them).
+  size_t followers() const { return following_; }
+  void count_follower(int delta) { following_ = static_cast<size_t>(static_cast<int64_t>(following_) + delta); }
 
  private:
   void rotate();
+  // Remembers where entry `seq` starts in the current file, every 64 KiB.
+  void mark(uint64_t seq, uint64_t offset);
+  struct Mark {
+    uint64_t seq, offset;
+  };
+  std::vector<Mark> marks_, rotated_marks_;
+  // Writes what waits, in order, until the disk refuses; true when done.
+  bool write_unwritten();
   const Context& ctx_;
+  WorkGate& gate_;
   std::string path_, rotated_path_;
   int fd_ = -1;
   uint64_t size_ = 0;
-  protocol::JournalHead head_;
+  protocol::JournalHead head_;   // the file's last entry
+  protocol::JournalHead chain_;  // the chain's, unwritten entries included
+  std::deque<std::string> unwritten_;  // whole lines, in order
+  uv_timer_t retry_timer_;
+  int last_error_ = 0;  // of the last refused write, logged once
+  bool timer_open_ = false;
   std::set<JournalReader*> followers_;
+  size_t following_ = 0;
 };
 
 void add_journal_routes(RouteTable& routes, Journal& journal);

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "execd/http/connection.h"
+#include "execd/limits.h"
 #include "protocol/errors.h"
 #include "protocol/proxy.h"
 
@@ -28,18 +29,22 @@ using protocol::BodyFraming;
 // connection closes when both directions have ended.
 class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
  public:
-  Tunnel(ProxyService& svc, http::Connection& conn, UpstreamConnection* up) : svc_(svc), conn_(conn), up_(up) {
+  Tunnel(ProxyService& svc, http::Connection& conn, UpstreamConnection* up)
+      : svc_(svc), conn_(conn), up_(up), idle_timeout_ms_(svc.idle_timeout_ms()), last_moved_ms_(conn.host().now_ms()) {
     up_->set_owner(*this);
     up_->want_data(true);
+    svc_.count_tunnel(+1);
     svc_.opened();
   }
   ~Tunnel() override {
     release();
+    svc_.count_tunnel(-1);
     svc_.closed();
   }
 
   // Client → service.
   void on_data(const char* data, size_t len) override {
+    last_moved_ms_ = conn_.host().now_ms();
     if (!up_ || up_->broken()) return;
     if (!up_->write(std::string_view(data, len))) conn_.pause_reading();
   }
@@ -53,6 +58,7 @@ class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
 
   // Service → client.
   void on_upstream_data(UpstreamConnection& up, const char* data, size_t len) override {
+    last_moved_ms_ = conn_.host().now_ms();
     if (conn_.closing()) return;
     conn_.queue().append(std::string_view(data, len));
     if (!conn_.flush()) up.want_data(false);
@@ -71,6 +77,14 @@ class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
 
   void stop() override { release(); }
 
+  // Silent both ways for --proxy-idle-timeout: both ends go.
+  void tick(uint64_t now_ms) override {
+    if (now_ms - last_moved_ms_ < idle_timeout_ms_) return;
+    spdlog::debug("proxy tunnel idle for {} ms: closing it", now_ms - last_moved_ms_);
+    release();
+    conn_.close();
+  }
+
  private:
   void release() {
     if (up_) up_->close();
@@ -80,6 +94,8 @@ class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
   ProxyService& svc_;
   http::Connection& conn_;
   UpstreamConnection* up_;
+  const uint64_t idle_timeout_ms_;
+  uint64_t last_moved_ms_;
   bool client_eof_ = false, upstream_eof_ = false;
 };
 
@@ -152,11 +168,13 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
     }
     if (!up_->write(std::move(out)) && !client_paused_) {
       client_paused_ = true;
+      paused_since_ms_ = now();
       ex_.pause_body();
     }
   }
 
   void proceed() override {
+    last_moved_ms_ = now();
     if (splicing_) {
       pump();
       return;
@@ -172,14 +190,27 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
     release_pipe();
   }
 
+  // Every phase is bounded by --proxy-timeout: the connect, the request body
+  // (a service that stops reading it), the response head, and the response
+  // body (no byte moving either way, whoever stalls).
   void tick(uint64_t now_ms) override {
-    if (!up_ || parser_.head_done() || ex_.finished()) return;
+    if (!up_ || ex_.finished()) return;
     const uint64_t timeout = svc_.timeout_ms();
+    const std::string service = "127.0.0.1:" + std::to_string(port_);
+    if (parser_.head_done()) {
+      if (now_ms - last_moved_ms_ >= timeout) {
+        spdlog::debug("proxy to port {}: the response body stalled for {} ms", port_, now_ms - last_moved_ms_);
+        fail(504, codes::kGatewayTimeout, "the response from " + service + " stalled");
+      }
+      return;
+    }
+    if (client_paused_ && now_ms - paused_since_ms_ >= timeout)
+      return fail(504, codes::kGatewayTimeout,
+                  service + " stopped reading the request body for " + std::to_string(timeout) + " ms");
     const bool connect_overdue = !up_->connected() && now_ms - started_ms_ >= timeout;
     const bool head_overdue = request_complete_ && now_ms >= deadline_ms_;
     if (connect_overdue || head_overdue)
-      fail(504, codes::kGatewayTimeout,
-           "no response from 127.0.0.1:" + std::to_string(port_) + " within " + std::to_string(timeout) + " ms");
+      fail(504, codes::kGatewayTimeout, "no response from " + service + " within " + std::to_string(timeout) + " ms");
   }
 
   // --- UpstreamEvents ---
@@ -244,6 +275,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   void on_upstream_readable(UpstreamConnection&) override { pump(); }
 
   void on_upstream_drained(UpstreamConnection&) override {
+    last_moved_ms_ = now();
     if (client_paused_) {
       client_paused_ = false;
       ex_.resume_body();
@@ -253,6 +285,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
  private:
   // --- ResponseVisitor ---
   void on_response_head(protocol::HttpResponseHead& head) override {
+    last_moved_ms_ = now();
     if (head.upgrade) {
       if (!ex_.request().upgrade) {
         bogus_upgrade_ = true;
@@ -270,6 +303,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   }
 
   void on_response_body(const char* data, size_t len) override {
+    last_moved_ms_ = now();
     if (!ex_.send(std::string_view(data, len)) && up_ && !upstream_paused_) {
       upstream_paused_ = true;
       up_->want_data(false);
@@ -345,6 +379,7 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
         if (n > 0) {
           pipe_bytes_ -= static_cast<size_t>(n);
           moved += static_cast<size_t>(n);
+          last_moved_ms_ = now();
           out_blocked = false;
         } else if (n == -EAGAIN) {
           out_blocked = true;
@@ -446,6 +481,8 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   protocol::ResponseParser parser_;
   UpstreamConnection* up_ = nullptr;
   uint64_t started_ms_ = 0, deadline_ms_ = 0;
+  uint64_t paused_since_ms_ = 0;  // the request body waits for the service since
+  uint64_t last_moved_ms_ = 0;    // a response byte moved either way last
   bool request_complete_ = false, refused_at_start_ = false, body_started_ = false, retried_ = false;
   bool client_paused_ = false, upstream_paused_ = false, reusable_ = false, bogus_upgrade_ = false;
   Exchange::Framing client_framing_ = Exchange::Framing::sized;
@@ -469,6 +506,13 @@ void proxy_head(ProxyService& svc, Exchange& ex) {
     ex.on_complete = [message](Exchange& e) { e.respond_error(400, codes::kBadRequest, message); };
     return;
   }
+  if (req.upgrade && svc.tunnels() >= svc.ctx().config.max_tunnels) {
+    // Before anything is forwarded: the body, if any, is read and dropped.
+    ex.on_complete = [&svc](Exchange& e) {
+      admit(e, svc.tunnels(), svc.ctx().config.max_tunnels, "proxied tunnels", "max-tunnels");
+    };
+    return;
+  }
   const std::string prefix = "/proxy/" + std::to_string(port);
   const std::string host_fallback = "127.0.0.1:" + std::to_string(port);
   protocol::UpstreamRequestInfo info;
@@ -480,7 +524,8 @@ void proxy_head(ProxyService& svc, Exchange& ex) {
   auto source = std::make_unique<ProxyExchange>(svc, ex, port, protocol::upstream_request_head(req, info), info.body);
   ProxyExchange* proxy = source.get();
   ex.attach(std::move(source));
-  ex.on_complete = [](Exchange& e) { static_cast<ProxyExchange*>(e.source())->request_complete(); };
+  // The source lives as long as its exchange: the handler needs no cast.
+  ex.on_complete = [proxy](Exchange&) { proxy->request_complete(); };
   proxy->start();
 }
 

@@ -39,6 +39,9 @@ class ProxyService {
   size_t open() const { return open_; }
   void opened() { ++open_; }
   void closed() { --open_; }
+  uint64_t idle_timeout_ms() const { return static_cast<uint64_t>(ctx_.config.proxy_idle_timeout_ms); }
+  size_t tunnels() const { return tunnels_; }
+  void count_tunnel(int delta) { tunnels_ = static_cast<size_t>(static_cast<int64_t>(tunnels_) + delta); }
   void close() {
     pool_.close();
     pipes_.close();
@@ -46,6 +49,7 @@ class ProxyService {
 
  private:
   const Context& ctx_;
+  size_t tunnels_ = 0;
   http::UpstreamPool pool_;
   http::SplicePipes pipes_;
   int own_port_ = 0;

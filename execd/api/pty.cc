@@ -12,6 +12,7 @@
 
 #include "execd/api/api.h"
 #include "execd/api/file_jobs.h"
+#include "execd/limits.h"
 #include "execd/http/websocket.h"
 #include "execd/link.h"
 #include "fs/paths.h"
@@ -248,6 +249,9 @@ void handle_create(PtyRegistry& reg, Exchange& ex) {
     return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request: " + err->message);
   std::string cwd_in = std::get<protocol::PtyCreateRequest>(decoded).cwd;
   std::string command = std::get<protocol::PtyCreateRequest>(decoded).command;
+  if (!admit(ex, reg.count(), reg.ctx().config.max_ptys, "PTY sessions", "max-ptys") ||
+      !admit_descriptors(ex, 6, "a PTY session"))
+    return;
   auto prepared = std::make_shared<WorkingDir>();
   const Context& ctx = reg.ctx();
   run_blocking(

@@ -30,6 +30,8 @@ class PtyRegistry {
 
   PtyEntry* create();
   PtyEntry* find(const std::string& id);
+  // Sessions held, removed ones whose process still runs included.
+  size_t count() const { return entries_.size() + dying_.size(); }
   // Takes the entry out of the table; it is freed now, or after its process exits.
   void remove(PtyEntry* e);
   // SIGKILL to every process of every session (daemon exit).
@@ -39,7 +41,6 @@ class PtyRegistry {
   // Entries removed while running whose process has exited (from the sweep).
   void reap();
   size_t live_clients() const;
-  size_t count() const { return entries_.size(); }
   // Where terminal output and input are noted (GET /activity); and each
   // session is an actor for track_changes while it lives.
   void set_activity(Activity* a) { activity_ = a; }

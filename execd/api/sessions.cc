@@ -19,6 +19,7 @@
 #include "execd/api/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
+#include "execd/limits.h"
 #include "execd/exec/reader.h"
 #include "execd/runners/session.h"
 #include "fs/paths.h"
@@ -130,6 +131,10 @@ void handle_create(SessionRegistry& reg, Exchange& ex) {
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. " + err->message);
   std::string cwd_in = std::get<protocol::SessionCreateRequest>(decoded).cwd;
+  // A shell, its pipes and its status channel.
+  if (!admit(ex, reg.count(), reg.ctx().config.max_sessions, "bash sessions", "max-sessions") ||
+      !admit_descriptors(ex, 8, "a bash session"))
+    return;
   // `$VAR` and `~` expand with execd's environment; the directory is created
   // (mkdir -p) on the threadpool.
   auto prepared = std::make_shared<WorkingDir>();
@@ -175,6 +180,8 @@ void begin_run(SessionRegistry& reg, Exchange& ex, const std::shared_ptr<Prepare
                const std::vector<std::string>& track, std::unique_ptr<exec::ChangeTracker> tracker) {
   // The session may have gone or become busy while the jobs ran.
   if (refuse_run(reg, ex, id)) return;
+  if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions", "max-running"))
+    return;
   if (!track.empty() && !tracker) {
     auto wait = std::make_shared<SessionTrackWait>();
     await(ex, *wait);

@@ -38,12 +38,13 @@ class SessionRegistry {
   pty::Runtime& runtime() { return runtime_; }
   exec::Registry& executions() { return executions_; }
   watch::Hub& watches() { return watches_; }
-  size_t count() const { return entries_.size(); }
   // Sessions whose shell is running a run now.
   size_t busy() const;
 
   SessionEntry* create(const std::string& cwd, std::string& error);
   SessionEntry* find(const std::string& id);
+  // Sessions held, deleted ones whose shell is still going included.
+  size_t count() const { return entries_.size() + dying_.size(); }
   // The execution id of the session's latest run ("" if none).
   std::string latest_run(const std::string& id);
   // Kills everything the session started; the shell object goes once reaped

@@ -177,6 +177,7 @@ class Execution final : public RunSink {
   protocol::StoredExecution stored() const;
   nlohmann::ordered_json journal_entry() const;
   int64_t finished_ns() const { return finished_ns_; }
+  Registry& registry() { return registry_; }
   const OutputLog* log() const { return log_.get(); }
   OutputLog* log() { return log_.get(); }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "execd/context.h"
+#include "execd/exec/registry.h"
 #include "execd/http/connection.h"
 
 namespace execd::exec {
@@ -24,9 +25,16 @@ ExecutionReader::ExecutionReader(http::Exchange& ex, Execution& exec, Role role,
   // Kernel output comes in chunks the kernel chose; compat framing keeps them.
   if (exec.kind() == Kind::code_run) enc_.set_split_lines(false);
   exec.attach(*this, exec_);
+  if (role_ != Role::original) {
+    counted_ = &exec.registry();
+    counted_->count_reader(+1);
+  }
 }
 
-ExecutionReader::~ExecutionReader() { detach(); }
+ExecutionReader::~ExecutionReader() {
+  detach();
+  if (counted_) counted_->count_reader(-1);
+}
 
 void ExecutionReader::detach() {
   mode_ = Mode::done;

@@ -93,6 +93,7 @@ class ExecutionReader final : public http::Source {
   bool skip_event_ = false;    // the log let go of an event's start: drop up to its end
   uint64_t last_ping_ms_ = 0;
   Link<LogRead> read_;  // the log read in flight
+  Registry* counted_ = nullptr;  // counts this reader (not an original stream)
 };
 
 }  // namespace execd::exec

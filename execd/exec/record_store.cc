@@ -298,10 +298,11 @@ void RecordStore::persist(Execution& e) {
 // log, and one fdatasync for many records).
 void RecordStore::schedule() {
   if (in_flight_ || queue_.empty()) return;
-  if (closed_ || queue_.size() >= kBatch) return write_next();
+  if (closed_ || (queue_.size() >= kBatch && !failing_)) return write_next();
   if (uv_is_active(reinterpret_cast<uv_handle_t*>(&timer_))) return;
   uv_timer_start(
-      &timer_, [](uv_timer_t* t) { static_cast<RecordStore*>(t->data)->write_next(); }, kDelayMs, 0);
+      &timer_, [](uv_timer_t* t) { static_cast<RecordStore*>(t->data)->write_next(); }, failing_ ? 1000 : kDelayMs,
+      0);
 }
 
 void RecordStore::write_next() {
@@ -326,11 +327,13 @@ void RecordStore::write_next() {
     if (log_entries_ + batch->items.size() > 2 * kept.size() + 512) batch->compact = std::move(kept);
   }
   in_flight_ = true;
+  in_flight_items_ = batch->items.size();
   fs::queue_job<Batch>(loop_, std::move(batch), Batch::run, [](Batch& b, int) { b.store->batch_done(b); });
 }
 
 void RecordStore::batch_done(Batch& b) {
   in_flight_ = false;
+  in_flight_items_ = 0;
   if (b.new_fd >= 0) {
     log_fd_ = b.new_fd;
     log_entries_ = b.entries;
@@ -338,18 +341,31 @@ void RecordStore::batch_done(Batch& b) {
     log_entries_ += b.items.size();
   }
   log_size_ = b.new_size;
-  if (b.err)
-    spdlog::warn("cannot write {} execution records to {}/{}: {}", b.items.size(), b.dir, kRecordsLog,
-                 strerror(b.err));
+  if (b.err && !failing_)
+    spdlog::warn("cannot write {} execution records to {}/{}: {}; they wait and are written once it works again",
+                 b.items.size(), b.dir, kRecordsLog, strerror(b.err));
+  if (!b.err && failing_) spdlog::info("execution records are written again");
+  failing_ = b.err != 0;
+  // At exit a refused batch is not tried again and again: its records, and
+  // what still waits, are said to be lost from the log.
+  const bool give_up = closed_ && b.err;
   for (auto& item : b.items) {
     Execution& e = *item.execution;
     e.set_start_ticks(item.record.start_ticks);
     Execution::PersistState& p = e.persist_state();
     p.writing = false;
-    if (p.dirty) {
+    // A record the disk refused waits for the next batch, as it is then.
+    if (!give_up && (p.dirty || b.err)) {
       p.dirty = false;
       persist(e);
     }
+  }
+  if (give_up) {
+    spdlog::error("{} execution records could not be written to {}/{}: a restart will not know how they ended",
+                  b.items.size() + queue_.size(), dir_, kRecordsLog);
+    for (Execution* e : queue_) e->persist_state().queued = false;
+    queue_.clear();
+    return;
   }
   schedule();
 }

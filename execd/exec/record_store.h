@@ -9,7 +9,10 @@
 // kDelayMs after the previous one ended (or after the first record of a
 // quiet spell; at once when a full one waits), so a short command's start
 // and end go out as one entry. A record that changes while it waits is
-// written once, as it is when its job starts. The log is rewritten
+// written once, as it is when its job starts. A batch the disk refuses
+// (full) is kept: its records wait and go again every second, and at close,
+// so nothing the API reported as finished comes back lost after a restart
+// because the disk was full for a while. The log is rewritten
 // (temporary file, fsync, rename) at start-up and whenever it holds more
 // than twice the records kept plus 512 entries.
 //
@@ -67,6 +70,8 @@ class RecordStore {
   // Daemon exit: writes what waits, now; later persists go at once.
   void flush();
   void close();
+  // Executions whose latest record is not on disk because writing it failed.
+  size_t unsaved() const { return failing_ ? queue_.size() + in_flight_items_ : 0; }
 
  private:
   struct Batch;
@@ -80,7 +85,9 @@ class RecordStore {
   std::function<std::set<std::string>()> kept_ids_;
   std::deque<Execution*> queue_;
   bool in_flight_ = false;
+  size_t in_flight_items_ = 0;
   bool closed_ = false;
+  bool failing_ = false;  // the last batch failed: the next waits a second
   // The records log: used by one batch job at a time, never by the loop.
   int log_fd_ = -1;
   uint64_t log_size_ = 0;

@@ -48,6 +48,9 @@ class Registry {
   size_t running() const { return running_; }
   // Running ones of a kind (started, not finished).
   size_t running_of(Kind k) const { return running_kind_[static_cast<int>(k)]; }
+  // Readers streaming an execution that are not its original response.
+  size_t readers() const { return readers_; }
+  void count_reader(int delta) { readers_ = static_cast<size_t>(static_cast<int64_t>(readers_) + delta); }
   // Shutdown: `sig` to every running execution.
   void signal_all(int sig);
   // Refuses new starts from now on (shutdown).
@@ -84,6 +87,7 @@ class Registry {
   std::deque<Execution*> finished_order_;
   size_t running_ = 0;
   size_t running_kind_[3] = {0, 0, 0};
+  size_t readers_ = 0;
   uint64_t sweep_period_ = 1000;
   uv_timer_t sweep_timer_;
   bool accepting_ = true;

@@ -73,11 +73,13 @@ void Connection::on_transport_data(const char* data, size_t len) {
   process_input(data, len);
 }
 
+void Connection::on_transport_error(int) { peer_reset_ = true; }
+
 void Connection::on_transport_eof() {
   // A half-close is treated as a disconnect: execd answers one request at a
   // time and no client it serves half-closes. Upgraded protocols may differ
-  // (a proxied tunnel passes the half-close on).
-  if (upgraded_ && !lingering_ && !close_requested_ && upgraded_->on_eof()) {
+  // (a proxied tunnel passes the half-close on); a reset is never a half-close.
+  if (upgraded_ && !lingering_ && !close_requested_ && !peer_reset_ && upgraded_->on_eof()) {
     peer_eof_ = true;
     reading_ = false;  // the transport stopped reading by itself
     return;

@@ -107,6 +107,7 @@ class Connection final : public TransportEvents, private protocol::RequestVisito
   // TransportEvents
   void on_transport_data(const char* data, size_t len) override;
   void on_transport_eof() override;
+  void on_transport_error(int err) override;
   void on_transport_writable() override;
   void on_transport_closed() override;
 
@@ -149,6 +150,7 @@ class Connection final : public TransportEvents, private protocol::RequestVisito
   bool reading_ = false;
   bool parser_done_ = false;         // no more HTTP on this connection (upgrade, error)
   bool peer_eof_ = false;            // the peer half-closed and the upgraded protocol goes on
+  bool peer_reset_ = false;          // the transport reported an error (a reset) before its EOF
   bool shutdown_pending_ = false;    // shutdown_write_when_flushed()
 };
 

@@ -66,6 +66,7 @@ ssize_t SocketTransport::splice_to_pipe(int pipe_fd, size_t len) {
 
 void SocketTransport::want_readable(bool on) {
   readable_ = on;
+  if (on) peer_shut_ = false;
   update();
 }
 
@@ -76,7 +77,10 @@ void SocketTransport::want_writable(bool on) {
 
 void SocketTransport::update() {
   if (closing_) return;
-  int want = (readable_ ? UV_READABLE | UV_DISCONNECT : 0) | (writable_ ? UV_WRITABLE : 0);
+  // While its reading is paused (backpressure), a socket is still watched
+  // for the peer going away (a reset, a hang-up), or a client that reset
+  // would hold its connection, and what it pinned, until reading resumed.
+  int want = (readable_ ? UV_READABLE | UV_DISCONNECT : peer_shut_ ? 0 : UV_DISCONNECT) | (writable_ ? UV_WRITABLE : 0);
   if (want == polled_) return;
   polled_ = want;
   if (want == 0) uv_poll_stop(&poll_);
@@ -87,6 +91,22 @@ void SocketTransport::update() {
 
 void SocketTransport::on_poll(int status, int events) {
   const bool failed = status < 0;
+  if (!readable_ && !closing_ && (failed || (events & UV_DISCONNECT))) {
+    // Paused: a reset ends the connection now, without reading what the
+    // owner did not want yet; a plain half-close waits for reading to resume.
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err != 0 || failed) {
+      polled_ = failed ? 0 : polled_;
+      events_.on_transport_error(err ? err : ECONNRESET);
+      events_.on_transport_eof();
+      return;
+    }
+    peer_shut_ = true;
+    update();
+    events &= ~UV_DISCONNECT;
+  }
   if (failed) {
     // libuv reports a socket error (a reset, EPOLLERR) once and stops the
     // handle: read what is left, then the error, and never wait for more.

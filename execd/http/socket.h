@@ -35,6 +35,9 @@ class SocketTransport final : public Transport {
   int fd_;
   uv_poll_t poll_;
   bool readable_ = false, writable_ = false, closing_ = false, owner_reads_ = false;
+  // Reading is paused and the peer half-closed: nothing to watch for until
+  // reading resumes (EPOLLRDHUP would fire on every loop pass).
+  bool peer_shut_ = false;
   int polled_ = 0;  // events currently asked of libuv
 };
 

@@ -788,6 +788,9 @@ def test_logs(ex, phase):
     assert done.terminal["exit_code"] == 0
     # and one that is still writing while its logs are read
     running = ex.run("head -c 2000000 /dev/zero | base64; sleep 30", background=True, sock_timeout=TIMEOUT)
+    # its output all written (it then sleeps), so every phase has bytes to cut into
+    wait_until(lambda: len(ex.request("GET", f"/command/{running.id}/logs?cursor=0", timeout=TIMEOUT)[2]) >= 2_700_000,
+               10 * SLOW, 0.02, "the running command's output")
 
     def once(i):
         cid = done.id if i % 2 == 0 else running.id

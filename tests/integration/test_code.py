@@ -603,3 +603,102 @@ def test_a_code_run_is_interrupted_by_its_run_id_and_survives_a_restart(tmp_path
         assert body == b"started\n"
     finally:
         stop_and_check(again)
+
+
+# ---------------------------------------------------------------------------
+# Limits (hardening, second pass): code contexts cannot lock execd out.
+
+
+def test_code_contexts_are_capped_and_keep_descriptors_in_reserve(tmp_path_factory):
+    if not (KERNELS / "kernels" / "python3" / "kernel.json").exists():
+        pytest.skip("ipykernel is not installed in the test venv")
+    # The attack: contexts until execd runs out of descriptors. Under an
+    # open-files limit of 256 it used to stop answering after 13 of them.
+    ex = start_execd("--max-code-contexts", "200", env=kernel_env(),
+                     state_dir=tmp_path_factory.mktemp("code-state"), wrapper=("prlimit", "--nofile=256:256", "--"))
+    try:
+        made, refusal = [], None
+        for _ in range(40):
+            st, js = ex.json("POST", "/code/context", {"language": "python"}, timeout=60 * SLOW)
+            if st != 200:
+                refusal = (st, js)
+                break
+            made.append(js["id"])
+        assert refusal is not None, "never refused"
+        st, js = refusal
+        assert st == 503 and js["code"] == "OUT_OF_DESCRIPTORS", refusal
+        assert len(made) >= 3
+        print(f"code contexts under a 256-descriptor limit: {len(made)}, then {js['message']}")
+        # What must always work does.
+        assert ex.ping() == 200
+        st, listed = ex.json("GET", "/code/contexts")
+        assert st == 200 and {c["id"] for c in listed} == set(made)
+        st, events = run_code(ex, "1 + 1", ctx=made[0])
+        assert st == 200 and of(events, "result")[0]["results"]["text"] == "2"
+        assert ex.request("DELETE", f"/code/contexts/{made[0]}")[0] == 200
+        wait_until(lambda: len(kernel_pids(ex.state_dir)) == len(made) - 1, 20 * SLOW, 0.1, "the kernel to go")
+    finally:
+        stop_and_check(ex)
+
+
+def test_code_contexts_past_the_cap_get_429_and_nothing_starts(tmp_path_factory):
+    ex = start_kernel_execd(tmp_path_factory, "--max-code-contexts", "2")
+    try:
+        ids = [new_context(ex) for _ in range(2)]
+        st, js = ex.json("POST", "/code/context", {"language": "python"}, timeout=60 * SLOW)
+        assert st == 429 and js["code"] == "LIMIT_REACHED" and "--max-code-contexts" in js["message"], js
+        # The default context needs a kernel too: refused the same way.
+        st, body = run_code(ex, "1")
+        assert st == 429 and body["code"] == "LIMIT_REACHED"
+        assert len(kernel_pids(ex.state_dir)) == 2
+        assert ex.request("DELETE", f"/code/contexts/{ids[0]}")[0] == 200
+        wait_until(lambda: ex.json("POST", "/code/context", {"language": "python"}, timeout=60 * SLOW)[0] == 200,
+                   30 * SLOW, 0.2, "a context to fit again")
+    finally:
+        stop_and_check(ex)
+
+
+def vm_hwm_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_one_large_print_costs_about_its_size_and_the_memory_goes_back(tmp_path_factory):
+    # The hardening issue: 128 MiB printed in one write raised execd's peak
+    # RSS by 895 MiB (every frame copied whole five times) and left 256 MiB
+    # resident ten seconds later.
+    from execd_client import SANITIZED, vm_rss_kib
+    env_args = ("--code-spill-limit", str(1 << 30))
+    ex = start_kernel_execd(tmp_path_factory, *env_args)
+    try:
+        ctx = new_context(ex)
+        assert run_code(ex, "1", ctx=ctx)[0] == 200  # warm: the first run's allocations are not the subject
+        base_rss, base_hwm = vm_rss_kib(ex.pid), vm_hwm_kib(ex.pid)
+        size = 128 << 20
+        c, r = open_code(ex, {"code": f"import sys\nsys.stdout.write('x' * {size})\nsys.stdout.flush()",
+                              "context": {"id": ctx}}, exact=True, timeout=300)
+        got = 0
+        buf = b""
+        while chunk := r.read1(1 << 20):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                ev = json.loads(line)
+                if ev["type"] == "stdout":
+                    assert ev["offset"] == got
+                    got += len(ev["text"])
+                elif ev["type"] == "execution_complete":
+                    assert ev["status"] == "ok" and ev["stdout_bytes"] == size
+        c.close()
+        assert got == size
+        peak = vm_hwm_kib(ex.pid) - base_hwm
+        print(f"one {size >> 20} MiB print: execd peak RSS +{peak >> 10} MiB")
+        # ZeroMQ's copy of the message, plus pieces: well under twice the print.
+        assert peak < (4 if SANITIZED else 2) * (size >> 10), peak
+        wait_until(lambda: vm_rss_kib(ex.pid) - base_rss < 48 << 10, 10 * SLOW, 0.2,
+                   "execd to give the print's memory back")
+    finally:
+        stop_and_check(ex)

@@ -265,3 +265,43 @@ def test_client_resets_while_spilling_draining_done_or_overflowed(big, small, tm
     wait_until(lambda: not spill_files(small), 10 * SLOW, 0.05, "the spill file to close")
     assert big.ping() == 200 and small.ping() == 200
     assert kernel_pids(big.state_dir) and kernel_pids(small.state_dir)
+
+
+def test_a_full_disk_under_a_stalled_reader_leaves_valid_ndjson_and_its_end():
+    # The hardening issue: with the state directory on a 4 MiB filesystem and
+    # a stalled client while the kernel printed 48 MiB, a stdout event was cut
+    # mid-way and the overflow event glued onto it. Whatever the disk does,
+    # every line is a whole event, what was lost is said (a gap), and the
+    # stream ends with its structured end.
+    from files_fixtures import tiny_tmpfs
+    if not (KERNELS / "kernels" / "python3" / "kernel.json").exists():
+        pytest.skip("ipykernel is not installed in the test venv")
+    with tiny_tmpfs("4m") as state:
+        ex = start_execd(env=kernel_env(), state_dir=state)
+        try:
+            ctx = new_context(ex)
+            done = Path(state).parent / f"done-{os.getpid()}"
+            c, r = open_code(ex, {"code": printing_code(48, done), "context": {"id": ctx}}, exact=True, timeout=300)
+            first = r.read1(1024)  # then nothing until the kernel has printed everything
+            wait_until(done.exists, 240 * SLOW, 0.05, "the kernel to finish printing")
+            raw = first + r.read()
+            c.close()
+            done.unlink()
+            assert raw.endswith(b"\n")
+            events = [json.loads(line) for line in raw.split(b"\n")[:-1]]  # every line one event
+            out, at, lost = hashlib.sha256(), 0, 0
+            for ev in events:
+                if ev["type"] == "stdout":
+                    assert ev["offset"] == at, (ev["offset"], at)
+                    at += len(ev["text"])
+                elif ev["type"] == "gap":
+                    assert ev["requested"] == at
+                    lost += ev["available_from"] - at
+                    at = ev["available_from"]
+            assert lost > 0, "a 4 MiB disk cannot have kept 48 MiB for a stalled reader"
+            end = events[-1]
+            assert end["type"] == "execution_complete" and end["stdout_bytes"] == 48 * MiB
+            assert at == 48 * MiB
+            assert ex.ping() == 200
+        finally:
+            stop_and_check(ex)

@@ -139,3 +139,71 @@ def test_journal_readers_that_reset_at_each_phase(execd_factory):
     wait_until(lambda: entries(ex, since=200) and entries(ex, since=200)[0]["id"] == "after", 10 * SLOW,
                what="the entry after the resets")
     assert ex.json("GET", "/journal/verify")[1]["ok"] is True
+
+
+def test_slow_followers_hold_no_memory_and_catch_up_from_where_they_are(execd_factory):
+    # The hardening issue: 40 followers that fell behind while 150 commands
+    # ran grew execd by 156-232 MiB: every catch-up (one per drained socket)
+    # read both journal files whole into memory to hand out at most 1 MiB,
+    # and together they took the whole threadpool. A catch-up now reads at
+    # most 1 MiB from where its position lies, through the file gate.
+    import socket
+    import threading
+    import time
+    from execd_client import TOKEN_HEADER, vm_rss_kib
+    ex = execd_factory()
+    filler = "x" * 4000  # big entries: a journal of several MiB
+    for i in range(2000):
+        assert ex.request("POST", "/command", {"command": f"true # {filler}", "background": True})[0] == 200
+    wait_until(lambda: len(entries(ex, since=1990)) >= 10, 60 * SLOW, 0.1, "the journal to fill")
+    rss0 = vm_rss_kib(ex.pid)
+    socks, stop, got = [], threading.Event(), [0] * 40
+    kept = bytearray()  # what follower 0 reads, to check at the end
+    for _ in range(40):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect((ex.host, ex.port))
+        s.sendall(f"GET /journal?since=0&follow=true HTTP/1.1\r\nHost: t\r\n{TOKEN_HEADER}: {ex.token}\r\n\r\n".encode())
+        s.settimeout(0.01)
+        socks.append(s)
+
+    def trickle(i, s):  # a slow reader: 4 KiB now and then
+        while not stop.is_set():
+            try:
+                piece = s.recv(4096)
+                got[i] += len(piece)
+                if i == 0:
+                    kept.extend(piece)
+            except (socket.timeout, BlockingIOError):
+                pass
+            time.sleep(0.005)
+    threads = [threading.Thread(target=trickle, args=(i, s), daemon=True) for i, s in enumerate(socks)]
+    for t in threads:
+        t.start()
+    peak = rss0
+    for i in range(150):
+        r = ex.run(f"echo more {i} # {filler}", exact=True)
+        assert r.terminal["exit_code"] == 0
+        peak = max(peak, vm_rss_kib(ex.pid))
+    stop.set()
+    for t in threads:
+        t.join()
+    grown = peak - rss0
+    print(f"40 slow followers, 150 commands: RSS +{grown >> 10} MiB, followers read {sum(got) >> 20} MiB")
+    # Each follower may hold its connection's write budget (1 MiB above the
+    # low-water mark, and a few spent buffers): no more, whatever the
+    # journal's size (an 8 MiB journal read whole by each grew it by 350 MiB).
+    from execd_client import SANITIZED
+    assert grown < 40 * (4 if SANITIZED else 2) << 10, grown
+    # One of them reads on now: every entry, in order, none missing.
+    s = socks[0]
+    s.settimeout(30 * SLOW)
+    data = bytes(kept)
+    while data.count(b'"seq":') < 2150:
+        piece = s.recv(1 << 20)
+        assert piece, "the follower's stream ended"
+        data += piece
+    seqs = [int(x.split(b",")[0]) for x in data.split(b'"seq":')[1:]]
+    assert seqs[:2150] == list(range(1, 2151))
+    for s in socks:
+        s.close()

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from execd_client import SLOW, TOKEN_HEADER
+from execd_client import SLOW, TOKEN_HEADER, wait_until
 from test_http_connection import _closed_by_server, post_command, read_response
 
 
@@ -252,3 +252,53 @@ def test_connections_are_shed_under_a_512_descriptor_limit_and_ping_still_answer
         for s in flood:
             s.close()
         trusted.close()
+
+
+# ---------------------------------------------------------------------------
+# What a client can make execd keep is capped; the refusal comes first.
+
+
+def test_sessions_ptys_running_readers_followers_are_capped(execd_factory):
+    ex = execd_factory("--max-sessions", "1", "--max-ptys", "1", "--max-running", "2", "--max-readers", "1",
+                       "--max-journal-followers", "1")
+
+    def refused(st, js, flag):
+        assert st == 429 and js["code"] == "LIMIT_REACHED" and f"--{flag}" in js["message"], (st, js)
+
+    st, js = ex.json("POST", "/session", {})
+    assert st == 200
+    sid = js["session_id"]
+    refused(*ex.json("POST", "/session", {}), "max-sessions")
+    st, js = ex.json("POST", "/pty", {})
+    assert st == 201
+    refused(*ex.json("POST", "/pty", {}), "max-ptys")
+    # Running executions: two background sleeps fill it; a third start, a
+    # session run and nothing else gets in.
+    for i in range(2):
+        st, _, _ = ex.request("POST", "/command", {"id": f"bg-{i}", "command": "sleep 300", "background": True})
+        assert st == 200
+    refused(*ex.json("POST", "/command", {"command": "true"}), "max-running")
+    refused(*ex.json("POST", f"/session/{sid}/run", {"command": "true"}), "max-running")
+    assert ex.status("bg-1")[0] == 200 and ex.status("nope")[0] == 404  # status still answers
+    # One resume reader streams; a second one is refused.
+    c = ex.conn(30)
+    c.request("GET", "/command/bg-0/stream", headers=ex.headers())
+    r = c.getresponse()
+    assert r.status == 200
+    refused(*ex.json("GET", "/command/bg-1/stream"), "max-readers")
+    c.close()
+    # Journal followers.
+    c2 = ex.conn(30)
+    c2.request("GET", "/journal?follow=true", headers=ex.headers())
+    assert c2.getresponse().status == 200
+    refused(*ex.json("GET", "/journal?follow=true"), "max-journal-followers")
+    assert ex.request("GET", "/journal")[0] == 200  # a plain read is not a follower
+    c2.close()
+    # Deleting frees the places.
+    for i in range(2):
+        assert ex.request("DELETE", f"/command?id=bg-{i}")[0] == 200
+    wait_until(lambda: all(not ex.status(f"bg-{i}")[1]["running"] for i in range(2)), 10 * SLOW, 0.05,
+               "the sleeps to end")
+    assert ex.request("POST", "/command", {"command": "true"})[0] == 200
+    assert ex.request("DELETE", f"/session/{sid}")[0] == 200
+    wait_until(lambda: ex.json("POST", "/session", {})[0] == 200, 10 * SLOW, 0.05, "a session to fit again")

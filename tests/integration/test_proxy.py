@@ -745,3 +745,178 @@ def test_sdk_egress_policy_through_bridge_endpoint(execd, services):
     policy = asyncio.run(main())
     assert policy.default_action == "deny"
     assert [r.target for r in policy.egress] == ["pypi.org"]
+
+
+# ---------------------------------------------------------------------------
+# Every phase bounded in time, resets seen while paused (hardening, second pass)
+
+
+class DeafService:
+    """Accepts connections and never reads from them (nor answers): a
+    service that stopped reading an upload. With `head`, it sends that
+    response head (and part of a body) once the request head is in, then
+    goes silent."""
+
+    def __init__(self, head: bytes | None = None):
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(64)
+        self.port = self.lsock.getsockname()[1]
+        self.head = head
+        self.conns: list[socket.socket] = []
+        self.stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stop:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            if self.head is not None:
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    piece = c.recv(65536)
+                    if not piece:
+                        break
+                    buf += piece
+                c.sendall(self.head)
+
+    def close(self):
+        self.stop = True
+        self.lsock.close()
+        for c in self.conns:
+            c.close()
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def stuff(s: socket.socket, total: int) -> int:
+    """Sends up to `total` bytes until the peer stops taking them."""
+    s.settimeout(0.5 * SLOW)
+    sent = 0
+    chunk = b"u" * (1 << 20)
+    try:
+        while sent < total:
+            sent += s.send(chunk[: min(len(chunk), total - sent)])
+    except (socket.timeout, BlockingIOError):
+        pass
+    return sent
+
+
+def test_an_upload_to_a_service_that_stops_reading_is_timed_out(execd_factory):
+    ex = execd_factory("--proxy-timeout", "2s", "--body-timeout", "3s")
+    deaf = DeafService()
+    try:
+        s = connect(ex)
+        send_head(s, ex, "POST", f"/proxy/{deaf.port}/upload", f"Content-Length: {256 << 20}\r\n")
+        assert stuff(s, 256 << 20) < 256 << 20  # execd stopped reading: the service does not
+        t0 = time.monotonic()
+        s.settimeout(20 * SLOW)
+        data = b""
+        try:
+            while piece := s.recv(65536):
+                data += piece
+        except ConnectionResetError:
+            pass
+        waited = time.monotonic() - t0
+        assert data.startswith(b"HTTP/1.1 504"), data[:200]
+        assert b"stopped reading" in data
+        assert waited < 10 * SLOW, waited
+        s.close()
+    finally:
+        deaf.close()
+    assert ex.ping() == 200
+
+
+def test_reset_uploads_to_a_stalled_service_release_everything_at_once(execd_factory):
+    # The attack: uploads to a service that accepts and never reads, whose
+    # clients then reset. execd paused their bodies (the service is full);
+    # it must notice the resets anyway and let go of both connections and of
+    # what it buffered for the service, without waiting for any timeout.
+    ex = execd_factory("--proxy-timeout", "10m", "--body-timeout", "10m")
+    deaf = DeafService()
+    try:
+        fds0, rss0 = open_fds(ex.pid), vm_rss_kib(ex.pid)
+        socks = []
+        for _ in range(20):
+            s = connect(ex)
+            send_head(s, ex, "POST", f"/proxy/{deaf.port}/upload", f"Content-Length: {64 << 20}\r\n")
+            stuff(s, 64 << 20)
+            socks.append(s)
+        assert open_fds(ex.pid) >= fds0 + 40  # a client and a service connection each
+        for s in socks:
+            reset_socket(s)
+        wait_until(lambda: open_fds(ex.pid) <= fds0 + 2, 10 * SLOW, 0.05, "execd to let go of the reset uploads")
+        grown = vm_rss_kib(ex.pid) - rss0
+        print(f"after 20 reset uploads to a stalled service: {open_fds(ex.pid) - fds0} fds, RSS +{grown} KiB")
+        assert grown < RSS_GROWTH_KIB
+        assert ex.ping() == 200
+    finally:
+        deaf.close()
+
+
+def test_a_service_that_goes_silent_mid_body_is_cut_off(execd_factory):
+    ex = execd_factory("--proxy-timeout", "1s")
+    deaf = DeafService(head=b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
+    try:
+        s = connect(ex)
+        send_head(s, ex, "GET", f"/proxy/{deaf.port}/slow")
+        head, rest = read_head(s)
+        assert b" 200 " in head
+        t0 = time.monotonic()
+        s.settimeout(20 * SLOW)
+        data = rest
+        while piece := s.recv(65536):
+            data += piece
+        assert len(data) == 1000  # the client sees a short body, never a complete one
+        assert time.monotonic() - t0 < 10 * SLOW
+        s.close()
+    finally:
+        deaf.close()
+
+
+def test_an_idle_tunnel_is_closed_after_the_proxy_idle_timeout(execd_factory, services):
+    ex = execd_factory("--proxy-idle-timeout", "1500ms")
+    s = connect(ex)
+    send_head(s, ex, "GET", f"/proxy/{services['tunnel']}/",
+              "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n")
+    head, _ = read_head(s)
+    assert b" 101 " in head
+    s.sendall(b"ping")
+    t0 = time.monotonic()
+    s.settimeout(20 * SLOW)
+    data = b""
+    while piece := s.recv(65536):
+        data += piece
+    idle_for = time.monotonic() - t0
+    assert 1.0 <= idle_for < 10 * SLOW, idle_for
+    s.close()
+
+
+def test_tunnels_past_the_cap_get_429_before_anything_is_forwarded(execd_factory, services):
+    ex = execd_factory("--max-tunnels", "1")
+    upgrade = ("Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n")
+    first = connect(ex)
+    send_head(first, ex, "GET", f"/proxy/{services['tunnel']}/", upgrade)
+    assert b" 101 " in read_head(first)[0]
+    second = connect(ex)
+    send_head(second, ex, "GET", f"/proxy/{services['tunnel']}/", upgrade)
+    head, rest = read_head(second)
+    assert b" 429 " in head.split(b"\r\n")[0], head
+    second.close()
+    first.close()
+    # The place frees up with the first tunnel.
+    def fits():
+        s = connect(ex)
+        try:
+            send_head(s, ex, "GET", f"/proxy/{services['tunnel']}/", upgrade)
+            return b" 101 " in read_head(s)[0]
+        finally:
+            s.close()
+    wait_until(fits, 10 * SLOW, 0.05, "the tunnel's place to free up")

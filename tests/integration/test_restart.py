@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -297,3 +298,61 @@ def test_the_records_log_is_rewritten_as_records_go(execd_factory, tmp_path):
     assert st == 200 and js["lost"] is True, js
     assert ex2.status(f"c-{n - 1}")[0] == 200
     assert ex2.status("c-0")[0] == 404
+
+
+def _unsaved(ex) -> tuple[int, int]:
+    st, h, _ = ex.request("GET", "/ping", token=False)
+    return int(h["x-execd-unsaved-records"]), int(h["x-execd-unsaved-journal"])
+
+
+@pytest.mark.parametrize("freed_before", ["the retry", "a graceful stop"])
+def test_a_disk_that_fills_and_frees_never_turns_finished_commands_into_lost(freed_before):
+    # The hardening issue: a background command runs, the state directory's
+    # disk fills, three commands finish with exit 0, space is freed, execd is
+    # stopped gracefully and started again: they came back `lost` (or unknown)
+    # and the journal gained entries saying so. A record or journal write the
+    # disk refuses is kept and retried, when space returns and at exit.
+    from files_fixtures import tiny_tmpfs
+    with tiny_tmpfs("2m") as state:
+        ex = start_execd(state_dir=state)
+        try:
+            st, _, _ = ex.request("POST", "/command", {"id": "bg", "command": "sleep 300", "background": True})
+            assert st == 200
+            wait_until(lambda: "bg" in _stored(Path(state)), 10 * SLOW, 0.02,
+                       "the background command's record")
+            filler = os.path.join(state, "filler")
+            subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k"], capture_output=True)
+            # Files keep the slack of their last page: commands until the
+            # records log runs out of it too (a few).
+            runs = 0
+            while runs < 3 or _unsaved(ex)[0] == 0:
+                assert runs < 40, "the records log never ran out of space"
+                r = ex.run(f"echo run {runs}", id=f"done-{runs}", exact=True)
+                assert r.terminal["exit_code"] == 0
+                runs += 1
+            assert _unsaved(ex)[1] > 0
+            os.unlink(filler)
+            if freed_before == "the retry":
+                wait_until(lambda: _unsaved(ex) == (0, 0), 10 * SLOW, 0.1, "the waiting writes to go out")
+            assert ex.request("DELETE", "/command?id=bg")[0] == 200
+            ex.wait_finished("bg")
+        finally:
+            assert ex.stop() == 0, ex.stderr_text()[-2000:]
+        again = start_execd(state_dir=state)
+        try:
+            for i in range(runs):
+                st, js = again.status(f"done-{i}")
+                assert st == 200, (i, js)
+                assert js["running"] is False and js["exit_code"] == 0 and "lost" not in js, js
+            st, js = again.status("bg")
+            assert st == 200 and js["running"] is False and "lost" not in js and js["interrupted"] is True, js
+            st, h, raw = again.request("GET", "/journal")
+            entries = [json.loads(l) for l in raw.split(b"\n") if l]
+            mine = {e["id"]: e for e in entries if e.get("type") == "command"}
+            for i in range(runs):
+                assert mine[f"done-{i}"]["result"]["exit_code"] == 0 and mine[f"done-{i}"]["result"]["lost"] is False
+            assert not [e for e in entries if e.get("result", {}).get("lost")], "nothing was lost"
+            assert again.request("GET", "/journal/verify")[2].startswith(b'{"ok":true')
+            assert _unsaved(again) == (0, 0)
+        finally:
+            assert again.stop() == 0

@@ -87,6 +87,7 @@ std::string stdout_of(const std::vector<nlohmann::json>& events, uint64_t from) 
 
 struct World : LoopScratch {
   Context ctx;
+  api::WorkGate gate{4};
   std::unique_ptr<api::Journal> journal;
   Activity activity;
   std::unique_ptr<exec::Registry> reg;
@@ -95,7 +96,7 @@ struct World : LoopScratch {
     ctx.loop = &loop;
     ctx.config.state_dir = state.empty() ? dir : state;
     ctx.config.journal = false;
-    journal = std::make_unique<api::Journal>(ctx);
+    journal = std::make_unique<api::Journal>(ctx, gate);
     exec::RegistrySettings s;
     s.state_dir = ctx.config.state_dir;
     s.log_limit = 64 << 20;
@@ -399,7 +400,7 @@ TEST_CASE("execution: a runner that dies mid-stream, and one that never starts")
   CHECK(status["error"] == "exec format error");
 }
 
-TEST_CASE("execution: records that cannot be written never pin an execution, and readers still work") {
+TEST_CASE("execution: a record the disk refuses keeps its execution until close, and readers still work") {
   World w;
   // The records log cannot be replaced: a directory stands where it goes.
   std::string state = w.dir + "/state";
@@ -416,13 +417,19 @@ TEST_CASE("execution: records that cannot be written never pin an execution, and
   e.start(std::make_unique<FakeRunner>());
   e.output(exec::kStdout, reinterpret_cast<const uint8_t*>("x"), 1);
   e.finish({});
-  w.run_until([&] { return !e.in_use(); });
-  CHECK_FALSE(e.in_use());  // the failed batch let go of it
+  // The first batch fails; its record waits for the next try, so retention
+  // cannot drop an execution a restart would not know.
+  w.run_until([&] { return reg.records().unsaved() > 0; });
+  CHECK(reg.records().unsaved() == 1);
+  CHECK(e.in_use());
   Client c(e, ExecutionReader::Role::resume);
   w.run_until([&] { return c.ended(); });
   CHECK(stdout_of(c.events(), 0) == "x");
+  // At close the refused record is given up (logged) and nothing is pinned.
   reg.close();
-  w.run_until([&] { return !uv_loop_alive(&w.loop); });  // its last record batch
+  w.run_until([&] { return !e.in_use(); });
+  CHECK_FALSE(e.in_use());
+  w.run_until([&] { return !uv_loop_alive(&w.loop); });
 }
 
 TEST_CASE("execution: output the disk could not keep is a gap to a reader that needed it") {

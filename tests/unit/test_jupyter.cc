@@ -163,3 +163,33 @@ TEST_CASE("jupyter: stream content read with simdjson") {
   CHECK(read_stream_content("{\"name\":\"stdout\",\"text\":\"\xff\"}") == std::nullopt);  // not UTF-8
   CHECK(read_stream_content("") == std::nullopt);
 }
+
+TEST_CASE("jupyter: a large stream message read in place and unescaped in pieces") {
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += "line " + std::to_string(i) + R"(\t\"quoted\" \u00e9\n)";
+  std::string content = R"({"name":"stderr","extra":{"a":[1,"}"]},"text":")" + text + R"("})";
+  auto st = find_stream_text(content);
+  REQUIRE(st);
+  CHECK(st->is_stderr);
+  auto whole = read_stream_content(content);
+  REQUIRE(whole);
+  std::string out;
+  size_t pos = 0, pieces = 0;
+  while (pos < st->escaped.size()) {
+    REQUIRE(unescape_json_string(st->escaped, pos, 1000, out));
+    ++pieces;
+  }
+  CHECK(pieces > 10);
+  CHECK(out == whole->text);  // the same bytes as the whole-message parser
+  // Surrogate pairs, and what is refused.
+  std::string emoji;
+  pos = 0;
+  REQUIRE(unescape_json_string(R"(\ud83d\ude00)", pos, 100, emoji));
+  CHECK(emoji == "\xf0\x9f\x98\x80");
+  pos = 0;
+  std::string bad;
+  CHECK_FALSE(unescape_json_string(R"(ab\q)", pos, 100, bad));
+  CHECK_FALSE(find_stream_text(R"({"name":"stdout"})"));
+  CHECK_FALSE(find_stream_text(R"({"name":"stdout","text":"unclosed)"));
+  CHECK_FALSE(find_stream_text("[]"));
+}
