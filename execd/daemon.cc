@@ -82,7 +82,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       metrics_(ctx_),
       proxy_(ctx_),
       code_(ctx_, runtime_, executions_),
-      activity_api_{ctx_, activity_, executions_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
+      activity_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
                     server_} {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get

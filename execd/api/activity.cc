@@ -71,6 +71,11 @@ void handle_activity(ActivityService& s, http::Exchange& ex) {
   j["proxied"] = proxied;
   j["file_operations"] = file_work;
   j["watches"] = {{"open", s.watches.count()}, {"feeds", s.watches.followers()}};
+  // Streams a client holds open besides a run's own response: counted, not
+  // busy by themselves (a dashboard following along is not work).
+  j["streams"] = {{"run_readers", s.executions.readers()},
+                  {"journal_followers", s.journal.followers()},
+                  {"watch_feeds", s.watches.followers()}};
   j["connections"] = s.server.connection_count();
   j["containment"] = pty::containment_mode_name(s.containment.mode());
   ex.respond_json(200, j.dump(-1, ' ', false, ojson::error_handler_t::replace));

@@ -12,6 +12,7 @@
 
 #include "execd/activity.h"
 #include "execd/api/code.h"
+#include "execd/api/journal.h"
 #include "execd/api/proxy.h"
 #include "execd/api/pty.h"
 #include "execd/api/sessions.h"
@@ -29,6 +30,7 @@ struct ActivityService {
   const Context& ctx;
   Activity& activity;
   exec::Registry& executions;
+  Journal& journal;
   SessionRegistry& sessions;
   PtyRegistry& ptys;
   CodeRegistry& code;

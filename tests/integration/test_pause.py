@@ -67,7 +67,12 @@ def test_the_verdict_follows_what_runs(fx):
     a = activity(fx)
     assert a["verdict"] == "busy" and "1 command running" in a["reasons"]
     assert a["last_request_at"] is not None
+    assert a["streams"]["run_readers"] == 0
+    follower = EventReader(fx, "GET", "/command/long/stream?stdout=0")
+    wait_until(lambda: activity(fx)["streams"]["run_readers"] == 1, 10 * SLOW, 0.02, "the resume reader counted")
     assert fx.request("DELETE", "/command?id=long")[0] == 200
+    assert collect(follower.events(), {"stdout": b"", "stderr": b""}) is not None
+    follower.close()
     r.read()
     c.close()
     # Polling /activity itself is no activity: it goes idle after --idle-after.
