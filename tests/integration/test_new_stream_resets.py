@@ -225,6 +225,34 @@ def test_archive_upload(ex, tmp_path, tar_body, phase):
     assert_serving(ex)
 
 
+def test_archive_slow_uploaders_hold_nobody_up(ex, tmp_path, tar_body):
+    """Uploaders that send half a body and stall: another upload lands whole
+    meanwhile, execd keeps serving, and each stalled one, once it sends the
+    rest, lands whole too (nothing was given up or mixed up while it waited)."""
+    slow = []
+    for i in range(8):
+        s = dial(ex)
+        s.sendall(request(ex, "POST", f"/files/archive?path={quote(str(tmp_path / f's{i}'))}",
+                          tar_body[: len(tar_body) // 2], length=len(tar_body)))
+        slow.append(s)
+    s = dial(ex)
+    s.sendall(request(ex, "POST", f"/files/archive?path={quote(str(tmp_path / 'fast'))}", tar_body))
+    buf = bytearray()
+    assert recv_until(s, buf, has_head, "the fast upload's answer"), bytes(buf[:200])
+    assert status_of(buf) == 200, bytes(buf[:300])
+    s.close()
+    assert (tmp_path / "fast" / "small").is_dir()
+    assert_serving(ex, "with 8 uploads stalled mid-body")
+    for i, s in enumerate(slow):
+        s.sendall(tar_body[len(tar_body) // 2:])
+        buf = bytearray()
+        assert recv_until(s, buf, has_head, f"stalled upload {i}'s answer"), bytes(buf[:200])
+        assert status_of(buf) == 200, bytes(buf[:300])
+        s.close()
+        assert (tmp_path / f"s{i}" / "small").is_dir()
+    assert_serving(ex)
+
+
 # ---- POST /journal/events, POST /freeze ----------------------------------------------------------------
 
 def test_journal_events_and_freeze_resets(ex):
