@@ -657,7 +657,7 @@ void Hub::opened(OpenJob& j) {
   // The limit first, before an inotify instance is taken: a watch nobody
   // has read for a while may make room.
   if (by_key_.size() >= settings_.max_watches && !evict_one())
-    return done(nullptr, protocol::ApiError{429, "WATCH_LIMIT",
+    return done(nullptr, protocol::ApiError{429, "LIMIT_REACHED",
                                             "execd already keeps " + std::to_string(settings_.max_watches) +
                                                 " watches (--max-watches); close a feed or wait for one to expire"});
   auto w = std::make_unique<Watch>(*this, j.root.path, j.recursive, seq_);

@@ -195,6 +195,6 @@ def test_the_watch_limit_is_said_before_the_command_runs(execd_factory, tmp_path
     b.mkdir()
     held = Feed(ex, a)
     st, body = ex.json("POST", "/command", {"command": f"touch {b}/x", "track_changes": [str(b)]})
-    assert st == 429 and body["code"] == "WATCH_LIMIT"
+    assert st == 429 and body["code"] == "LIMIT_REACHED" and "--max-watches" in body["message"]
     assert not (b / "x").exists()
     held.close()
