@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 60
 VENV ?= .venv
 PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
-                libspdlog-dev libfmt-dev doctest-dev libssl-dev python3-venv curl procps clang
+                libspdlog-dev libfmt-dev doctest-dev libssl-dev libarchive-dev python3-venv curl procps clang
 
 .PHONY: all deps venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean \
         vm-deps vm-guest test-vm k8s-deps k8s-build test-k8s
@@ -110,6 +110,7 @@ bench: build static venv
 	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd --static $(BUILD)/execd-static
 	$(VENV)/bin/python tests/bench/bench_fair.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_e2b.py --execd $(BUILD)/execd
+	$(VENV)/bin/python tests/bench/bench_watch_archive.py --execd $(BUILD)/execd
 
 # make test-vm: execd as PID 1 of a QEMU micro-VM (tests/vm). QEMU without
 # recommends (else ~100 GUI packages come too); vhost-device-vsock, the host

@@ -86,6 +86,18 @@ const char* const kUsage =
     "                                  (env EXECD_INIT=1 turns --init on)\n"
     "  --runtime-init                  warm pool: only /ping, /ready and /init answer until POST /init binds\n"
     "                                  this execd (a token is then optional: /init brings its hash)\n"
+    "  --max-watches N                 watched roots at once, feeds and track_changes (default 32)\n"
+    "  --watch-ring-bytes BYTES        events kept per watch for ?since= resume (default 1048576)\n"
+    "  --watch-max-dirs N              directories one recursive watch follows (default 16384)\n"
+    "  --watch-retention D             keep a watch nobody reads this long (default 10m)\n"
+    "  --watch-coalesce D              writes to one file within this are one event (default 50ms)\n"
+    "  --track-max-entries N           paths listed per run with track_changes (default 1000)\n"
+    "  --track-hash-max-bytes BYTES    changed files up to this size get a SHA-256 (default 16777216)\n"
+    "  --archive-max-entries N         entries one archive extraction may create (default 100000)\n"
+    "  --archive-max-bytes BYTES       bytes one archive extraction may write (default 4294967296)\n"
+    "  --freeze-timeout D              POST /freeze gives up and thaws after this (default 5s)\n"
+    "  --idle-after D                  GET /activity says idle after this long quiet (default 1m)\n"
+    "  --journal-event-max-bytes BYTES one event of POST /journal/events (default 65536)\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
     "                                  JUPYTER_TOKEN, EXECD_JUPYTER_IDLE_POLL_INTERVAL); ignored:\n"
@@ -407,6 +419,33 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, int64_t(1) << 40, n)) return "--pty-replay-bytes needs a byte count >= 1";
       cfg.pty_replay_bytes = n;
+    } else if (name == "max-watches" || name == "watch-max-dirs" || name == "track-max-entries" ||
+               name == "archive-max-entries") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 1, int64_t(1) << 30, n)) return "--" + name + " needs a count >= 1";
+      (name == "max-watches"         ? cfg.max_watches
+       : name == "watch-max-dirs"    ? cfg.watch_max_dirs
+       : name == "track-max-entries" ? cfg.track_max_entries
+                                     : cfg.archive_max_entries) = n;
+    } else if (name == "watch-ring-bytes" || name == "track-hash-max-bytes" || name == "archive-max-bytes" ||
+               name == "journal-event-max-bytes") {
+      int64_t n;
+      int64_t lo = name == "track-hash-max-bytes" ? 0 : name == "watch-ring-bytes" ? 4096 : 1;
+      if (!need_value() || !parse_int(value, lo, int64_t(1) << 50, n))
+        return "--" + name + " needs a byte count >= " + std::to_string(lo);
+      (name == "watch-ring-bytes"       ? cfg.watch_ring_bytes
+       : name == "track-hash-max-bytes" ? cfg.track_hash_max_bytes
+       : name == "archive-max-bytes"    ? cfg.archive_max_bytes
+                                        : cfg.journal_event_max_bytes) = n;
+    } else if (name == "watch-retention" || name == "watch-coalesce" || name == "freeze-timeout" ||
+               name == "idle-after") {
+      int64_t ms;
+      if (!need_value() || (ms = parse_duration_ms(value)) < 0 || (name == "freeze-timeout" && ms == 0))
+        return "--" + name + " needs a duration like 50ms, 5s or 10m";
+      (name == "watch-retention"  ? cfg.watch_retention_ms
+       : name == "watch-coalesce" ? cfg.watch_coalesce_ms
+       : name == "freeze-timeout" ? cfg.freeze_timeout_ms
+                                  : cfg.idle_after_ms) = ms;
     } else if (name == "jupyter-host") {
       if (!need_value()) return "--jupyter-host needs a URL";
       cfg.jupyter_host = value;

@@ -66,6 +66,21 @@ struct Config {
   int64_t envd_max_watchers = 128;        // directory watchers (WatchDir streams and polling watchers)
   int64_t envd_watcher_queue = 65536;     // events a polling watcher keeps between GetWatcherEvents
   int64_t envd_max_list_entries = 262144; // entries one ListDir answers (its depth can reach the whole disk)
+  // File-change feeds (GET /files/watch) and track_changes (execd/watch).
+  int64_t max_watches = 32;                 // watched roots at once (feeds and tracking share them)
+  int64_t watch_ring_bytes = 1ll << 20;     // retained events per watch, for `since` resume
+  int64_t watch_max_dirs = 16384;           // directories one recursive watch follows
+  int64_t watch_retention_ms = 10 * 60 * 1000;  // a watch nobody reads is kept this long
+  int64_t watch_coalesce_ms = 50;           // writes to one file within this are one event
+  int64_t track_max_entries = 1000;         // paths listed per run with track_changes
+  int64_t track_hash_max_bytes = 16ll << 20;  // files up to this size get a SHA-256
+  // Directory archives (GET/POST /files/archive).
+  int64_t archive_max_entries = 100000;     // entries one extraction may create
+  int64_t archive_max_bytes = 4ll << 30;    // bytes one extraction may write
+  // Pause cooperation (GET /activity, POST /freeze, /thaw).
+  int64_t freeze_timeout_ms = 5000;         // POST /freeze gives up (and thaws) after this
+  int64_t idle_after_ms = 60 * 1000;        // quiet this long (and nothing running): idle
+  int64_t journal_event_max_bytes = 64 * 1024;  // one harness event (POST /journal/events)
   // What a client can make execd keep at once (execd/limits): 429 past it.
   size_t max_code_contexts = 32;
   size_t max_sessions = 64;               // bash sessions

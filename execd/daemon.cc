@@ -37,6 +37,16 @@ exec::RegistrySettings registry_settings(const Config& cfg) {
   return s;
 }
 
+watch::Settings watch_settings(const Config& cfg) {
+  watch::Settings s;
+  s.max_watches = static_cast<size_t>(cfg.max_watches);
+  s.ring_bytes = static_cast<size_t>(cfg.watch_ring_bytes);
+  s.max_dirs = static_cast<size_t>(cfg.watch_max_dirs);
+  s.retention_ms = static_cast<uint64_t>(cfg.watch_retention_ms);
+  s.coalesce_ms = static_cast<uint64_t>(cfg.watch_coalesce_ms);
+  return s;
+}
+
 http::ConnectionLimits connection_limits(const Config& cfg) {
   http::ConnectionLimits l;
   l.parser.max_body_bytes = static_cast<size_t>(cfg.max_body_bytes);
@@ -65,14 +75,15 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
       file_gate_(api::kPoolThreads / 2),
       journal_(ctx_, file_gate_),
-      executions_(loop, registry_settings(ctx_.config), journal_),
-      commands_{ctx_, runtime_, executions_},
+      watches_(loop, watch_settings(ctx_.config), activity_),
+      executions_(loop, registry_settings(ctx_.config), journal_, activity_),
+      commands_{ctx_, runtime_, executions_, watches_},
       entrypoint_(ctx_.config.entrypoint.empty()
                       ? nullptr
                       : std::make_unique<Entrypoint>(runtime_, ctx_.config.entrypoint,
                                                      [this](int status) { entrypoint_exited(status); })),
       binding_(ctx_, routes_, commands_, entrypoint_.get()),
-      sessions_(ctx_, runtime_, executions_),
+      sessions_(ctx_, runtime_, executions_, watches_),
       ptys_(ctx_, runtime_, journal_),
       files_{ctx_, file_gate_, journal_},
       file_identities_(files_),
@@ -86,7 +97,9 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       envd_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
       ci_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
       envd_processes_(ctx_, runtime_, executions_),
-      envd_fs_(ctx_, files_) {
+      envd_fs_(ctx_, files_),
+      activity_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
+                    server_} {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).
@@ -117,6 +130,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     api::add_upload_route(routes_, prefix, service);
     api::add_download_route(routes_, prefix, service);
   }
+  api::add_archive_routes(routes_, files_);
   api::add_metrics_routes(routes_, metrics_);
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
@@ -126,8 +140,19 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     api::add_envd_process_routes(envd_routes_, envd_processes_);
     api::add_envd_filesystem_routes(envd_routes_, envd_fs_);
     api::add_envd_file_routes(envd_routes_, files_, metrics_);
-    api::add_e2b_code_routes(envd_routes_, code_);
+    api::add_e2b_code_routes(envd_routes_, code_, commands_);
   }
+  api::add_watch_routes(routes_, watches_);
+  api::add_activity_routes(routes_, activity_api_);
+  routes_.set_activity(&activity_);
+  ptys_.set_activity(&activity_);
+  // Actors that are not runs, for track_changes: terminals, file work
+  // through the API, processes finished commands left behind.
+  activity_.set_probe([this](std::vector<std::string>& out) {
+    ptys_.actors(out);
+    if (file_gate_.running() > 0) out.emplace_back("file-api");
+    if (containment_.lingering() > 0) out.emplace_back("leftover-processes");
+  });
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -231,6 +256,8 @@ void Daemon::shutdown(int signum) {
     return;
   }
   stopping_ = true;
+  // Frozen processes would take no signal until thawed.
+  if (containment_.frozen()) containment_.thaw();
   executions_.stop_accepting();
   spdlog::info("{} received: forwarding to running commands, draining for {} ms", strsignal(signum),
                ctx_.config.graceful_shutdown_ms);
@@ -277,6 +304,7 @@ void Daemon::finish() {
     d->ptys_.clear();
     d->sessions_.clear();
     d->executions_.close();
+    d->watches_.close();
     d->journal_.close();
     d->code_.close();
     d->metrics_.close();

@@ -17,6 +17,7 @@
 
 #include <memory>
 
+#include "execd/api/activity.h"
 #include "execd/api/code.h"
 #include "execd/api/commands.h"
 #include "execd/api/envd_filesystem.h"
@@ -29,6 +30,8 @@
 #include "execd/api/pty.h"
 #include "execd/api/runtime_binding.h"
 #include "execd/api/sessions.h"
+#include "execd/api/watch.h"
+#include "execd/activity.h"
 #include "execd/context.h"
 #include "execd/entrypoint.h"
 #include "execd/exec/registry.h"
@@ -79,6 +82,8 @@ class Daemon {
   http::Server server_;
   api::WorkGate file_gate_;  // before the journal: its readers go through it
   api::Journal journal_;
+  Activity activity_;
+  watch::Hub watches_;         // before the executions: their trackers lease watches
   exec::Registry executions_;  // reloading records writes to the journal
   api::CommandService commands_;
   std::unique_ptr<Entrypoint> entrypoint_;  // --init -- CMD
@@ -96,6 +101,7 @@ class Daemon {
   http::Server ci_server_;
   api::EnvdProcesses envd_processes_;
   api::EnvdFilesystem envd_fs_;
+  api::ActivityService activity_api_;
   uv_signal_t sigterm_, sigint_;
   // With an entrypoint: what a container's init is sent, passed on to it.
   uv_signal_t forwarded_[4];

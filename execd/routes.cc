@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "execd/context.h"
 #include "protocol/errors.h"
 #include "protocol/sha.h"
 #include "protocol/token.h"
@@ -82,6 +83,8 @@ void RouteTable::route(http::Exchange& ex) const {
     ex.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
     return;
   }
+  if (activity_ && !open && req.path != "/activity" && req.path != "/freeze" && req.path != "/thaw")
+    activity_->note_request(unix_ms());
   if (prefix_route) {
     ex.invite_body = true;
     ex.stream_body = true;

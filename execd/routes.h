@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "execd/activity.h"
 #include "execd/http/exchange.h"
 #include "protocol/router.h"
 
@@ -43,6 +44,9 @@ class RouteTable {
   void add_prefix_streaming(std::string prefix, Handler head, Handler h);
   // Routes `ex` (called at head time).
   void route(http::Exchange& ex) const;
+  // Authorized requests are noted there (GET /activity), except the
+  // control plane's own polling: /ping, /activity, /freeze, /thaw.
+  void set_activity(Activity* a) { activity_ = a; }
 
   // --runtime-init: hold every route but the open ones and those below.
   void hold_until_bound() { held_ = true; }
@@ -71,6 +75,7 @@ class RouteTable {
   bool held_ = false;
   protocol::Router<Route> router_;
   std::vector<std::pair<std::string, Route>> prefixes_;
+  Activity* activity_ = nullptr;
 
  public:
   // Routes that need no token (health probes carry no secret), or that

@@ -17,6 +17,7 @@ enum class ErrorKind {
   forbidden,    // EACCES / EPERM / EROFS
   no_space,     // ENOSPC / EDQUOT
   conflict,     // exists already, is a directory, ...
+  too_large,    // past a limit execd sets (archive entries or bytes)
   internal,     // anything else
 };
 

@@ -2,6 +2,7 @@
 #include "protocol/envelope.h"
 
 #include "protocol/base64.h"
+#include "protocol/changes.h"
 
 #include <simdjson.h>
 #include "protocol/json_text.h"
@@ -47,6 +48,12 @@ void append_result_fields(std::string& out, const ExecutionResult& r) {
     out += ",\"start_error\":";
     append_json_string_lossy(out, r.start_error);
   }
+}
+
+void append_changes(std::string& out, const ExecutionResult& r) {
+  if (!r.changes) return;
+  out += ",\"changes\":";
+  out += changes_json(*r.changes).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -264,6 +271,7 @@ void EventEncoder::terminal(std::string& out, const ExecutionResult& r, int64_t 
       out += ",\"stderr_sha256\":";
       append_json_string(out, r.stderr_sha256);
     }
+    append_changes(out, r);
     out += '}';
     return end_event(out);
   }
@@ -293,6 +301,7 @@ void EventEncoder::terminal(std::string& out, const ExecutionResult& r, int64_t 
   out += ",\"timestamp\":";
   append_int(out, ts);
   append_result_fields(out, r);
+  append_changes(out, r);
   out += '}';
   end_event(out);
 }

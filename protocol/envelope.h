@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,7 @@
 namespace execd::protocol {
 
 enum class Framing { compat, exact };
+struct ChangeSummary;  // protocol/changes
 enum class OutputStream : uint8_t { out = 0, err = 1 };
 
 // What a finished execution proves about itself (the terminal event's payload).
@@ -49,6 +51,8 @@ struct ExecutionResult {
   // execution_complete (in both framings, as /code always answered).
   std::string status;
   std::optional<int64_t> execution_count;
+  // track_changes: what changed under the roots while it ran (null: not asked for).
+  std::shared_ptr<const ChangeSummary> changes;
 };
 
 class EventEncoder {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/changes.h"
 #include "protocol/journal.h"
 
 namespace execd::protocol {
@@ -33,6 +34,7 @@ ojson result_json(const ExecutionResult& r) {
   j["pids_limit_hit"] = r.pids_limit_hit;
   if (!r.status.empty()) j["status"] = r.status;
   if (r.execution_count) j["execution_count"] = *r.execution_count;
+  if (r.changes) j["changes"] = changes_json(*r.changes);
   return j;
 }
 
@@ -110,6 +112,12 @@ bool result_from(simdjson::dom::object obj, ExecutionResult& r) {
   r.pids_limit_hit = f.get_or<bool>("pids_limit_hit", false);
   r.status = f.str_or("status");
   if (auto n = f.opt_int("execution_count")) r.execution_count = *n;
+  simdjson::dom::element changes;
+  if (!obj["changes"].get(changes)) {
+    // Kept as written; a record whose list does not read back keeps the rest.
+    std::string text = simdjson::minify(changes);
+    if (auto s = decode_changes_json(text)) r.changes = std::make_shared<const ChangeSummary>(std::move(*s));
+  }
   return f.ok();
 }
 }  // namespace
@@ -203,6 +211,7 @@ std::string request_fingerprint(const CommandRequest& req) {
   j["rows"] = req.rows;
   j["cols"] = req.cols;
   j["stdin"] = req.stdin_open;
+  if (!req.track_changes.empty()) j["track_changes"] = req.track_changes;
   return sha256_hex(j.dump(-1, ' ', false, ojson::error_handler_t::replace));
 }
 

@@ -3,6 +3,8 @@
 
 #include <simdjson.h>
 
+#include <optional>
+
 namespace execd::protocol {
 
 const char* const kJournalGenesis = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -14,6 +16,68 @@ std::string journal_line(uint64_t seq, std::string_view prev, const nlohmann::or
   for (auto it = body.begin(); it != body.end(); ++it)
     if (it.key() != "seq" && it.key() != "prev") j[it.key()] = it.value();
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string journal_line(uint64_t seq, std::string_view prev, const nlohmann::ordered_json& body,
+                         std::string_view raw_key, std::string_view raw_json) {
+  std::string line = journal_line(seq, prev, body);
+  // The dump ends with the object's '}': the raw field goes before it.
+  line.pop_back();
+  nlohmann::ordered_json key = std::string(raw_key);
+  line += ',';
+  line += key.dump();
+  line += ':';
+  line += raw_json;
+  line += '}';
+  return line;
+}
+
+std::variant<std::vector<std::string>, JournalEventsError> decode_journal_events(std::string_view body, bool ndjson,
+                                                                                   size_t max_event_bytes,
+                                                                                   size_t max_events) {
+  std::vector<std::string> out;
+  auto take = [&](simdjson::dom::element el, size_t index) -> std::optional<JournalEventsError> {
+    if (!el.is_object()) return JournalEventsError{"event " + std::to_string(index) + " is not a JSON object"};
+    if (out.size() >= max_events)
+      return JournalEventsError{"more than " + std::to_string(max_events) + " events in one request"};
+    std::string text = simdjson::minify(el);
+    if (text.size() > max_event_bytes)
+      return JournalEventsError{"event " + std::to_string(index) + " is " + std::to_string(text.size()) +
+                                " bytes; at most " + std::to_string(max_event_bytes) + " (--journal-event-max-bytes)"};
+    out.push_back(std::move(text));
+    return std::nullopt;
+  };
+  thread_local simdjson::dom::parser parser;
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return JournalEventsError{"no events in the body"};
+  if (ndjson) {
+    // One object per line; blank lines are skipped.
+    size_t at = 0, index = 0;
+    while (at < body.size()) {
+      size_t nl = body.find('\n', at);
+      if (nl == std::string_view::npos) nl = body.size();
+      std::string_view line = body.substr(at, nl - at);
+      at = nl + 1;
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      simdjson::dom::element el;
+      if (auto err = parser.parse(line.data(), line.size()).get(el))
+        return JournalEventsError{"event " + std::to_string(index) + " is not valid JSON: " + simdjson::error_message(err)};
+      if (auto e = take(el, index++)) return *e;
+    }
+    return out;
+  }
+  simdjson::dom::element root;
+  if (auto err = parser.parse(body.data(), body.size()).get(root))
+    return JournalEventsError{std::string("invalid JSON: ") + simdjson::error_message(err)};
+  simdjson::dom::array list;
+  if (!root.get(list)) {
+    size_t index = 0;
+    for (auto el : list)
+      if (auto e = take(el, index++)) return *e;
+    if (out.empty()) return JournalEventsError{"no events in the body"};
+    return out;
+  }
+  if (auto e = take(root, 0)) return *e;
+  return out;
 }
 
 namespace {

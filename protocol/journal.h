@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,22 @@ extern const char* const kJournalGenesis;
 
 // One line (no newline): seq and prev first, then `body`'s fields in order.
 std::string journal_line(uint64_t seq, std::string_view prev, const nlohmann::ordered_json& body);
+
+// The same, with `raw_key`: `raw_json` appended as the last field, exactly
+// as given (compact JSON the caller has validated: a harness's event).
+std::string journal_line(uint64_t seq, std::string_view prev, const nlohmann::ordered_json& body,
+                         std::string_view raw_key, std::string_view raw_json);
+
+// POST /journal/events: one JSON object, an array of objects, or (ndjson)
+// one object per line. Each event comes back compact (minified), at most
+// `max_event_bytes` each and `max_events` in all; anything else is an error
+// saying which event and why.
+struct JournalEventsError {
+  std::string message;
+};
+std::variant<std::vector<std::string>, JournalEventsError> decode_journal_events(std::string_view body, bool ndjson,
+                                                                                   size_t max_event_bytes,
+                                                                                   size_t max_events);
 
 // The seq of a line, if it parses as a journal entry.
 std::optional<uint64_t> journal_line_seq(std::string_view line);

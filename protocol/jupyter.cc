@@ -1,5 +1,6 @@
 // protocol/jupyter: see header.
 #include "protocol/jupyter.h"
+#include "protocol/track_request.h"
 
 #include <openssl/crypto.h>
 #include <simdjson.h>
@@ -344,6 +345,9 @@ std::variant<RunCodeRequest, RequestError> decode_run_code(std::string_view body
       field->assign(sv);
     }
   }
+  simdjson::dom::element track;
+  if (!j["track_changes"].get(track))
+    if (const char* why = decode_track_changes(track, r.track_changes)) return RequestError{why};
   return r;
 }
 

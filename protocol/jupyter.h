@@ -107,6 +107,7 @@ struct RunCodeRequest {
   std::string code;
   std::string context_id;
   std::string language;
+  std::vector<std::string> track_changes;  // roots (see protocol/track_request)
 };
 struct CreateContextRequest {
   std::string language;

@@ -2,6 +2,7 @@
 #include "protocol/requests.h"
 
 #include "protocol/resume.h"
+#include "protocol/track_request.h"
 
 #include <simdjson.h>
 
@@ -23,6 +24,21 @@ std::string type_error(std::string_view field, std::string_view want) {
 }
 
 }  // namespace
+
+const char* decode_track_changes(simdjson::dom::element v, std::vector<std::string>& out) {
+  out.clear();
+  if (v.is_null()) return nullptr;
+  simdjson::dom::array roots;
+  if (v.get(roots)) return "track_changes must be an array of directory paths";
+  for (auto r : roots) {
+    std::string_view s;
+    if (r.get(s) || s.empty() || s.find('\0') != std::string_view::npos)
+      return "track_changes must be an array of non-empty directory paths";
+    if (out.size() >= kMaxTrackRoots) return "track_changes takes at most 16 roots";
+    out.emplace_back(s);
+  }
+  return nullptr;
+}
 
 std::variant<CommandRequest, DecodeError> decode_command_request(std::string_view body) {
   if (body.empty()) return DecodeError{"invalid request body: empty body"};
@@ -100,6 +116,9 @@ std::variant<CommandRequest, DecodeError> decode_command_request(std::string_vie
         if (kv.value.get(n) || n <= 0) return DecodeError{type_error("limits." + name, "a positive integer")};
         *slot = n;
       }
+    } else if (key == "track_changes") {
+      if (const char* why = decode_track_changes(v, req.track_changes))
+        return DecodeError{std::string("invalid request, validation error: ") + why};
     } else if (key == "envs") {
       if (is_null) continue;
       simdjson::dom::object envs;
@@ -195,6 +214,8 @@ std::variant<SessionRunRequest, DecodeError> decode_session_run(std::string_view
       if (!optional_string(v, req.command)) return DecodeError{"command must be a string"};
     } else if (key == "cwd") {
       if (!optional_string(v, req.cwd)) return DecodeError{"cwd must be a string"};
+    } else if (key == "track_changes") {
+      if (const char* why = decode_track_changes(v, req.track_changes)) return DecodeError{why};
     } else if (key == "timeout" && !v.is_null()) {
       int64_t t;
       if (v.get(t)) return DecodeError{"timeout must be an integer (ms)"};

@@ -32,6 +32,8 @@ struct CommandRequest {
   int64_t limit_memory_bytes = 0;
   int64_t limit_pids = 0;
   int64_t limit_cpu_shares = 0;
+  // "track_changes": roots whose changes while it runs the result lists.
+  std::vector<std::string> track_changes;
 };
 
 struct DecodeError {
@@ -54,11 +56,12 @@ struct SessionCreateRequest {
 };
 std::variant<SessionCreateRequest, DecodeError> decode_session_create(std::string_view body);
 
-// POST /session/{id}/run: {"command" (required), "cwd", "timeout" (ms >= 0)}.
+// POST /session/{id}/run: {"command" (required), "cwd", "timeout" (ms >= 0), "track_changes"}.
 struct SessionRunRequest {
   std::string command;
   std::string cwd;
   int64_t timeout_ms = 0;
+  std::vector<std::string> track_changes;
 };
 std::variant<SessionRunRequest, DecodeError> decode_session_run(std::string_view body);
 

@@ -48,6 +48,20 @@ BashSession::BashSession(Runtime& rt, std::string scratch_dir, std::string name)
     : rt_(rt), loop_(rt.loop), scratch_dir_(std::move(scratch_dir)), name_(std::move(name)) {
   uv_timer_init(loop_, &timer_);
   timer_.data = this;
+  rt_.containment.add_freeze_listener(this);
+}
+
+void BashSession::timer_fired(uv_timer_t* t) { static_cast<BashSession*>(t->data)->on_timer(); }
+
+void BashSession::on_freeze() {
+  held_timer_ = timer_running_ ? hold_timer(&timer_) : 0;
+}
+
+void BashSession::on_thaw(uint64_t frozen_ms) {
+  if (held_timer_) resume_timer(&timer_, held_timer_, timer_fired);
+  held_timer_ = 0;
+  // A stop already under way gets its grace period in unfrozen time too.
+  if (kill_start_ns_) kill_start_ns_ += frozen_ms * 1000000;
 }
 
 bool BashSession::start(const std::string& shell, const std::vector<std::string>& env, const std::string& cwd,
@@ -143,8 +157,7 @@ BashSession::RunStatus BashSession::run(PreparedRun prepared, const std::string&
   preexisting_.clear();
   if (timeout_ms > 0) {
     preexisting_.insert(prepared.preexisting.begin(), prepared.preexisting.end());
-    uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<BashSession*>(t->data)->on_timer(); },
-                   static_cast<uint64_t>(timeout_ms), 0);
+    uv_timer_start(&timer_, timer_fired, static_cast<uint64_t>(timeout_ms), 0);
     timer_running_ = true;
   }
   if (!write_all(cmd_->stdin_fd(), line)) {
@@ -339,6 +352,7 @@ void BashSession::on_finished(const Outcome& outcome) {
 void BashSession::destroy() {
   if (destroyed_) return;
   destroyed_ = true;
+  rt_.containment.remove_freeze_listener(this);
   if (BashListener* l = std::exchange(listener_, nullptr)) {
     // A run still on ends with the shell: killed.
     RunOutcome o;

@@ -61,7 +61,7 @@ class BashListener {
   virtual void on_run_finished(const RunOutcome& outcome) = 0;
 };
 
-class BashSession : public CommandSink {
+class BashSession : public CommandSink, public FreezeListener {
  public:
   static constexpr int64_t kTimeoutGraceMs = 2000;
 
@@ -110,6 +110,9 @@ class BashSession : public CommandSink {
   // CommandSink
   void on_output(Stream s, const uint8_t* data, size_t len) override;
   void on_finished(const Outcome& outcome) override;
+  // FreezeListener: a run's timeout stands still while frozen.
+  void on_freeze() override;
+  void on_thaw(uint64_t frozen_ms) override;
 
  private:
   ~BashSession() override = default;
@@ -118,6 +121,7 @@ class BashSession : public CommandSink {
   void try_complete();
   void complete(RunOutcome outcome);
   void on_timer();
+  static void timer_fired(uv_timer_t* t);
   void start_kill_scan();
   void kill_scan_done();
   void stop_timer();
@@ -132,6 +136,7 @@ class BashSession : public CommandSink {
   OutputPump* status_ = nullptr;
   uv_timer_t timer_;
   bool timer_running_ = false, destroyed_ = false, timer_closed_ = false;
+  uint64_t held_timer_ = 0;  // what the run's timer had left when frozen
   int scans_in_flight_ = 0;  // /proc kill scans on the threadpool (see on_timer)
   pid_t pid_ = -1;
   bool shell_exited_ = false, gone_reported_ = false;

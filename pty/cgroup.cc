@@ -203,7 +203,8 @@ void Containment::on_linger_tick() {
   uint64_t now = uv_now(loop_);
   auto& l = lingering_;
   for (auto& x : l) {
-    if (x.deadline_ms && now >= x.deadline_ms) {
+    // Frozen time does not count: the deadlines move on at the thaw.
+    if (x.deadline_ms && now >= x.deadline_ms && !frozen_) {
       x.cg->kill_all();
       x.deadline_ms = 0;
     }
@@ -735,6 +736,8 @@ void Containment::kill_everything() {
 }
 
 void Containment::shutdown() {
+  // Frozen processes take no SIGKILL until thawed.
+  if (frozen_) thaw();
   kill_everything();
   // SIGKILLed members take a moment to leave; a bounded wait, then rmdir.
   for (int i = 0; i < 100; ++i) {
@@ -757,10 +760,179 @@ void Containment::shutdown() {
 }
 
 void Containment::close() {
+  if (freeze_timer_open_) {
+    freeze_timer_open_ = false;
+    uv_timer_stop(&freeze_timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&freeze_timer_), nullptr);
+  }
   if (!timer_open_) return;
   timer_open_ = false;
   uv_timer_stop(&timer_);
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+}
+
+size_t Containment::lingering_with_members() const {
+  size_t n = 0;
+  for (const auto& x : lingering_)
+    if (!x.cg->removed_ && x.cg->population() > 0) ++n;
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// Freezing
+
+uint64_t hold_timer(uv_timer_t* t) {
+  if (!t || !uv_is_active(reinterpret_cast<uv_handle_t*>(t))) return 0;
+  uint64_t left = uv_timer_get_due_in(t);
+  uv_timer_stop(t);
+  return left + 1;
+}
+
+void resume_timer(uv_timer_t* t, uint64_t held, uv_timer_cb cb) {
+  if (t && held) uv_timer_start(t, cb, held - 1, 0);
+}
+
+bool Containment::can_freeze() const { return !freeze_file().empty(); }
+
+std::string Containment::freeze_file() const {
+  if (mode_ == ContainmentMode::cgroup_v2 && !hierarchies_.empty()) return hierarchies_[0].base + "/cgroup.freeze";
+  if (mode_ == ContainmentMode::cgroup_v1)
+    for (const auto& h : hierarchies_)
+      if (h.controllers.count("freezer")) return h.base + "/freezer.state";
+  return {};
+}
+
+bool Containment::tree_frozen() const {
+  std::string f = freeze_file(), text;
+  if (f.empty()) return false;
+  if (mode_ == ContainmentMode::cgroup_v2) {
+    // cgroup.events says "frozen 1" once every process below is frozen.
+    std::string events = f.substr(0, f.rfind('/')) + "/cgroup.events";
+    return read_keyed(events, "frozen", 0) == 1;
+  }
+  // v1: FREEZING until every task below has stopped, then FROZEN.
+  return read_text(f, text) && text.rfind("FROZEN", 0) == 0;
+}
+
+void Containment::count_members(FreezeOutcome& o) const {
+  for (const auto& w : all_)
+    if (auto cg = w.lock(); cg && !cg->removed_) {
+      ++o.cgroups;
+      int n = cg->population();
+      if (n > 0) o.processes += n;
+    }
+}
+
+void Containment::freeze(uint64_t deadline_ms, std::function<void(FreezeOutcome)> done) {
+  if (!can_freeze()) {
+    FreezeOutcome o;
+    o.status = 501;
+    o.detail = std::string("cannot freeze in containment mode ") + containment_mode_name(mode_) +
+               " (it needs cgroup v2, or a cgroup v1 freezer hierarchy)";
+    return done(o);
+  }
+  if (frozen_ && freeze_waiters_.empty()) {
+    FreezeOutcome o;
+    o.ok = true;
+    o.detail = "already frozen";
+    count_members(o);
+    return done(o);
+  }
+  freeze_waiters_.push_back(std::move(done));
+  if (frozen_) return;  // a freeze under way answers this one too
+  frozen_ = true;  // from here on no process starts
+  frozen_since_ms_ = uv_now(loop_);
+  freeze_deadline_ms_ = deadline_ms;
+  auto listeners = freeze_listeners_;
+  for (FreezeListener* l : listeners)
+    if (freeze_listeners_.count(l)) l->on_freeze();
+  if (!write_text(freeze_file(), mode_ == ContainmentMode::cgroup_v2 ? "1" : "FROZEN")) {
+    FreezeOutcome o;
+    o.status = 500;
+    o.detail = "cannot write " + freeze_file() + ": " + strerror(errno);
+    frozen_ = false;
+    for (FreezeListener* l : listeners)
+      if (freeze_listeners_.count(l)) l->on_thaw(0);
+    auto waiters = std::move(freeze_waiters_);
+    freeze_waiters_.clear();
+    for (auto& w : waiters) w(o);
+    return;
+  }
+  if (!freeze_timer_open_) {
+    uv_timer_init(loop_, &freeze_timer_);
+    freeze_timer_.data = this;
+    freeze_timer_open_ = true;
+  }
+  // The kernel says when the tree is frozen only when asked: every
+  // millisecond until then, or the deadline.
+  uv_timer_start(&freeze_timer_, [](uv_timer_t* t) { static_cast<Containment*>(t->data)->on_freeze_poll(); }, 0, 1);
+}
+
+void Containment::on_freeze_poll() {
+  uint64_t now = uv_now(loop_);
+  FreezeOutcome o;
+  o.took_ms = now - frozen_since_ms_;
+  if (tree_frozen()) {
+    o.ok = true;
+    o.detail = "frozen";
+    count_members(o);
+  } else if (now >= freeze_deadline_ms_) {
+    // Not all of it would stop (a process in uninterruptible sleep: I/O,
+    // a FUSE mount): nothing stays half frozen.
+    auto waiters = std::move(freeze_waiters_);
+    freeze_waiters_.clear();
+    thaw();
+    freeze_waiters_ = std::move(waiters);
+    o.status = 504;
+    o.detail = "the kernel had not frozen every process after " + std::to_string(o.took_ms) +
+               " ms (a process in uninterruptible sleep?); thawed again";
+  } else {
+    return;
+  }
+  uv_timer_stop(&freeze_timer_);
+  auto waiters = std::move(freeze_waiters_);
+  freeze_waiters_.clear();
+  for (auto& w : waiters) w(o);
+}
+
+FreezeOutcome Containment::thaw() {
+  FreezeOutcome o;
+  if (!can_freeze()) {
+    o.status = 501;
+    o.detail = std::string("cannot freeze (or thaw) in containment mode ") + containment_mode_name(mode_);
+    return o;
+  }
+  if (!frozen_) {
+    o.ok = true;
+    o.detail = "not frozen";
+    count_members(o);
+    return o;
+  }
+  if (!write_text(freeze_file(), mode_ == ContainmentMode::cgroup_v2 ? "0" : "THAWED")) {
+    o.status = 500;
+    o.detail = "cannot write " + freeze_file() + ": " + strerror(errno);
+    return o;
+  }
+  uint64_t now = uv_now(loop_);
+  o.took_ms = now - frozen_since_ms_;
+  frozen_ = false;
+  if (freeze_timer_open_) uv_timer_stop(&freeze_timer_);
+  for (auto& x : lingering_)
+    if (x.deadline_ms) x.deadline_ms += o.took_ms;
+  auto listeners = freeze_listeners_;
+  for (FreezeListener* l : listeners)
+    if (freeze_listeners_.count(l)) l->on_thaw(o.took_ms);
+  // A freeze still waiting for the kernel ends here.
+  FreezeOutcome cut;
+  cut.status = 409;
+  cut.detail = "thawed before the freeze completed";
+  auto waiters = std::move(freeze_waiters_);
+  freeze_waiters_.clear();
+  for (auto& w : waiters) w(cut);
+  o.ok = true;
+  o.detail = tree_frozen() ? "thaw requested; the kernel still reports frozen" : "thawed";
+  count_members(o);
+  return o;
 }
 
 }  // namespace execd::pty

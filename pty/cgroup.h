@@ -27,6 +27,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -123,6 +124,31 @@ class CommandCgroup {
   int counter_fds_[kCounters] = {-1, -1, -1, -1, -1};
 };
 
+// Whatever counts time against what runs in execd's cgroups (a command's
+// timeout, a session run's, a kernel's heartbeat deadline) stops counting
+// while they are frozen: POST /freeze must not make a timeout fire.
+class FreezeListener {
+ public:
+  virtual ~FreezeListener() = default;
+  virtual void on_freeze() = 0;
+  // `frozen_ms`: how long it was frozen.
+  virtual void on_thaw(uint64_t frozen_ms) = 0;
+};
+
+// A timer stopped by a freeze: what it had left, restarted at the thaw.
+// hold() returns 0 for a timer that was not running.
+uint64_t hold_timer(uv_timer_t* t);
+void resume_timer(uv_timer_t* t, uint64_t held, uv_timer_cb cb);
+
+struct FreezeOutcome {
+  bool ok = false;
+  int status = 200;           // the HTTP status a failure maps to
+  std::string detail;         // why not, or how it went
+  size_t cgroups = 0;         // command cgroups frozen (or thawed)
+  int64_t processes = 0;      // processes in them
+  uint64_t took_ms = 0;
+};
+
 // One hierarchy execd makes its cgroups in (v2: the only one).
 struct CgroupHierarchy {
   std::string base;  // .../execd-<pid>
@@ -154,6 +180,24 @@ class Containment {
   // than kMaxSpares; any other lingers as above.
   void release(std::shared_ptr<CommandCgroup> cg, bool empty, uint64_t deadline_ms);
   size_t lingering() const { return lingering_.size(); }
+  // Cgroups of finished commands whose processes still run (their shell
+  // exited and left them).
+  size_t lingering_with_members() const;
+
+  // --- Pause cooperation (POST /freeze, /thaw) ---
+  // Whether this mode can freeze: v2, or v1 with a freezer hierarchy.
+  bool can_freeze() const;
+  // Frozen or freezing: nothing may start a process (a child joining a
+  // frozen cgroup between vfork and exec would stop execd with it).
+  bool frozen() const { return frozen_; }
+  // Freezes every cgroup execd made, at once (the freezer is hierarchical:
+  // execd-<pid> is frozen, and with it every cmd-<n> below it) and calls
+  // `done` when the kernel reports the whole tree frozen, or at
+  // `deadline_ms` (uv_now time) with the tree thawed again.
+  void freeze(uint64_t deadline_ms, std::function<void(FreezeOutcome)> done);
+  FreezeOutcome thaw();
+  void add_freeze_listener(FreezeListener* l) { freeze_listeners_.insert(l); }
+  void remove_freeze_listener(FreezeListener* l) { freeze_listeners_.erase(l); }
   // Kills every command cgroup there is (live and lingering).
   void kill_everything();
   // Kills everything, waits (bounded) for the members to go, removes every
@@ -205,6 +249,19 @@ class Containment {
   bool making_ = false;  // a make-ahead job is on the threadpool
   size_t resetting_ = 0;  // reuse jobs on the threadpool
   std::vector<std::string> bases_after_shutdown_;  // for the jobs that come back after it
+
+  // Freezing.
+  std::string freeze_file() const;  // v1 freezer.state or v2 cgroup.freeze of execd-<pid>
+  bool tree_frozen() const;          // what the kernel says of execd-<pid>
+  void on_freeze_poll();
+  void count_members(FreezeOutcome& o) const;
+  bool frozen_ = false;
+  uint64_t frozen_since_ms_ = 0;
+  uint64_t freeze_deadline_ms_ = 0;
+  uv_timer_t freeze_timer_{};
+  bool freeze_timer_open_ = false;
+  std::vector<std::function<void(FreezeOutcome)>> freeze_waiters_;
+  std::set<FreezeListener*> freeze_listeners_;
 };
 
 }  // namespace execd::pty

@@ -106,6 +106,12 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
   Reaper& reaper = rt.reaper;
   Containment& containment = rt.containment;
   std::shared_ptr<CommandCgroup> cg;
+  if (containment.frozen()) {
+    // A child joining a frozen cgroup would stop between vfork and exec,
+    // and execd with it.
+    error = "execd's processes are frozen (POST /thaw first)";
+    return nullptr;
+  }
   ChildPlacement place;
   place.setup = &rt.children;
   place.oom_score_adj = kChildOomScoreAdj;
@@ -154,10 +160,29 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
         loop, fds[i], [c, s](const uint8_t* d, size_t n) { c->on_data(s, d, n); }, [c, s] { c->on_pump_eof(s); });
   }
   reaper.watch(c->pid_, [c](const ExitInfo& info) { c->on_exit(info); });
-  if (limits.timeout_ms > 0)
-    uv_timer_start(c->timer(c->timeout_timer_), [](uv_timer_t* t) { static_cast<Command*>(t->data)->on_timeout(); },
-                   static_cast<uint64_t>(limits.timeout_ms), 0);
+  if (limits.timeout_ms > 0) uv_timer_start(c->timer(c->timeout_timer_), timeout_fired, static_cast<uint64_t>(limits.timeout_ms), 0);
+  containment.add_freeze_listener(c);
   return c;
+}
+
+void Command::timeout_fired(uv_timer_t* t) { static_cast<Command*>(t->data)->on_timeout(); }
+
+void Command::kill_fired(uv_timer_t* t) {
+  auto* c = static_cast<Command*>(t->data);
+  if (!c->leader_exited_) c->kill_everything();
+}
+
+void Command::on_freeze() {
+  held_timeout_ = hold_timer(timeout_timer_);
+  held_kill_ = hold_timer(kill_timer_);
+}
+
+void Command::on_thaw(uint64_t frozen_ms) {
+  resume_timer(timeout_timer_, held_timeout_, timeout_fired);
+  resume_timer(kill_timer_, held_kill_, kill_fired);
+  held_timeout_ = held_kill_ = 0;
+  // The origin of a lingering cgroup's deadline moves on too.
+  start_ms_ += frozen_ms;
 }
 
 void Command::on_data(Stream s, const uint8_t* data, size_t len) {
@@ -210,7 +235,8 @@ void Command::on_exit(const ExitInfo& info) {
 }
 
 void Command::on_drain_tick() {
-  if (paused_) return;  // the client is behind; waiting on it loses nothing
+  // The client is behind, or the processes are frozen: waiting loses nothing.
+  if (paused_ || containment_.frozen()) return;
   for (int i = 0; i < 2; ++i)
     if (pumps_[i]) pumps_[i]->drain_now();
   uint64_t now = outcome_.bytes[0] + outcome_.bytes[1];
@@ -283,13 +309,8 @@ void Command::start_kill(bool timed_out) {
   // A stopped job ignores TERM until continued.
   kill(-pid_, SIGCONT);
   if (cgroup_) cgroup_->signal_all(SIGCONT);
-  uv_timer_start(
-      timer(kill_timer_),
-      [](uv_timer_t* t) {
-        auto* c = static_cast<Command*>(t->data);
-        if (!c->leader_exited_) c->kill_everything();
-      },
-      static_cast<uint64_t>(limits_.kill_grace_ms > 0 ? limits_.kill_grace_ms : 1), 0);
+  uv_timer_start(timer(kill_timer_), kill_fired,
+                 static_cast<uint64_t>(limits_.kill_grace_ms > 0 ? limits_.kill_grace_ms : 1), 0);
 }
 
 void Command::signal_group(int sig) {
@@ -339,6 +360,7 @@ void Command::release() {
   if (released_) return;
   released_ = true;
   sink_ = nullptr;
+  containment_.remove_freeze_listener(this);
   let_go_of_cgroup();
   if (!leader_exited_) reaper_.unwatch(pid_);
   if (stdin_fd_ >= 0 && !is_pty_) close(stdin_fd_);

@@ -15,6 +15,9 @@
 // grandchild that keeps a pipe open cannot hold it forever: once the leader
 // is gone, a pipe that stays quiet for kQuietMs, or keeps talking for
 // kDrainCapMs of un-paused time, is closed.
+//
+// While execd's cgroups are frozen (POST /freeze) the timeout and the kill
+// grace stand still, and so does the drain of a finished leader's pipes.
 #pragma once
 
 #include <sys/types.h>
@@ -66,7 +69,7 @@ struct CommandLimits {
 constexpr int kChildOomScoreAdj = 500;
 constexpr int kDaemonOomScoreAdj = -900;
 
-class Command {
+class Command final : public FreezeListener {
  public:
   static constexpr int64_t kQuietMs = 50;
   static constexpr int64_t kDrainCapMs = 2000;
@@ -105,9 +108,15 @@ class Command {
   // still-running process is left alone (and reaped later as an orphan).
   void release();
 
+  // FreezeListener: the timeout and the kill grace stop while frozen.
+  void on_freeze() override;
+  void on_thaw(uint64_t frozen_ms) override;
+
  private:
   Command(uv_loop_t* loop, Reaper& reaper, Containment& containment);
-  ~Command() = default;
+  ~Command() override = default;
+  static void timeout_fired(uv_timer_t* t);
+  static void kill_fired(uv_timer_t* t);
   void on_exit(const ExitInfo& info);
   void on_data(Stream s, const uint8_t* data, size_t len);
   void on_pump_eof(Stream s);
@@ -147,6 +156,7 @@ class Command {
   uint64_t bytes_at_last_tick_ = 0;
   int64_t drain_active_ms_ = 0;
   CommandLimits limits_;
+  uint64_t held_timeout_ = 0, held_kill_ = 0;  // what the timers had left when frozen
   Outcome outcome_;
   std::shared_ptr<CommandCgroup> cgroup_;
 };

@@ -1,6 +1,6 @@
 // execd/api/api: the route groups the daemon wires up that have no header
 // of their own. One file per API area (commands, sessions, pty, files,
-// upload, download, metrics, journal, proxy, code); each decodes requests
+// upload, download, archive, metrics, journal, proxy, code, watch, activity); each decodes requests
 // (protocol/), calls exec/, runners/, pty/ or fs/, and encodes answers. No
 // socket or libuv stream code here: responses go through http::Exchange.
 #pragma once
@@ -23,6 +23,8 @@ using FileServiceFor = std::function<FileService*(http::Exchange&)>;
 void add_file_routes(RouteTable& routes, const std::string& prefix, const FileServiceFor& service);
 void add_upload_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service);
 void add_download_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service);
+// GET and POST /files/archive (execd/api/archive).
+void add_archive_routes(RouteTable& routes, FileService& files);
 void add_metrics_routes(RouteTable& routes, MetricsService& metrics);
 
 }  // namespace execd::api

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "execd/api/activity.h"
 #include "execd/api/api.h"
 #include "execd/api/awaiter.h"
 #include "execd/api/commands.h"
@@ -152,7 +153,7 @@ class CodeRegistryImpl {
   void forget(CodeContext* c);
 };
 
-class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
+class CodeContext final : public pty::CommandSink, public KernelChannelHandler, public pty::FreezeListener {
  public:
   enum class State { stopped, starting, ready, stopping };
 
@@ -160,6 +161,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
       : reg_(reg), id_(std::move(id)), language_(std::move(language)), spec_(std::move(spec)), cwd_(std::move(cwd)) {
     uv_timer_init(reg_.ctx.loop, &timer_);
     timer_.data = this;
+    reg_.runtime.containment.add_freeze_listener(this);
   }
 
   const std::string& id() const { return id_; }
@@ -255,8 +257,22 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
     cmd_->signal_group(SIGKILL);
   }
 
+  // pty::FreezeListener: a frozen kernel answers no heartbeat and runs no
+  // code; none of its deadlines counts that time.
+  void on_freeze() override {}
+  void on_thaw(uint64_t frozen_ms) override {
+    uint64_t now = uv_now(reg_.ctx.loop);
+    last_heartbeat_ = now;
+    started_ += frozen_ms;
+    if (run_) {
+      if (run_->idle_at) run_->idle_at += frozen_ms;
+      if (run_->last_sigint) run_->last_sigint += frozen_ms;
+    }
+  }
+
   // Frees the context once its timer has closed.
   void destroy() {
+    reg_.runtime.containment.remove_freeze_listener(this);
     big_content_ = nullptr;
     if (channels_) channels_->close();
     channels_ = nullptr;
@@ -431,6 +447,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler {
   static void on_timer(uv_timer_t* t) { static_cast<CodeContext*>(t->data)->tick(); }
 
   void tick() {
+    if (reg_.runtime.containment.frozen()) return;
     uint64_t now = uv_now(reg_.ctx.loop);
     // Time the loop itself was held up (a large kernel message verified in
     // one go, a loaded machine) does not count against the kernel: its
@@ -778,6 +795,7 @@ bool prepare_cwd(const std::string& cwd, std::string& error) {
 }
 
 void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime.containment, ex)) return;
   auto decoded = jp::decode_create_context(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody,
@@ -821,26 +839,55 @@ CodeContext* default_context(CodeRegistryImpl& reg, const std::string& language,
   return c;
 }
 
-// Starts `code` in `c` as an execution whose stream `format` writes.
-void start_code_run(CodeRegistryImpl& reg, http::Exchange& ex, CodeContext& c, std::string code,
-                    std::unique_ptr<exec::StreamFormat> format) {
+struct CodeTrackWait : Awaitable {};
+
+// Starts the run in context `context_id`, its stream written by `format`
+// (null: the OpenSandbox envelope in the client's framing); with
+// track_changes, the watches on its roots are made first (and the context
+// is looked up again after).
+void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex, const std::string& context_id,
+                    std::string code, std::vector<std::string> track, std::unique_ptr<exec::ChangeTracker> tracker,
+                    std::unique_ptr<exec::StreamFormat> format = nullptr) {
+  CodeContext* c = reg.find(context_id);
+  if (!c) return context_not_found(ex, context_id);
+  if (c->busy())
+    return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
+  if (!admit(ex, reg.executions.running(), reg.ctx.config.max_running, "running executions", "max-running")) return;
+  if (!track.empty() && !tracker) {
+    auto wait = std::make_shared<CodeTrackWait>();
+    await(ex, *wait);
+    exec::ChangeTracker::open(
+        commands.watches, track, track_limits(reg.ctx),
+        [&reg, &commands, wait, context_id, code = std::move(code), track](
+            std::unique_ptr<exec::ChangeTracker> t, std::optional<protocol::ApiError> err) mutable {
+          http::Exchange* ex = wait->exchange();
+          if (!ex) return;
+          if (err) return ex->respond_error(err->status, err->code, "track_changes: " + err->message);
+          start_code_run(reg, commands, *ex, context_id, std::move(code), std::move(track), std::move(t));
+        });
+    return;
+  }
   exec::ExecutionSpec spec;
   spec.kind = exec::Kind::code_run;
   spec.content = code;
-  spec.owner = c.id();
-  spec.language = c.language();
+  spec.owner = c->id();
+  spec.language = c->language();
   spec.fingerprint = "code-run";
-  spec.cwd = c.cwd();
+  spec.cwd = c->cwd();
+  spec.track_changes = std::move(track);
   exec::Execution& e =
       reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
+  if (tracker) e.track(std::move(tracker));
   auto run = std::make_unique<CodeRun>(e, std::move(code));
+  if (!format) format = exec::envelope_format(framing_for(reg.ctx, ex), false);
   ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original, std::move(format), 0,
                                                     0, std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
-  c.begin_run(*run);
+  c->begin_run(*run);
   e.start(std::move(run));
 }
 
-void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
+void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime.containment, ex)) return;
   auto decoded = jp::decode_run_code(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody,
@@ -862,10 +909,7 @@ void handle_run(CodeRegistryImpl& reg, http::Exchange& ex) {
                                                       : codes::kInvalidRequestBody,
                               error);
   }
-  if (c->busy())
-    return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
-  if (!admit(ex, reg.executions.running(), reg.ctx.config.max_running, "running executions", "max-running")) return;
-  start_code_run(reg, ex, *c, std::move(req.code), exec::envelope_format(framing_for(reg.ctx, ex), false));
+  start_code_run(reg, commands, ex, c->id(), std::move(req.code), std::move(req.track_changes), nullptr);
 }
 
 // ---------------------------------------------------------------------------
@@ -926,7 +970,7 @@ void e2b_text(http::Exchange& ex, int status, const std::string& text) {
   ex.respond(status, "text/plain; charset=utf-8", text);
 }
 
-void handle_e2b_execute(CodeRegistryImpl& reg, http::Exchange& ex) {
+void handle_e2b_execute(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex) {
   auto decoded = e2b::decode_execute(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) return e2b_text(ex, 422, err->message);
   auto& req = std::get<e2b::ExecuteRequest>(decoded);
@@ -950,7 +994,7 @@ void handle_e2b_execute(CodeRegistryImpl& reg, http::Exchange& ex) {
   }
   if (c->busy()) return e2b_text(ex, 409, "context " + c->id() + " is already running code");
   if (auto r = reg.run_refusal()) return e2b_text(ex, r->status, r->message);
-  start_code_run(reg, ex, *c, std::move(req.code), std::make_unique<E2BCodeFormat>());
+  start_code_run(reg, commands, ex, c->id(), std::move(req.code), {}, nullptr, std::make_unique<E2BCodeFormat>());
 }
 
 void handle_e2b_create(CodeRegistryImpl& reg, http::Exchange& ex) {
@@ -1004,7 +1048,7 @@ void handle_delete_language(CodeRegistryImpl& reg, http::Exchange& ex) {
 
 void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands, SessionRegistry& sessions) {
   CodeRegistryImpl& reg = *code.impl();
-  routes.add("POST", "/code", [&reg](http::Exchange& ex) { handle_run(reg, ex); });
+  routes.add("POST", "/code", [&reg, &commands](http::Exchange& ex) { handle_run(reg, commands, ex); });
   routes.add("DELETE", "/code", [&reg, &commands, &sessions](http::Exchange& ex) {
     const std::string* id = protocol::query_value(ex.query, "id");
     CodeContext* c = id ? reg.find(*id) : nullptr;
@@ -1029,9 +1073,9 @@ void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& com
   });
 }
 
-void add_e2b_code_routes(RouteTable& routes, CodeRegistry& code) {
+void add_e2b_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands) {
   CodeRegistryImpl& reg = *code.impl();
-  routes.add("POST", "/execute", [&reg](http::Exchange& ex) { handle_e2b_execute(reg, ex); });
+  routes.add("POST", "/execute", [&reg, &commands](http::Exchange& ex) { handle_e2b_execute(reg, commands, ex); });
   routes.add("POST", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_create(reg, ex); });
   routes.add("GET", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_list(reg, ex); });
   routes.add("DELETE", "/contexts/:id", [&reg](http::Exchange& ex) {

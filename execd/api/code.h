@@ -51,6 +51,6 @@ class CodeRegistry {
 void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands, SessionRegistry& sessions);
 // E2B's code-interpreter server (POST /execute, /contexts...), on the E2B
 // listeners: the same contexts and kernels, E2B's wire (protocol/e2b_code).
-void add_e2b_code_routes(RouteTable& routes, CodeRegistry& code);
+void add_e2b_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands);
 
 }  // namespace execd::api

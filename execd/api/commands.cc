@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "execd/api/activity.h"
 #include "execd/api/awaiter.h"
 #include "execd/api/sessions.h"
 #include "execd/exec/reader.h"
@@ -52,17 +53,49 @@ struct PrepareWork : Awaitable {
   // results
   pty::SpawnOptions opts;
   std::optional<ApiError> error;
+  std::unique_ptr<exec::ChangeTracker> tracker;  // track_changes, once its watches are ready
 };
+
+void start_command(CommandService& svc, http::Exchange* ex, PrepareWork& w);
+
+// track_changes: the watches on its roots are made (or found) first, so
+// that nothing the command does escapes them; then the command starts.
+void track_then_start(CommandService& svc, http::Exchange* ex, PrepareWork& w) {
+  auto next = std::make_shared<PrepareWork>();
+  next->svc = w.svc;
+  next->req = std::move(w.req);
+  next->framing = w.framing;
+  next->id = w.id;
+  next->opts = std::move(w.opts);
+  if (ex) await(*ex, *next);
+  exec::ChangeTracker::open(svc.watches, next->req.track_changes, track_limits(svc.ctx),
+                            [next](std::unique_ptr<exec::ChangeTracker> tracker, std::optional<ApiError> err) {
+                              http::Exchange* ex = next->exchange();
+                              if (err) {
+                                err->message = "track_changes: " + err->message;
+                                next->error = std::move(err);
+                              }
+                              next->tracker = std::move(tracker);
+                              if (!ex && next->req.id.empty()) {
+                                if (Execution* e = next->svc->executions.find(next->id))
+                                  e->discard(ApiError{499, std::string(codes::kRuntimeError), "the client left"});
+                                return;
+                              }
+                              start_command(*next->svc, ex, *next);
+                            });
+}
 
 void start_command(CommandService& svc, http::Exchange* ex, PrepareWork& w) {
   Execution* e = svc.executions.find(w.id);
   if (!e || !e->starting()) return;  // cannot happen: a reserved execution stays until it starts
   if (!w.error && !svc.executions.accepting())
     w.error = ApiError{503, std::string(codes::kRuntimeError), "execd is shutting down"};
+  if (!w.error && !w.req.track_changes.empty() && !w.tracker) return track_then_start(svc, ex, w);
   if (w.error) {
     if (ex) ex->respond_error(w.error->status, w.error->code, w.error->message);
     return e->discard(*w.error);
   }
+  if (w.tracker) e->track(std::move(w.tracker));
   if (ex) {
     auto reader = std::make_unique<ExecutionReader>(*ex, *e, ExecutionReader::Role::original, w.framing);
     ex->attach(std::move(reader));
@@ -93,6 +126,7 @@ void after_prepare(PrepareWork& w, int) {
 }
 
 void handle_run(CommandService& svc, http::Exchange& ex) {
+  if (refuse_if_frozen(svc.runtime.containment, ex)) return;
   auto decoded = protocol::decode_command_request(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
@@ -131,6 +165,7 @@ void handle_run(CommandService& svc, http::Exchange& ex) {
   spec.background = w->req.background;
   spec.tty = w->req.tty;
   spec.stdin_open = w->req.stdin_open;
+  spec.track_changes = w->req.track_changes;
   w->id = svc.executions.create(std::move(spec)).id();
   if (!runners::needs_pool(svc.ctx, w->req)) {
     // Nothing that blocks: prepare on the loop and save two thread hops.
@@ -374,6 +409,13 @@ void stdin_head(CommandService& svc, http::Exchange& ex) {
 }
 
 }  // namespace
+
+exec::TrackLimits track_limits(const Context& ctx) {
+  exec::TrackLimits l;
+  l.max_entries = static_cast<size_t>(ctx.config.track_max_entries);
+  l.hash_max_bytes = static_cast<uint64_t>(ctx.config.track_hash_max_bytes);
+  return l;
+}
 
 protocol::Framing framing_for(const Context& ctx, const http::Exchange& ex) {
   const std::string* accept = ex.header("accept");

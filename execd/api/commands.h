@@ -5,12 +5,14 @@
 #pragma once
 
 #include "execd/context.h"
+#include "execd/exec/changes.h"
 #include "execd/exec/registry.h"
 #include "execd/http/exchange.h"
 #include "execd/routes.h"
 #include "protocol/envelope.h"
 #include "protocol/requests.h"
 #include "pty/runtime.h"
+#include "execd/watch/watch.h"
 
 namespace execd::api {
 
@@ -21,7 +23,11 @@ struct CommandService {
   const Context& ctx;
   pty::Runtime& runtime;
   exec::Registry& executions;
+  watch::Hub& watches;  // track_changes
 };
+
+// The limits of a run's change list (--track-max-entries, --track-hash-max-bytes).
+exec::TrackLimits track_limits(const Context& ctx);
 
 void add_command_routes(RouteTable& routes, CommandService& svc, SessionRegistry& sessions);
 // DELETE /command's handler; DELETE /code?id= falls back to it for ids that

@@ -38,6 +38,7 @@ FileStatus file_error_status(fs::ErrorKind kind) {
     // 403 and 507 are new: the Go daemon answered both with 500.
     case fs::ErrorKind::forbidden: return {403, codes::kPermissionDenied};
     case fs::ErrorKind::no_space: return {507, codes::kInsufficientStorage};
+    case fs::ErrorKind::too_large: return {413, codes::kPayloadTooLarge};
     case fs::ErrorKind::conflict:
     case fs::ErrorKind::internal: break;
   }

@@ -342,10 +342,14 @@ class JournalReader final : public http::Source {
   uint64_t last_tick_ms_ = 0;
 };
 
-void Journal::append(const ojson& body) {
+void Journal::append(const ojson& body) { append(body, {}, {}); }
+
+void Journal::append(const ojson& body, std::string_view raw_key, std::string_view raw_json) {
   if (fd_ < 0) return;
   uint64_t seq = chain_.seq + 1;
-  std::string line = protocol::journal_line(seq, chain_.seq ? chain_.hash : protocol::kJournalGenesis, body);
+  std::string_view prev = chain_.seq ? std::string_view(chain_.hash) : std::string_view(protocol::kJournalGenesis);
+  std::string line = raw_key.empty() ? protocol::journal_line(seq, prev, body)
+                                     : protocol::journal_line(seq, prev, body, raw_key, raw_json);
   chain_.seq = seq;
   chain_.hash = protocol::sha256_hex(line);
   unwritten_.push_back(line + "\n");
@@ -443,9 +447,52 @@ bool disabled(Journal& j, http::Exchange& ex) {
   return true;
 }
 
+// POST /journal/events[?source=NAME]: one JSON object, an array of them,
+// or NDJSON (Content-Type: application/x-ndjson). Each becomes an entry
+// {"seq","prev","type":"harness","time","source","event":<as sent, minified>};
+// all or none of one request are appended. The body is a buffered body
+// (--max-body); each event at most --journal-event-max-bytes.
+void handle_events(Journal& journal, const Context& ctx, http::Exchange& ex) {
+  constexpr size_t kMaxEvents = 1000;
+  if (disabled(journal, ex)) return;
+  const std::string* type = ex.header("content-type");
+  bool ndjson = type && type->find("ndjson") != std::string::npos;
+  auto decoded = protocol::decode_journal_events(ex.request().body, ndjson,
+                                                 static_cast<size_t>(ctx.config.journal_event_max_bytes), kMaxEvents);
+  if (auto* err = std::get_if<protocol::JournalEventsError>(&decoded))
+    return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
+  std::string source;
+  if (const std::string* s = protocol::query_value(ex.query, "source")) source = *s;
+  if (source.size() > 256) return ex.respond_error(400, codes::kInvalidRequestBody, "source is longer than 256 bytes");
+  const auto& events = std::get<std::vector<std::string>>(decoded);
+  uint64_t first = journal.chain().seq + 1;
+  for (const auto& raw : events) {
+    ojson e;
+    e["type"] = "harness";
+    e["time"] = rfc3339_nano(unix_ns());
+    if (!source.empty()) e["source"] = source;
+    journal.append(e, "event", raw);
+  }
+  protocol::JournalHead chain = journal.chain();
+  if (chain.seq < first + events.size() - 1)
+    return ex.respond_error(500, codes::kRuntimeError, "the journal could not be written (see execd's log)");
+  // Accepted but waiting for the disk (full): they are in the chain and are
+  // written, in order, once the disk takes them; 202 says they are not yet.
+  size_t unsaved = journal.unsaved();
+  ojson out;
+  out["appended"] = events.size();
+  out["first_seq"] = first;
+  out["last_seq"] = chain.seq;
+  out["head"] = chain.hash;
+  if (unsaved) out["unsaved"] = unsaved;
+  ex.respond_json(unsaved ? 202 : 200, out.dump());
+}
+
 }  // namespace
 
 void add_journal_routes(RouteTable& routes, Journal& journal) {
+  routes.add("POST", "/journal/events",
+             [&journal](http::Exchange& ex) { handle_events(journal, journal.context(), ex); });
   routes.add("GET", "/journal", [&journal](http::Exchange& ex) {
     if (disabled(journal, ex)) return;
     uint64_t since = 0;

@@ -2,6 +2,8 @@
 // protocol/journal for the format and the chain) and its routes:
 //   GET /journal?since=<seq>[&follow=true]   entries with seq > since, NDJSON
 //   GET /journal/verify                      re-walks the chain
+//   POST /journal/events                     a harness's own events, appended
+//                                            to the chain (type "harness")
 //
 // Writing: one entry per finished command, session run, PTY session and file
 // change made through the API, appended with one write(2) on the loop (a
@@ -45,6 +47,7 @@ class Journal {
   Journal& operator=(const Journal&) = delete;
 
   bool enabled() const { return fd_ >= 0 || !unwritten_.empty(); }
+  const Context& context() const { return ctx_; }
   WorkGate& gate() { return gate_; }
   size_t max_followers() const { return ctx_.config.max_journal_followers; }
   uv_loop_t* loop() const { return ctx_.loop; }
@@ -52,8 +55,13 @@ class Journal {
   // rest. A write the disk refuses (full) is kept, in order, and tried again
   // every second and at close; readers see an entry once it is in the file.
   void append(const nlohmann::ordered_json& body);
+  // The same, with `raw_json` (compact, validated) as the field `raw_key`,
+  // last: a harness's own event, kept byte for byte as it was minified.
+  void append(const nlohmann::ordered_json& body, std::string_view raw_key, std::string_view raw_json);
   // The last entry in the file (what readers and verify go by).
   protocol::JournalHead head() const { return head_; }
+  // The last entry accepted, written or still waiting for the disk.
+  protocol::JournalHead chain() const { return chain_; }
   // Entries accepted and not yet in the file.
   size_t unsaved() const { return unwritten_.size(); }
   uint64_t current_size() const { return size_; }

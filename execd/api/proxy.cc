@@ -34,10 +34,12 @@ class Tunnel final : public http::Upgraded, public http::UpstreamEvents {
     up_->set_owner(*this);
     up_->want_data(true);
     svc_.count_tunnel(+1);
+    svc_.opened();
   }
   ~Tunnel() override {
     release();
     svc_.count_tunnel(-1);
+    svc_.closed();
   }
 
   // Client → service.
@@ -116,10 +118,12 @@ class ProxyExchange final : public http::Source, public http::UpstreamEvents, pr
   ProxyExchange(ProxyService& svc, Exchange& ex, int port, std::string head, BodyFraming body)
       : svc_(svc), ex_(ex), port_(port), head_(std::move(head)), body_(body), parser_(*this) {
     parser_.set_head_request(ex.request().method == "HEAD");
+    svc_.opened();
   }
   ~ProxyExchange() override {
     release_upstream(false);
     release_pipe();
+    svc_.closed();
   }
 
   // At head time: no response may be written yet (the parser is mid-request).

@@ -35,6 +35,10 @@ class ProxyService {
   http::UpstreamPool& pool() { return pool_; }
   http::SplicePipes& pipes() { return pipes_; }
   uint64_t timeout_ms() const { return static_cast<uint64_t>(ctx_.config.proxy_timeout_ms); }
+  // Proxied requests in progress and open tunnels (GET /activity).
+  size_t open() const { return open_; }
+  void opened() { ++open_; }
+  void closed() { --open_; }
   uint64_t idle_timeout_ms() const { return static_cast<uint64_t>(ctx_.config.proxy_idle_timeout_ms); }
   size_t tunnels() const { return tunnels_; }
   void count_tunnel(int delta) { tunnels_ = static_cast<size_t>(static_cast<int64_t>(tunnels_) + delta); }
@@ -49,6 +53,7 @@ class ProxyService {
   http::UpstreamPool pool_;
   http::SplicePipes pipes_;
   int own_port_ = 0;
+  size_t open_ = 0;
 };
 
 void add_proxy_routes(RouteTable& routes, ProxyService& proxy);

@@ -21,6 +21,7 @@
 #include "protocol/requests.h"
 #include "protocol/websocket.h"
 #include "pty/pty_session.h"
+#include "execd/api/activity.h"
 #include "execd/api/journal.h"
 
 namespace execd::api {
@@ -186,6 +187,7 @@ class PtyClient final : public http::WsHandler {
 };
 
 void PtyEntry::on_pty_output(pty::Stream s, const uint8_t* data, size_t len) {
+  if (Activity* a = reg.activity()) a->note_output(unix_ms());
   if (!viewers.empty())
     for (PtyViewer* v : std::vector<PtyViewer*>(viewers)) v->output();  // (a send may end a viewer)
   PtyClient* c = client.get();
@@ -230,6 +232,7 @@ void PtyEntry::stdin_drained() {
 void PtyClient::write_stdin(std::string_view data) {
   PtyEntry* e = entry.get();
   if (!e || data.empty()) return;
+  if (Activity* a = e->reg.activity()) a->note_input(unix_ms());
   if (!e->session->write_stdin(data.data(), data.size())) {
     error_frame(protocol::pty_error_code::stdin_write_failed, "stdin is closed");
     return;
@@ -316,6 +319,10 @@ void PtyRegistry::clear() {
   dying_.clear();
 }
 
+void PtyRegistry::actors(std::vector<std::string>& out) const {
+  for (auto& [id, e] : entries_) out.push_back("pty:" + id);
+}
+
 size_t PtyRegistry::live_clients() const {
   size_t n = 0;
   for (auto& [id, e] : entries_) n += e->client ? 1 : 0;
@@ -340,6 +347,7 @@ void respond_not_found(Exchange& ex, const std::string& id) {
 }
 
 void handle_create(PtyRegistry& reg, Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime().containment, ex)) return;
   auto decoded = protocol::decode_pty_create(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request: " + err->message);

@@ -12,6 +12,7 @@
 
 #include "execd/context.h"
 #include "execd/routes.h"
+#include "execd/activity.h"
 #include "pty/runtime.h"
 
 namespace execd::api {
@@ -40,6 +41,12 @@ class PtyRegistry {
   // Entries removed while running whose process has exited (from the sweep).
   void reap();
   size_t live_clients() const;
+  // Where terminal output and input are noted (GET /activity); and each
+  // session is an actor for track_changes while it lives.
+  void set_activity(Activity* a) { activity_ = a; }
+  Activity* activity() const { return activity_; }
+  // "pty:<id>" of every session (the activity probe).
+  void actors(std::vector<std::string>& out) const;
 
  private:
   const Context& ctx_;
@@ -47,6 +54,7 @@ class PtyRegistry {
   Journal& journal_;
   std::map<std::string, std::unique_ptr<PtyEntry>> entries_;
   std::vector<std::unique_ptr<PtyEntry>> dying_;
+  Activity* activity_ = nullptr;
 };
 
 void add_pty_routes(RouteTable& routes, PtyRegistry& ptys);

@@ -15,6 +15,8 @@
 #include <utility>
 #include <variant>
 
+#include "execd/api/activity.h"
+#include "execd/api/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
 #include "execd/limits.h"
@@ -33,8 +35,16 @@ namespace execd::api {
 namespace codes = protocol::codes;
 using http::Exchange;
 
-SessionRegistry::SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions)
-    : ctx_(ctx), runtime_(runtime), executions_(executions) {}
+SessionRegistry::SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions,
+                                 watch::Hub& watches)
+    : ctx_(ctx), runtime_(runtime), executions_(executions), watches_(watches) {}
+
+size_t SessionRegistry::busy() const {
+  size_t n = 0;
+  for (const auto& [id, e] : entries_)
+    if (e->shell && e->shell->busy()) ++n;
+  return n;
+}
 
 SessionRegistry::~SessionRegistry() = default;
 
@@ -117,6 +127,7 @@ void respond_unknown_session(Exchange& ex, const std::string& id) {
 }
 
 void handle_create(SessionRegistry& reg, Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime().containment, ex)) return;
   auto decoded = protocol::decode_session_create(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. " + err->message);
@@ -162,17 +173,67 @@ const char* refuse_run(SessionRegistry& reg, Exchange& ex, const std::string& id
 }
 
 // The run's script is written (and, with a timeout, the session's processes
-// listed) on the threadpool; the run starts back on the loop.
-void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const std::string& command,
-               const std::string& cwd, int64_t timeout_ms) {
+// listed) on the threadpool; with track_changes the watches on its roots are
+// made next; the run starts back on the loop.
+struct PreparedSessionRun {
+  pty::BashSession::PreparedRun prepared;
+  std::string problem;
+  // A run that never starts (the client left, the session went) leaves no script.
+  ~PreparedSessionRun() { pty::BashSession::discard(prepared); }
+};
+
+struct SessionTrackWait : Awaitable {};
+
+void begin_run(SessionRegistry& reg, Exchange& ex, const std::shared_ptr<PreparedSessionRun>& job,
+               const std::string& id, const std::string& command, const std::string& cwd, int64_t timeout_ms,
+               const std::vector<std::string>& track, std::unique_ptr<exec::ChangeTracker> tracker) {
+  // The session may have gone or become busy while the jobs ran.
   if (refuse_run(reg, ex, id)) return;
-  struct Job {
-    pty::BashSession::PreparedRun prepared;
-    std::string problem;
-    // A run that never starts (the client left, the session went) leaves no script.
-    ~Job() { pty::BashSession::discard(prepared); }
-  };
-  auto job = std::make_shared<Job>();
+  if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions", "max-running"))
+    return;
+  if (!track.empty() && !tracker) {
+    auto wait = std::make_shared<SessionTrackWait>();
+    await(ex, *wait);
+    exec::ChangeTracker::open(
+        reg.watches(), track, track_limits(reg.ctx()),
+        [&reg, wait, job, id, command, cwd, timeout_ms, track](std::unique_ptr<exec::ChangeTracker> t,
+                                                               std::optional<protocol::ApiError> err) {
+          Exchange* ex = wait->exchange();
+          if (!ex) return;
+          if (err) return ex->respond_error(err->status, err->code, "track_changes: " + err->message);
+          begin_run(reg, *ex, job, id, command, cwd, timeout_ms, track, std::move(t));
+        });
+    return;
+  }
+  SessionEntry* e = reg.find(id);
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::session_run;
+  spec.id = id + "." + std::to_string(++e->runs);
+  spec.content = command;
+  spec.fingerprint = "session-run";
+  spec.cwd = cwd;
+  spec.owner = id;
+  spec.track_changes = track;
+  exec::Execution& run = reg.executions().create(std::move(spec));
+  if (tracker) run.track(std::move(tracker));
+  auto runner = std::make_unique<runners::SessionRunner>(run, *e->shell);
+  std::string err;
+  auto status = e->shell->run(std::exchange(job->prepared, {}), cwd, timeout_ms, runner.get(), err);
+  if (status != pty::BashSession::RunStatus::started) {
+    run.fail_start(err);
+    return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
+  }
+  e->last_run = run.id();
+  ex.attach(std::make_unique<exec::ExecutionReader>(ex, run, exec::ExecutionReader::Role::original,
+                                                    framing_for(reg.ctx(), ex), 0, 0,
+                                                    std::vector<std::string>{"EXECD-RUN-ID: " + run.id()}));
+  run.start(std::move(runner));
+}
+
+void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const std::string& command,
+               const std::string& cwd, int64_t timeout_ms, std::vector<std::string> track) {
+  if (refuse_run(reg, ex, id)) return;
+  auto job = std::make_shared<PreparedSessionRun>();
   pty::BashSession* shell = reg.find(id)->shell;
   run_blocking(
       reg.ctx().loop, ex,
@@ -184,39 +245,15 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
         }
         job->prepared = pty::BashSession::prepare_run(file, pid, command, timeout_ms);
       },
-      [&reg, job, id, command, cwd, timeout_ms](Exchange& ex) {
+      [&reg, job, id, command, cwd, timeout_ms, track = std::move(track)](Exchange& ex) {
         if (!job->problem.empty())
           return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + job->problem);
-        // The session may have gone or become busy while the job ran.
-        if (refuse_run(reg, ex, id)) return;
-        if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions",
-                   "max-running"))
-          return;
-        SessionEntry* e = reg.find(id);
-        exec::ExecutionSpec spec;
-        spec.kind = exec::Kind::session_run;
-        spec.id = id + "." + std::to_string(++e->runs);
-        spec.content = command;
-        spec.fingerprint = "session-run";
-        spec.cwd = cwd;
-        spec.owner = id;
-        exec::Execution& run = reg.executions().create(std::move(spec));
-        auto runner = std::make_unique<runners::SessionRunner>(run, *e->shell);
-        std::string err;
-        auto status = e->shell->run(std::exchange(job->prepared, {}), cwd, timeout_ms, runner.get(), err);
-        if (status != pty::BashSession::RunStatus::started) {
-          run.fail_start(err);
-          return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
-        }
-        e->last_run = run.id();
-        ex.attach(std::make_unique<exec::ExecutionReader>(ex, run, exec::ExecutionReader::Role::original,
-                                                          framing_for(reg.ctx(), ex), 0, 0,
-                                                          std::vector<std::string>{"EXECD-RUN-ID: " + run.id()}));
-        run.start(std::move(runner));
+        begin_run(reg, ex, job, id, command, cwd, timeout_ms, track, nullptr);
       });
 }
 
 void handle_run(SessionRegistry& reg, Exchange& ex) {
+  if (refuse_if_frozen(reg.runtime().containment, ex)) return;
   const std::string id = ex.params.get("id");
   auto decoded = protocol::decode_session_run(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
@@ -224,7 +261,7 @@ void handle_run(SessionRegistry& reg, Exchange& ex) {
   auto& r = std::get<protocol::SessionRunRequest>(decoded);
   std::string command = std::move(r.command), cwd = std::move(r.cwd);
   int64_t timeout_ms = r.timeout_ms;
-  start_run(reg, ex, id, command, cwd, timeout_ms);
+  start_run(reg, ex, id, command, cwd, timeout_ms, std::move(r.track_changes));
 }
 
 }  // namespace

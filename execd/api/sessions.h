@@ -11,6 +11,7 @@
 #include "execd/context.h"
 #include "execd/exec/registry.h"
 #include "execd/routes.h"
+#include "execd/watch/watch.h"
 #include "pty/runtime.h"
 
 namespace execd::pty {
@@ -31,11 +32,14 @@ enum class InterruptResult { not_found, not_running, interrupted };
 
 class SessionRegistry {
  public:
-  SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions);
+  SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions, watch::Hub& watches);
   ~SessionRegistry();
   const Context& ctx() const { return ctx_; }
   pty::Runtime& runtime() { return runtime_; }
   exec::Registry& executions() { return executions_; }
+  watch::Hub& watches() { return watches_; }
+  // Sessions whose shell is running a run now.
+  size_t busy() const;
 
   // `env`: what the shell starts with (execd's, with the EXECD_ENVS file).
   SessionEntry* create(const std::string& cwd, const std::vector<std::string>& env, std::string& error);
@@ -62,6 +66,7 @@ class SessionRegistry {
   const Context& ctx_;
   pty::Runtime& runtime_;
   exec::Registry& executions_;
+  watch::Hub& watches_;
   std::map<std::string, std::unique_ptr<SessionEntry>> entries_;
   // Shells of deleted sessions, until they are gone.
   std::map<pty::BashSession*, bool> dying_;

@@ -81,9 +81,16 @@ Execution::~Execution() = default;
 // ---------------------------------------------------------------------------
 // The run
 
+void Execution::track(std::unique_ptr<ChangeTracker> tracker) {
+  tracker_ = std::move(tracker);
+  if (tracker_) tracker_->begin(spec_.id);
+}
+
 void Execution::start(std::unique_ptr<Runner> runner) {
   runner_ = std::move(runner);
   state_ = State::running;
+  started_ = true;
+  registry_.started(*this);
   pgid_ = runner_->pgid();
   registry_.records().persist(*this);
   each_reader([](ExecutionReader& r) { r.begin(); });
@@ -123,7 +130,8 @@ void Execution::attach(ExecutionReader& r, Link<Execution>& reader_end) {
 }
 
 void Execution::output(Channel c, const uint8_t* data, size_t len) {
-  if (len == 0 || done()) return;
+  if (len == 0 || done() || settling_) return;
+  if (c != kEvents) registry_.activity().note_output(unix_ms());
   uint64_t at = produced_[c];
   produced_[c] += len;
   if (c != kEvents) digest_[c].update(data, len);
@@ -147,7 +155,23 @@ void Execution::event(std::string_view json_object) {
 }
 
 void Execution::finish(protocol::ExecutionResult r) {
-  if (done()) return;
+  if (done() || settling_) return;
+  if (tracker_) {
+    // The list of changes first: every record the kernel queued while it
+    // ran becomes an event, then each path's final state is looked at.
+    settling_ = true;
+    tracker_->finish([this, r = std::move(r)](std::shared_ptr<const protocol::ChangeSummary> changes) mutable {
+      r.changes = std::move(changes);
+      tracker_.reset();
+      finish_now(std::move(r));
+    });
+    return;
+  }
+  finish_now(std::move(r));
+}
+
+void Execution::finish_now(protocol::ExecutionResult r) {
+  settling_ = false;
   r.stdout_bytes = produced_[0];
   r.stderr_bytes = produced_[1];
   r.stdout_sha256 = protocol::lower_hex(digest_[0].finish());
@@ -216,6 +240,7 @@ void Execution::attach_stdin(StdinBody& body, Link<Execution>& body_end) { link(
 
 void Execution::stdin_write(const char* data, size_t len) {
   if (!stdin_writable()) return;
+  registry_.activity().note_input(unix_ms());
   stdin_accepted_ += len;
   runner_->stdin_write(data, len);
 }
@@ -305,6 +330,7 @@ std::string Execution::status_json() const {
     if (runner_) runner_->describe(j);
     if (r.oom_killed) j["oom_killed"] = true;
     if (r.pids_limit_hit) j["pids_limit_hit"] = true;
+    if (r.changes) j["changes"] = protocol::changes_json(*r.changes);
   } else if (lost()) {
     j["stdout_bytes"] = r.stdout_bytes;
     j["stderr_bytes"] = r.stderr_bytes;
@@ -405,6 +431,7 @@ nlohmann::ordered_json Execution::journal_entry() const {
   out["stderr_sha256"] = res.stderr_sha256;
   if (spec_.stdin_open) out["stdin_bytes"] = stdin_accepted_;
   e["result"] = out;
+  if (res.changes) e["changes"] = protocol::changes_json(*res.changes);
   return e;
 }
 

@@ -43,6 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "execd/exec/changes.h"
 #include "execd/exec/output_log.h"
 #include "execd/link.h"
 #include "protocol/execution_record.h"
@@ -126,6 +127,7 @@ struct ExecutionSpec {
   bool background = false, tty = false, stdin_open = false;
   std::string owner;       // the session or code context it ran in
   std::string language;    // code runs
+  std::vector<std::string> track_changes;  // roots whose changes the result lists
 };
 
 class Execution final : public RunSink {
@@ -138,8 +140,13 @@ class Execution final : public RunSink {
   Execution& operator=(const Execution&) = delete;
 
   // --- the run ---------------------------------------------------------
+  // track_changes: from now on changes under the tracker's roots count for
+  // this run; at its end the result lists them. Call before the runner
+  // starts anything.
+  void track(std::unique_ptr<ChangeTracker> tracker);
   // The runner has started it.
   void start(std::unique_ptr<Runner> runner);
+  bool was_started() const { return started_; }
   // It could not start: the result is final (a 200 stream with init, then
   // the error, for the original reader).
   void fail_start(const std::string& error);
@@ -231,13 +238,16 @@ class Execution final : public RunSink {
   void update_pause();
   bool may_drop(uint64_t upto);
   void end_readers();
-  void finished_now();
+  void finish_now(protocol::ExecutionResult r);
 
   Registry& registry_;
   ExecutionSpec spec_;
   State state_ = State::reserved;
   bool reloaded_ = false;
+  bool started_ = false;
   std::unique_ptr<Runner> runner_;
+  std::unique_ptr<ChangeTracker> tracker_;
+  bool settling_ = false;  // finished, waiting for the tracker's list
   std::unique_ptr<OutputLog> log_;
   std::list<Link<ExecutionReader>> readers_;
   pty::OutputDigest digest_[2];

@@ -9,10 +9,11 @@
 
 namespace execd::exec {
 
-Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal)
+Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal, Activity& activity)
     : loop_(loop),
       settings_(std::move(settings)),
       journal_(journal),
+      activity_(activity),
       records_(loop, settings_.state_dir, [this] {
         std::set<std::string> ids;
         for (const auto& [id, e] : executions_) ids.insert(id);
@@ -57,8 +58,17 @@ void Registry::journal_append(const nlohmann::ordered_json& entry) {
   if (journal_.enabled()) journal_.append(entry);
 }
 
+void Registry::started(Execution& e) {
+  ++running_kind_[static_cast<int>(e.kind())];
+  activity_.begin(e.id());
+}
+
 void Registry::finished(Execution& e) {
   --running_;
+  if (e.was_started()) {
+    --running_kind_[static_cast<int>(e.kind())];
+    activity_.end(e.id());
+  }
   finished_order_.push_back(&e);
   // Swept from the timer, never from inside the execution's own callback.
   if (finished_order_.size() > settings_.max_records && !closed_)

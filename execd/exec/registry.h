@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "execd/activity.h"
 #include "execd/exec/execution.h"
 #include "execd/exec/record_store.h"
 #include "nlohmann/json.hpp"
@@ -34,7 +35,7 @@ struct RegistrySettings {
 class Registry {
  public:
   // Loads the records the state directory holds as finished executions.
-  Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal);
+  Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal, Activity& activity);
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -49,6 +50,8 @@ class Registry {
   }
   // Executions not finished yet (reserved or running).
   size_t running() const { return running_; }
+  // Running ones of a kind (started, not finished).
+  size_t running_of(Kind k) const { return running_kind_[static_cast<int>(k)]; }
   // Readers streaming an execution that are not its original response.
   size_t readers() const { return readers_; }
   void count_reader(int delta) { readers_ = static_cast<size_t>(static_cast<int64_t>(readers_) + delta); }
@@ -68,6 +71,8 @@ class Registry {
   const std::string& boot_id() const { return records_.boot_id(); }
   RecordStore& records() { return records_; }
   void journal_append(const nlohmann::ordered_json& entry);
+  Activity& activity() { return activity_; }
+  void started(Execution& e);
   void finished(Execution& e);
   // A reserved execution that never ran: forgotten (frees it).
   void forget(Execution& e);
@@ -78,12 +83,14 @@ class Registry {
   uv_loop_t* loop_;
   RegistrySettings settings_;
   api::Journal& journal_;
+  Activity& activity_;
   RecordStore records_;
   std::map<std::string, std::unique_ptr<Execution>> executions_;
   // Finished executions, oldest first, for the sweep (pointers: only the
   // sweep erases a finished execution, from the front).
   std::deque<Execution*> finished_order_;
   size_t running_ = 0;
+  size_t running_kind_[3] = {0, 0, 0};
   size_t readers_ = 0;
   uint64_t sweep_period_ = 1000;
   uv_timer_t sweep_timer_;

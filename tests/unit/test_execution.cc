@@ -89,6 +89,7 @@ struct World : LoopScratch {
   Context ctx;
   api::WorkGate gate{4};
   std::unique_ptr<api::Journal> journal;
+  Activity activity;
   std::unique_ptr<exec::Registry> reg;
 
   explicit World(std::string state = "") {
@@ -99,7 +100,7 @@ struct World : LoopScratch {
     exec::RegistrySettings s;
     s.state_dir = ctx.config.state_dir;
     s.log_limit = 64 << 20;
-    reg = std::make_unique<exec::Registry>(&loop, s, *journal);
+    reg = std::make_unique<exec::Registry>(&loop, s, *journal, activity);
   }
   ~World() {
     reg->close();
@@ -409,7 +410,7 @@ TEST_CASE("execution: a record the disk refuses keeps its execution until close,
   exec::RegistrySettings s;
   s.state_dir = state;
   s.retention_ms = 1;
-  exec::Registry reg(&w.loop, s, *w.journal);
+  exec::Registry reg(&w.loop, s, *w.journal, w.activity);
   exec::ExecutionSpec spec;
   spec.id = "nopersist";
   exec::Execution& e = reg.create(spec);
@@ -436,7 +437,7 @@ TEST_CASE("execution: output the disk could not keep is a gap to a reader that n
   // Logs under a state directory that does not exist fail their first write.
   exec::RegistrySettings s;
   s.state_dir = w.dir + "/missing";
-  exec::Registry reg(&w.loop, s, *w.journal);
+  exec::Registry reg(&w.loop, s, *w.journal, w.activity);
   exec::ExecutionSpec spec;
   spec.id = "nodisk";
   exec::Execution& e = reg.create(spec);

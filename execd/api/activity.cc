@@ -1,0 +1,141 @@
+// execd/api/activity: see header.
+#include "execd/api/activity.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "execd/api/awaiter.h"
+#include "protocol/errors.h"
+#include "protocol/query_values.h"
+
+namespace execd::api {
+
+namespace codes = protocol::codes;
+using ojson = nlohmann::ordered_json;
+
+bool refuse_if_frozen(const pty::Containment& containment, http::Exchange& ex) {
+  if (!containment.frozen()) return false;
+  ex.respond_error(409, "FROZEN", "execd's processes are frozen (POST /freeze); POST /thaw first");
+  return true;
+}
+
+namespace {
+
+ojson time_or_null(int64_t ms) { return ms ? ojson(rfc3339_nano(ms * 1000000)) : ojson(); }
+
+std::string plural(size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+void handle_activity(ActivityService& s, http::Exchange& ex) {
+  int64_t now = unix_ms();
+  size_t commands = s.executions.running_of(exec::Kind::command);
+  size_t session_runs = s.executions.running_of(exec::Kind::session_run);
+  size_t code_runs = s.executions.running_of(exec::Kind::code_run);
+  size_t attached = s.ptys.live_clients();
+  size_t leftover = s.containment.lingering_with_members();
+  size_t proxied = s.proxy.open();
+  size_t file_work = s.file_gate.running() + s.file_gate.waiting();
+  int64_t last = std::max({s.activity.last_output_ms(), s.activity.last_input_ms(), s.activity.last_request_ms()});
+  int64_t quiet_ms = last ? now - last : -1;
+
+  // Busy: something runs, a terminal is attached, a service is being
+  // proxied, files move, or anything happened within --idle-after.
+  std::vector<std::string> reasons;
+  if (commands) reasons.push_back(plural(commands, "command running", "commands running"));
+  if (session_runs) reasons.push_back(plural(session_runs, "session run running", "session runs running"));
+  if (code_runs) reasons.push_back(plural(code_runs, "code run running", "code runs running"));
+  if (attached) reasons.push_back(plural(attached, "terminal attached", "terminals attached"));
+  if (leftover) reasons.push_back(plural(leftover, "finished command left processes", "finished commands left processes"));
+  if (proxied) reasons.push_back(plural(proxied, "proxied request or tunnel open", "proxied requests or tunnels open"));
+  if (file_work) reasons.push_back(plural(file_work, "file operation in progress", "file operations in progress"));
+  if (last && quiet_ms < s.ctx.config.idle_after_ms)
+    reasons.push_back("activity " + std::to_string(quiet_ms) + " ms ago (--idle-after " +
+                      std::to_string(s.ctx.config.idle_after_ms) + " ms)");
+
+  ojson j;
+  j["verdict"] = reasons.empty() ? "idle" : "busy";
+  j["reasons"] = reasons;
+  j["frozen"] = s.containment.frozen();
+  j["idle_for_ms"] = reasons.empty() ? (last ? quiet_ms : -1) : 0;
+  j["idle_after_ms"] = s.ctx.config.idle_after_ms;
+  j["last_output_at"] = time_or_null(s.activity.last_output_ms());
+  j["last_input_at"] = time_or_null(s.activity.last_input_ms());
+  j["last_request_at"] = time_or_null(s.activity.last_request_ms());
+  j["running"] = {{"commands", commands}, {"session_runs", session_runs}, {"code_runs", code_runs}};
+  j["sessions"] = {{"open", s.sessions.count()}, {"busy", s.sessions.busy()}};
+  j["ptys"] = {{"open", s.ptys.count()}, {"attached", attached}};
+  j["kernels"] = {{"alive", s.code.kernels_alive()}};
+  j["leftover_process_groups"] = leftover;
+  j["proxied"] = proxied;
+  j["file_operations"] = file_work;
+  j["watches"] = {{"open", s.watches.count()}, {"feeds", s.watches.followers()}};
+  // Streams a client holds open besides a run's own response: counted, not
+  // busy by themselves (a dashboard following along is not work).
+  j["streams"] = {{"run_readers", s.executions.readers()},
+                  {"journal_followers", s.journal.followers()},
+                  {"watch_feeds", s.watches.followers()}};
+  j["connections"] = s.server.connection_count();
+  j["containment"] = pty::containment_mode_name(s.containment.mode());
+  ex.respond_json(200, j.dump(-1, ' ', false, ojson::error_handler_t::replace));
+}
+
+ojson outcome_json(const pty::FreezeOutcome& o, bool frozen) {
+  ojson j;
+  j["frozen"] = frozen;
+  j["detail"] = o.detail;
+  j["cgroups"] = o.cgroups;
+  j["processes"] = o.processes;
+  j["took_ms"] = o.took_ms;
+  return j;
+}
+
+struct FreezeWait : Awaitable {};
+
+void handle_freeze(ActivityService& s, http::Exchange& ex) {
+  uint64_t timeout = static_cast<uint64_t>(s.ctx.config.freeze_timeout_ms);
+  if (const std::string* raw = protocol::query_value(ex.query, "timeout"); raw && !raw->empty()) {
+    auto v = protocol::parse_offset(*raw);
+    if (!v || *v == 0 || *v > 600000)
+      return ex.respond_error(400, codes::kInvalidRequestBody, "timeout must be milliseconds between 1 and 600000");
+    timeout = *v;
+  }
+  auto wait = std::make_shared<FreezeWait>();
+  await(ex, *wait);
+  pty::Containment& c = s.containment;
+  c.freeze(uv_now(s.ctx.loop) + timeout, [wait, &c](pty::FreezeOutcome o) {
+    http::Exchange* ex = wait->exchange();
+    if (!ex) return;  // the freeze stands (or was undone at its deadline) either way
+    if (!o.ok) {
+      ojson j = outcome_json(o, c.frozen());
+      j["code"] = o.status == 501 ? "NOT_SUPPORTED" : o.status == 504 ? "FREEZE_TIMEOUT" : "FREEZE_FAILED";
+      j["message"] = o.detail;
+      return ex->respond_json(o.status, j.dump());
+    }
+    ex->respond_json(200, outcome_json(o, true).dump());
+  });
+}
+
+void handle_thaw(ActivityService& s, http::Exchange& ex) {
+  pty::FreezeOutcome o = s.containment.thaw();
+  if (!o.ok) {
+    ojson j = outcome_json(o, s.containment.frozen());
+    j["code"] = o.status == 501 ? "NOT_SUPPORTED" : "THAW_FAILED";
+    j["message"] = o.detail;
+    return ex.respond_json(o.status, j.dump());
+  }
+  ojson j = outcome_json(o, false);
+  j["frozen_ms"] = o.took_ms;
+  ex.respond_json(200, j.dump());
+}
+
+}  // namespace
+
+void add_activity_routes(RouteTable& routes, ActivityService& svc) {
+  routes.add("GET", "/activity", [&svc](http::Exchange& ex) { handle_activity(svc, ex); });
+  routes.add("POST", "/freeze", [&svc](http::Exchange& ex) { handle_freeze(svc, ex); });
+  routes.add("POST", "/thaw", [&svc](http::Exchange& ex) { handle_thaw(svc, ex); });
+}
+
+}  // namespace execd::api

@@ -1,0 +1,50 @@
+// execd/api/activity: pause cooperation for a control plane.
+//   GET  /activity   what runs and when output, input and requests last
+//                    happened, with a busy/idle verdict and its reasons
+//   POST /freeze     freezes every cgroup execd made (pty/cgroup), answering
+//                    once the kernel says the whole tree is frozen, or 504
+//                    (and thawed again) after --freeze-timeout or ?timeout=
+//   POST /thaw       undoes it
+// While frozen no process starts (409 FROZEN from every route that would
+// start one) and no timeout counts the frozen time. Thin: the numbers are
+// the registries', the freezing is pty::Containment's.
+#pragma once
+
+#include "execd/activity.h"
+#include "execd/api/code.h"
+#include "execd/api/journal.h"
+#include "execd/api/proxy.h"
+#include "execd/api/pty.h"
+#include "execd/api/sessions.h"
+#include "execd/api/work_gate.h"
+#include "execd/context.h"
+#include "execd/exec/registry.h"
+#include "execd/http/server.h"
+#include "execd/routes.h"
+#include "execd/watch/watch.h"
+#include "pty/cgroup.h"
+
+namespace execd::api {
+
+struct ActivityService {
+  const Context& ctx;
+  Activity& activity;
+  exec::Registry& executions;
+  Journal& journal;
+  SessionRegistry& sessions;
+  PtyRegistry& ptys;
+  CodeRegistry& code;
+  ProxyService& proxy;
+  WorkGate& file_gate;
+  watch::Hub& watches;
+  pty::Containment& containment;
+  http::Server& server;
+};
+
+void add_activity_routes(RouteTable& routes, ActivityService& svc);
+
+// 409 FROZEN when execd's processes are frozen: answered, true. For the
+// routes that start a process.
+bool refuse_if_frozen(const pty::Containment& containment, http::Exchange& ex);
+
+}  // namespace execd::api
