@@ -14,7 +14,7 @@ PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
                 libspdlog-dev libfmt-dev doctest-dev libssl-dev libarchive-dev python3-venv curl procps clang
 
-.PHONY: all deps venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean \
+.PHONY: all deps venv cli-venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean \
         vm-deps vm-guest test-vm k8s-deps k8s-build test-k8s
 
 all: build
@@ -35,6 +35,16 @@ $(VENV)/.ready: tests/requirements.txt
 	touch $@
 
 venv: deps $(VENV)/.ready
+
+# opensandbox-cli (`osb`, for tests/image/test_server.py) wants rich<14 and
+# e2b rich>=14: the CLI gets a venv of its own.
+CLI_VENV := .venv-cli
+$(CLI_VENV)/.ready:
+	python3 -m venv $(CLI_VENV)
+	$(CLI_VENV)/bin/pip install -q --disable-pip-version-check opensandbox-cli==1.1.1
+	touch $@
+
+cli-venv: $(CLI_VENV)/.ready
 
 # E2B's JS SDK from npm for tests/integration/test_e2b_js.py, at the version
 # package-lock.json pins. The SDK wants Node >= 20.18; Debian 12's own nodejs
@@ -94,11 +104,11 @@ integration: build build-asan venv e2b-js opensandbox-js
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/pytest -q tests/integration
 	EXECD_BIN=$(CURDIR)/$(ASAN_BUILD)/execd EXECD_SANITIZED=1 $(VENV)/bin/pytest -q tests/integration
 
-test: unit integration fuzz-smoke
+test: unit integration fuzz-smoke cli-venv
 	JOBS=$(JOBS) $(VENV)/bin/pytest -q -rs tests/image
 	$(MAKE) test-vm
 
-test-image: build venv
+test-image: build venv cli-venv
 	JOBS=$(JOBS) EXECD_IMAGE_TEST=1 $(VENV)/bin/pytest -q -rs tests/image
 
 bench: build static venv

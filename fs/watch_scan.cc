@@ -27,7 +27,7 @@ protocol::EntryType type_of(mode_t m) {
 }
 }  // namespace
 
-protocol::EntryStat stat_entry(const std::string& path) {
+protocol::EntryStat stat_for_watch(const std::string& path) {
   protocol::EntryStat s;
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return s;

@@ -16,7 +16,7 @@
 namespace execd::fs {
 
 // lstat, as the feed reports an entry (exists false when it is gone).
-protocol::EntryStat stat_entry(const std::string& path);
+protocol::EntryStat stat_for_watch(const std::string& path);
 
 // A watch root: `$VAR`/`~` expanded, absolute, symlinks resolved (the root
 // may be a link to a directory; nothing below it is followed). `error` set

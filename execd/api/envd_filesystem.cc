@@ -50,6 +50,7 @@ cn::Code code_for(fs::ErrorKind kind) {
     case fs::ErrorKind::forbidden:
       return cn::Code::permission_denied;
     case fs::ErrorKind::no_space:
+    case fs::ErrorKind::too_large:
       return cn::Code::resource_exhausted;
     case fs::ErrorKind::conflict:
       return cn::Code::failed_precondition;

@@ -95,7 +95,7 @@ void ChangeTracker::settled() {
       [](LookJob& j) {
         for (auto& c : j.summary->entries) {
           if (c.op == protocol::ChangeOp::removed) continue;
-          c.stat = fs::stat_entry(c.path);
+          c.stat = fs::stat_for_watch(c.path);
           if (c.stat.exists && c.stat.type == protocol::EntryType::file) {
             bool too_large = false;
             c.sha256 = fs::sha256_of_file(c.path, j.hash_max, too_large);

@@ -441,9 +441,9 @@ void Watch::start_job() {
             c.scanned = fs::watch_tree(j.fd, c.path, kMask, true, j.budget, c.list, kMaxListed);
             j.budget -= std::min(j.budget, c.scanned.dirs.size());
             c.listed.reserve(c.scanned.entries.size());
-            for (const auto& [path, type] : c.scanned.entries) c.listed.push_back(fs::stat_entry(path));
+            for (const auto& [path, type] : c.scanned.entries) c.listed.push_back(fs::stat_for_watch(path));
           }
-          if (c.look) c.st = fs::stat_entry(c.path);
+          if (c.look) c.st = fs::stat_for_watch(c.path);
         }
       },
       [](Job& j, int) { j.watch->job_done(j.batch); });

@@ -490,9 +490,10 @@ def test_execd_run_as_init_and_the_cli(dockerd, execd_server_image, base_image, 
             name = container_of(dockerd, sb.id)
             logs = container_logs(dockerd, name)
             assert "entrypoint started" in logs, logs[-2000:]
-            osb = Path(sys.executable).parent / "osb"
+            # its own venv (make cli-venv): it pins rich<14, the E2B SDKs want >=14
+            osb = Path(os.environ.get("EXECD_OSB") or ROOT / ".venv-cli" / "bin" / "osb")
             if not osb.exists():
-                unavailable(f"{osb} not found (pip install opensandbox-cli)")
+                unavailable(f"{osb} not found (make cli-venv)")
             home = tmp_path_factory.mktemp("osb-home")
 
             def cli(*args):
