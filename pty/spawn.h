@@ -16,6 +16,9 @@
 
 namespace execd::pty {
 
+class Hardening;       // pty/hardening
+struct IsolatedEntry;  // pty/confine
+
 struct SpawnOptions {
   std::string program;             // absolute path
   std::vector<std::string> argv;
@@ -29,6 +32,9 @@ struct SpawnOptions {
   unsigned short rows = 24, cols = 80;
   bool new_session = false;        // pipes: setsid() instead of setpgid() (bash sessions)
   int extra_fd3 = -1;              // if >= 0: becomes the child's fd 3 (bash session status channel)
+  // An isolated run: the session's namespaces to enter (pty/confine); the
+  // session owns it and outlives the spawn.
+  const IsolatedEntry* isolated = nullptr;
 };
 
 struct Spawned {
@@ -61,6 +67,9 @@ class ChildSetup {
     static const Signals empty{{}, 0};
     return empty;
   }
+  // The hardening floor every child stands on (pty/hardening; main owns it).
+  void set_hardening(const Hardening* h) { hardening_ = h; }
+  const Hardening* hardening() const { return hardening_; }
 
  private:
   struct rlimit child_nofile_ {};
@@ -68,6 +77,7 @@ class ChildSetup {
   // Resetting every one of the 64 in the child had cost 15 us per spawn
   // (70 under load), with the parent stopped meanwhile.
   mutable Signals signals_;
+  const Hardening* hardening_ = nullptr;
 };
 
 // Where the child goes before exec (set by pty::Command, not by callers).
