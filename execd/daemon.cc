@@ -67,10 +67,11 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       commands_{ctx_, runtime_, executions_},
       sessions_(ctx_, runtime_, executions_),
       ptys_(ctx_, runtime_, journal_),
-      files_{ctx_, file_gate_, journal_},
+      files_{ctx_, file_gate_, journal_, nullptr, {}},
       metrics_(ctx_),
       proxy_(ctx_),
-      code_(ctx_, runtime_, executions_) {
+      code_(ctx_, runtime_, executions_),
+      isolated_(ctx_, runtime_, executions_, files_) {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).
@@ -99,6 +100,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
   api::add_code_routes(routes_, code_, commands_, sessions_);
+  api::add_isolated_routes(routes_, isolated_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -169,6 +171,7 @@ void Daemon::shutdown(int signum) {
   // attached PTY WebSocket does not hold the shutdown for the grace period.
   sessions_.kill_all();
   ptys_.kill_all();
+  isolated_.kill_all();
   code_.shutdown_all();
   deadline_ = uv_now(loop_) + static_cast<uint64_t>(ctx_.config.graceful_shutdown_ms);
   uv_timer_start(&housekeeping_, [](uv_timer_t* t) { static_cast<Daemon*>(t->data)->on_tick(); }, 0,
@@ -184,6 +187,7 @@ void Daemon::finish() {
   executions_.signal_all(SIGKILL);
   sessions_.kill_all();
   ptys_.kill_all();
+  isolated_.kill_all();
   code_.kill_all();
   // Whatever the commands left behind, setsid() or not.
   containment_.kill_everything();
@@ -200,6 +204,7 @@ void Daemon::finish() {
     if (d->server_.connection_count() > 0) return;  // still closing
     d->ptys_.clear();
     d->sessions_.clear();
+    d->isolated_.clear();
     d->executions_.close();
     d->journal_.close();
     d->code_.close();

@@ -1,7 +1,7 @@
 // execd/daemon: the one object that owns a running execd: the reaper and the
 // containment (the process runtime), the HTTP server, the route table, the
 // journal, the record store and the executions, every registry (bash
-// sessions, PTY sessions, code contexts), the file gate, the metrics sampler
+// sessions, PTY sessions, code contexts, isolated sessions), the file gate, the metrics sampler
 // and the proxy. Built once by main; each part gets the others it needs when
 // it is built, in the order of the members below. shutdown() (SIGTERM/SIGINT)
 // stops accepting, forwards the signal to every command, shell and terminal,
@@ -16,6 +16,7 @@
 #include "execd/api/code.h"
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
+#include "execd/api/isolated.h"
 #include "execd/api/journal.h"
 #include "execd/api/metrics.h"
 #include "execd/api/proxy.h"
@@ -69,6 +70,7 @@ class Daemon {
   api::MetricsService metrics_;
   api::ProxyService proxy_;
   api::CodeRegistry code_;
+  api::IsolatedRegistry isolated_;  // after files_: its sessions' file routes share the gate and journal
   uv_signal_t sigterm_, sigint_;
   uv_timer_t housekeeping_;
   uint64_t deadline_ = 0;

@@ -16,6 +16,11 @@ class MetricsService;
 void add_file_routes(RouteTable& routes, FileService& files);
 void add_upload_route(RouteTable& routes, FileService& files);
 void add_download_route(RouteTable& routes, FileService& files);
+// The same routes under `prefix` (an isolated session's), each request
+// finding its service through `scope`.
+void add_file_routes_at(RouteTable& routes, const std::string& prefix, FileScope scope);
+void add_upload_route_at(RouteTable& routes, const std::string& prefix, FileScope scope);
+void add_download_route_at(RouteTable& routes, const std::string& prefix, FileScope scope);
 void add_metrics_routes(RouteTable& routes, MetricsService& metrics);
 
 }  // namespace execd::api

@@ -244,11 +244,13 @@ class FileSender final : public http::Source {
   bool blocked_ = false;
 };
 
-void after_open(uv_work_t* work, int) {
+void after_open(uv_work_t* work, int status) {
   std::unique_ptr<OpenWork> w(static_cast<OpenWork*>(work->data));
   Exchange* ex = w->exchange();
   auto file = w->prepared.fd >= 0 ? std::make_shared<const http::OpenFile>(w->prepared.fd) : nullptr;
   if (!ex) return;  // the client left; the file closes with `file`
+  if (status != 0)
+    return ex->respond_error(500, codes::kRuntimeError, std::string("download: ") + uv_strerror(status));
   if (w->error) return send_reply(*ex, *w->error);
   Prepared& p = w->prepared;
   ex->begin_sized(p.status, std::move(p.headers));
@@ -344,8 +346,7 @@ void handle_line_download(FileService& svc, Exchange& ex, const std::string& pat
   w->work.req.data = w;
   w->path = path;
   w->params = params;
-  int rc = svc.gate.queue(
-      svc.ctx.loop, w->work,
+  int rc = svc.queue(w->work,
       [](uv_work_t* work) {
         auto* w = static_cast<LineOpen*>(work->data);
         auto expanded = fs::expand_path(w->path, fs::process_env_lookup());
@@ -354,10 +355,12 @@ void handle_line_download(FileService& svc, Exchange& ex, const std::string& pat
         if (auto st = w->reader->open(expanded.value(), w->params.offset, w->params.limit); !st)
           w->error = st.error();
       },
-      [](uv_work_t* work, int) {
+      [](uv_work_t* work, int status) {
         std::unique_ptr<LineOpen> w(static_cast<LineOpen*>(work->data));
         Exchange* ex = w->exchange();
         if (!ex) return;
+        if (status != 0)
+          return ex->respond_error(500, codes::kRuntimeError, std::string("download: ") + uv_strerror(status));
         if (w->error) return send_reply(*ex, FileReply::from(*w->error));
         ex->begin_chunked(200, {"Content-Type: text/plain; charset=utf-8"});
         auto sender = std::make_unique<LineSender>(*ex, *w->work.gate, work->loop, std::move(w->reader));
@@ -391,8 +394,7 @@ void handle_download(FileService& svc, Exchange& ex) {
   w->work.req.data = w;
   w->path = *path;
   if (const std::string* range = ex.header("range")) w->range = *range;
-  int rc = svc.gate.queue(
-      svc.ctx.loop, w->work, [](uv_work_t* work) { open_for_download(*static_cast<OpenWork*>(work->data)); }, after_open);
+  int rc = svc.queue(w->work, [](uv_work_t* work) { open_for_download(*static_cast<OpenWork*>(work->data)); }, after_open);
   if (rc != 0) {
     delete w;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
@@ -403,7 +405,15 @@ void handle_download(FileService& svc, Exchange& ex) {
 }  // namespace
 
 void add_download_route(RouteTable& routes, FileService& svc) {
-  routes.add("GET", "/files/download", [&svc](Exchange& ex) { handle_download(svc, ex); });
+  add_download_route_at(routes, "", FileScope{[&svc](Exchange&) { return &svc; }, nullptr});
+}
+
+void add_download_route_at(RouteTable& routes, const std::string& prefix, FileScope scope) {
+  routes.add("GET", prefix + "/files/download", [scope](Exchange& ex) {
+    FileService* svc = scope.find(ex);
+    if (!svc) return scope.missing(ex);
+    handle_download(*svc, ex);
+  });
 }
 
 }  // namespace execd::api

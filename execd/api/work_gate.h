@@ -11,6 +11,11 @@
 
 #include <cstddef>
 #include <deque>
+#include <memory>
+
+namespace execd::pty {
+struct MountNamespace;
+}
 
 namespace execd::api {
 
@@ -24,6 +29,11 @@ class WorkGate {
     uv_loop_t* loop = nullptr;
     uv_work_cb work = nullptr;
     uv_after_work_cb after = nullptr;
+    // Work on an isolated session's files runs inside the session's mount
+    // namespace (pty::MountScope), which the ticket keeps alive. If the
+    // thread cannot enter it, the work does not run and `after` gets UV_EIO.
+    std::shared_ptr<const pty::MountNamespace> mount;
+    int mount_error = 0;
   };
 
   explicit WorkGate(size_t cap) : cap_(cap) {}
@@ -40,6 +50,7 @@ class WorkGate {
   size_t waiting() const { return waiting_.size(); }
 
  private:
+  static void run(uv_work_t* req);
   static void finished(uv_work_t* req, int status);
   int start(Ticket& t);
   void start_waiting();

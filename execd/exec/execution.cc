@@ -21,12 +21,14 @@ const char* kind_name(Kind k) {
       return "session_run";
     case Kind::code_run:
       return "code_run";
+    case Kind::isolated_run:
+      return "isolated_run";
   }
   return "command";
 }
 
 std::optional<Kind> kind_from_name(std::string_view name) {
-  for (Kind k : {Kind::command, Kind::session_run, Kind::code_run})
+  for (Kind k : {Kind::command, Kind::session_run, Kind::code_run, Kind::isolated_run})
     if (name == kind_name(k)) return k;
   return std::nullopt;
 }

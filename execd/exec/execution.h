@@ -58,7 +58,7 @@ class StdinBody;
 class Registry;
 
 // The kinds of run, as the journal and the records name them.
-enum class Kind : uint8_t { command, session_run, code_run };
+enum class Kind : uint8_t { command, session_run, code_run, isolated_run };
 const char* kind_name(Kind k);
 std::optional<Kind> kind_from_name(std::string_view name);
 
@@ -169,6 +169,7 @@ class Execution final : public RunSink {
   std::string status_json() const;
   protocol::StoredExecution stored() const;
   nlohmann::ordered_json journal_entry() const;
+  int64_t started_ns() const { return started_ns_; }
   int64_t finished_ns() const { return finished_ns_; }
   Registry& registry() { return registry_; }
   const OutputLog* log() const { return log_.get(); }
