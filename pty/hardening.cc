@@ -163,11 +163,26 @@ int landlock_abi() {
 constexpr uint64_t kFileRights = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_TRUNCATE |
                                  LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE;
 
+}  // namespace
+
+// Made at start-up, the ruleset would be descriptor 3, which a bash
+// session's child overwrites with its status pipe before confining itself.
+int above_child_stdio(int fd) {
+  if (fd < 0 || fd > 3) return fd;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (high < 0) return fd;
+  close(fd);
+  return high;
+}
+
+namespace {
+
 int build_ruleset(uint64_t handled, const std::vector<std::string>& paths, std::string* skipped) {
   struct landlock_ruleset_attr attr {};
   attr.handled_access_fs = handled;
   int fd = static_cast<int>(syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0));
   if (fd < 0) return -1;
+  fd = above_child_stdio(fd);
   for (const std::string& p : paths) {
     int dir = open(p.c_str(), O_PATH | O_CLOEXEC);
     if (dir < 0) {

@@ -44,6 +44,10 @@ struct HardeningOptions {
 // Where --landlock lets processes write when --landlock-writable is not given.
 extern const char* const kDefaultLandlockWritable[];
 
+// `fd`, moved above 3 if it is not (closing the old one): descriptors the
+// spawn child uses after its own dup2 onto 0-3 must not be among those.
+int above_child_stdio(int fd);
+
 // The capabilities --drop-caps keeps: Docker's default set.
 uint64_t docker_default_caps();
 

@@ -491,7 +491,7 @@ void holder_main(int argc, char** argv) {
 bool open_namespaces(pid_t holder, bool own_net, bool userns, IsolatedEntry& out, std::string& error) {
   auto open_ns = [&](const char* name, int& fd) {
     std::string path = "/proc/" + std::to_string(holder) + "/ns/" + name;
-    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = above_child_stdio(open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd < 0) error = "open " + path + ": " + strerror(errno);
     return fd >= 0;
   };

@@ -367,6 +367,11 @@ Prepared prepare_session(IsolatedSession& s, const std::vector<std::string>& all
       if (beneath(resolved, a)) return std::nullopt;
     return src + " is not in the allowlist (--isolated-allowed-paths)";
   };
+  // The session's own tmpfs (/run; /tmp under profile strict) starts
+  // empty: a mount point there is made, whatever the host has.
+  auto in_session_tmpfs = [&](const std::string& target) {
+    return beneath(target, "/run") || (s.plan.tmp_tmpfs && beneath(target, "/tmp"));
+  };
   std::vector<pty::SessionMount> mounts;
   size_t k = 0;
   for (const auto& o : r.overlays) {
@@ -384,7 +389,7 @@ Prepared prepare_session(IsolatedSession& s, const std::vector<std::string>& all
     m.target = o.path;
     // Beneath the session's own tmpfs (/run; /tmp under profile strict)
     // the mount point is made in it.
-    m.create_target = beneath(o.path, "/run") || (s.plan.tmp_tmpfs && beneath(o.path, "/tmp"));
+    m.create_target = in_session_tmpfs(o.path);
     if (o.mode == "rw") {
       m.kind = pty::SessionMount::Kind::bind_rw;
       s.writable.push_back(o.path);
@@ -433,7 +438,9 @@ Prepared prepare_session(IsolatedSession& s, const std::vector<std::string>& all
     m.target = target;
     m.source_is_file = !S_ISDIR(st.st_mode);
     struct stat tst {};
-    if (lstat(target.c_str(), &tst) != 0) {
+    if (in_session_tmpfs(target)) {
+      m.create_target = true;
+    } else if (lstat(target.c_str(), &tst) != 0) {
       if (!can_create_under(target))
         return std::string(what) + " destination " + target +
                " does not exist, and the session's root is read-only: use an existing path, or one under /run, "
