@@ -18,7 +18,7 @@ import time
 import pytest
 from opensandbox.config import ConnectionConfigSync
 from opensandbox.exceptions import SandboxApiException
-from opensandbox.models.filesystem import WriteEntry
+from opensandbox.models.filesystem import DirectoryListEntry, MoveEntry, SearchEntry, WriteEntry
 from opensandbox.models.isolated import (
     BindMount,
     CreateIsolatedSessionRequest,
@@ -232,6 +232,22 @@ def test_session_files_are_the_sessions_view(iso, tmp_path):
         assert not os.path.exists("/tmp/only-inside")
         info = files.get_file_info([f"{ws}/base.txt"])
         assert info[f"{ws}/base.txt"].size == len("from the host\n")
+        files.create_directories([WriteEntry(path=f"{ws}/sub", mode=755)])
+        files.move_files([MoveEntry(src=f"{ws}/via-api.txt", dest=f"{ws}/sub/moved.txt")])
+        names = sorted(e.path for e in files.list_directory(DirectoryListEntry(path=ws_str(ws), depth=2)))
+        assert f"{ws}/sub/moved.txt" in names and f"{ws}/via-api.txt" not in names, names
+        found = [e.path for e in files.search(SearchEntry(path=str(ws), pattern="*.txt"))]
+        assert sorted(found) == sorted([f"{ws}/base.txt", f"{ws}/run.txt", f"{ws}/sub/moved.txt"]), found
+        files.delete_files([f"{ws}/base.txt"])
+        assert stdout(s.run("ls")) == "run.txt\nsub\n"
+        assert (ws / "base.txt").exists(), "deleted in the overlay only"
+        r = iso.request("GET", f"/v1/isolated/session/{s.session_id}/diff")
+        changes = {c["path"]: c["change"] for c in json.loads(r[2])["changes"]}
+        assert changes[f"{ws}/base.txt"] == "deleted" and changes[f"{ws}/sub"] == "added", changes
+
+
+def ws_str(ws) -> str:
+    return str(ws)
 
 
 def test_binds_and_their_allowlist(iso, tmp_path):
@@ -470,3 +486,29 @@ def _cmdline(p) -> str:
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_idle_timeout_ends_the_session(iso, tmp_path):
+    req, _ = workspace(tmp_path)
+    req.idle_timeout_seconds = 1
+    svc = service(iso)
+    s = svc.create(req)
+    assert s.get().idle_remaining_seconds in (0, 1)
+    wait_until(lambda: s.session_id not in [x.session_id for x in svc.list()], 15 * SLOW, what="the idle session to go")
+    with pytest.raises(SandboxApiException) as err:
+        s.run("true")
+    assert err.value.status_code == 404
+
+
+def test_session_limit(execd_factory, tmp_path):
+    ex = execd_factory("--max-isolated-sessions", "1")
+    svc = service(ex)
+    if not svc.capabilities().available:
+        pytest.skip("isolation unavailable here")
+    req, _ = workspace(tmp_path)
+    with svc.session(req):
+        with pytest.raises(SandboxApiException) as err:
+            svc.create(req)
+        assert err.value.status_code == 429
+    with svc.session(req) as s:
+        assert stdout(s.run("echo room")) == "room\n"
