@@ -321,7 +321,8 @@ def test_uid_setpriv_and_userns(iso, tmp_path):
     req.uid_mode = "userns"
     req.uid, req.gid = 1000, 1000
     with service(iso).session(req) as s:
-        assert stdout(s.run("id -u; id -g; touch userns-file")) == "1000\n1000\n"
+        assert stdout(s.run("id -u; id -g; touch userns-file; unshare -U true 2>/dev/null || echo no-nested")) == \
+            "1000\n1000\nno-nested\n"
         st = (ws / "userns-file").stat()
         assert st.st_uid == os.geteuid(), "inside 1000, on the host execd's own uid"
 
@@ -512,3 +513,28 @@ def test_session_limit(execd_factory, tmp_path):
         assert err.value.status_code == 429
     with svc.session(req) as s:
         assert stdout(s.run("echo room")) == "room\n"
+
+
+def test_second_foreground_run_is_busy(iso, tmp_path):
+    import threading
+    req, ws = workspace(tmp_path)
+    gate = ws / "gate"
+    with service(iso).session(req) as s:
+        first = {}
+        t = threading.Thread(target=lambda: first.update(
+            e=s.run(f"echo on; touch started; while [ ! -e {gate} ]; do sleep 0.05; done")))
+        t.start()
+        wait_until(lambda: (ws / "started").exists(), 10 * SLOW, what="the first run")
+        assert _busy(iso, s.session_id)
+        gate.write_text("")
+        t.join(30 * SLOW)
+        assert stdout(first["e"]) == "on\n"
+        assert stdout(s.run("echo free")) == "free\n"
+
+
+def _busy(ex, sid) -> bool:
+    status, _, body = ex.request("POST", f"/v1/isolated/session/{sid}/run", {"code": "echo second"})
+    if status == 409:
+        assert b"SESSION_BUSY" in body
+        return True
+    return False
