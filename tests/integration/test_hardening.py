@@ -133,3 +133,17 @@ def test_isolated_runs_stand_on_the_floor(floor, tmp_path):
         assert "CapEff:\t0000000000000000" in out and "NoNewPrivs:\t1" in out and "Seccomp:\t2" in out, out
         assert "refused" in out
         assert (ws / "inside.txt").read_text() == "in\n", "the session's workspace is on its Landlock list"
+
+
+def test_kernels_and_terminals_stand_on_the_floor(tmp_path_factory):
+    from test_code import of, run_code, start_kernel_execd, stop_and_check
+    ex = start_kernel_execd(tmp_path_factory, "--seccomp")
+    try:
+        r = ex.run("grep '^Seccomp:' /proc/self/status | tr -d '\\t\\r'", tty=True)
+        assert "".join(r.texts("stdout")).strip() == "Seccomp:2", r.events
+        st, events = run_code(ex, "print([l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0].split()[1])",
+                              language="python")
+        assert st == 200, events
+        assert "".join(e["text"] for e in of(events, "stdout")).strip() == "2"
+    finally:
+        stop_and_check(ex)
