@@ -256,9 +256,14 @@ def test_binds_and_their_allowlist(iso, tmp_path):
     (data / "in.txt").write_text("bound\n")
     ro = tmp_path / "ro"
     ro.mkdir()
+    extra = tmp_path / "extra"
+    extra.mkdir()
     req, _ = workspace(tmp_path)
     req.binds = [BindMount(source=str(data), dest="/tmp/data"), BindMount(source=str(ro), readonly=True)]
+    req.extra_writable = [str(extra)]
     with service(iso).session(req) as s:
+        assert s.run(f"echo e > {extra}/e").error is None
+        assert (extra / "e").read_text() == "e\n"
         assert stdout(s.run("cat /tmp/data/in.txt; echo w > /tmp/data/out.txt")) == "bound\n"
         assert (data / "out.txt").read_text() == "w\n"
         e = s.run(f"echo w > {ro}/x")
