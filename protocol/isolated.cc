@@ -8,7 +8,7 @@
 namespace execd::protocol {
 namespace {
 
-simdjson::dom::parser& parser() {
+simdjson::dom::parser& isolated_parser() {
   thread_local simdjson::dom::parser p;
   return p;
 }
@@ -87,7 +87,7 @@ std::variant<IsolatedCreateRequest, DecodeError> decode_isolated_create(std::str
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return DecodeError{"invalid request body: empty body"};
   simdjson::dom::element root;
-  if (auto err = parser().parse(body.data(), body.size()).get(root))
+  if (auto err = isolated_parser().parse(body.data(), body.size()).get(root))
     return DecodeError{std::string("invalid request body: ") + simdjson::error_message(err)};
   simdjson::dom::object obj;
   if (root.get(obj)) return DecodeError{"invalid request body: expected a JSON object"};
@@ -242,7 +242,7 @@ std::variant<IsolatedRunRequest, DecodeError> decode_isolated_run(std::string_vi
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return DecodeError{"invalid request body: empty body"};
   simdjson::dom::element root;
-  if (auto err = parser().parse(body.data(), body.size()).get(root))
+  if (auto err = isolated_parser().parse(body.data(), body.size()).get(root))
     return DecodeError{std::string("invalid request body: ") + simdjson::error_message(err)};
   simdjson::dom::object obj;
   if (root.get(obj)) return DecodeError{"invalid request body: expected a JSON object"};

@@ -16,7 +16,7 @@ namespace execd::pty {
 namespace {
 // execd's own pid namespace, to come back to (opened on the loop thread at
 // the first isolated spawn; never closed).
-int home_pid_namespace() {
+int own_pid_namespace() {
   static int fd = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
   return fd;
 }
@@ -24,7 +24,7 @@ int home_pid_namespace() {
 
 PidNamespaceScope::PidNamespaceScope(const IsolatedEntry* entry) {
   if (!entry || entry->pid < 0) return;
-  if (home_pid_namespace() < 0) {
+  if (own_pid_namespace() < 0) {
     error_ = errno;
     return;
   }
@@ -39,7 +39,7 @@ PidNamespaceScope::~PidNamespaceScope() {
   // Back to execd's own: entering the namespace a thread lives in is always
   // allowed. If it were not, every later child would be born in a session:
   // better to stop.
-  if (switched_ && setns(home_pid_namespace(), CLONE_NEWPID) != 0) abort();
+  if (switched_ && setns(own_pid_namespace(), CLONE_NEWPID) != 0) abort();
 }
 
 const char* confine_before_credentials(const IsolatedEntry* entry, const Hardening* hardening) {

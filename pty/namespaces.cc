@@ -68,7 +68,7 @@ struct Plan {
   void add(Step s) { steps.push_back(s); }
 };
 
-struct ChildFailure {
+struct HolderFailure {
   volatile int err = 0;
   const char* volatile step = nullptr;
   const char* volatile path = nullptr;
@@ -345,7 +345,7 @@ int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, 
   const int ready_w = ready[1];
   const Step* step_list = steps.steps.data();
   const size_t step_count = steps.steps.size();
-  ChildFailure failure;
+  HolderFailure failure;
 
   sigset_t all, old;
   sigfillset(&all);
@@ -429,7 +429,7 @@ int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, 
 bool is_holder_invocation(int argc, char** argv) { return argc >= 2 && strcmp(argv[1], "--isolated-init") == 0; }
 
 namespace {
-bool write_text(const char* path, const char* text) {
+bool write_proc_text(const char* path, const char* text) {
   int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0) return false;
   size_t n = strlen(text);
@@ -459,12 +459,12 @@ void holder_main(int argc, char** argv) {
     if (unshare(CLONE_NEWUSER) != 0) holder_fail("unshare(CLONE_NEWUSER)");
     char map[64];
     snprintf(map, sizeof map, "%s %u 1\n", argv[3], outside_uid);
-    if (!write_text("/proc/self/uid_map", map)) holder_fail("write uid_map");
-    if (!write_text("/proc/self/setgroups", "deny")) holder_fail("write setgroups");
+    if (!write_proc_text("/proc/self/uid_map", map)) holder_fail("write uid_map");
+    if (!write_proc_text("/proc/self/setgroups", "deny")) holder_fail("write setgroups");
     snprintf(map, sizeof map, "%s %u 1\n", argv[4], outside_gid);
-    if (!write_text("/proc/self/gid_map", map)) holder_fail("write gid_map");
+    if (!write_proc_text("/proc/self/gid_map", map)) holder_fail("write gid_map");
     // No user namespaces below this one (bubblewrap's --disable-userns).
-    write_text("/proc/sys/user/max_user_namespaces", "0");
+    write_proc_text("/proc/sys/user/max_user_namespaces", "0");
     // And none of the capabilities the new namespace gave the holder.
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct none[2]{};

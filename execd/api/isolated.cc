@@ -60,7 +60,7 @@ constexpr const char* kNotSupported = "NOT_SUPPORTED";
 // Where a session's shell finds the run scripts (a read-only bind of the
 // session's scripts directory into its /run tmpfs).
 constexpr const char* kScriptsInside = "/run/execd-isolated";
-constexpr uint64_t kTickMs = 1000;
+constexpr uint64_t kSessionTickMs = 1000;
 constexpr int64_t kStartDeadlineMs = 30000;
 constexpr size_t kMaxRunLogRead = 16 << 20;  // a page of GET .../logs, as upstream
 }  // namespace
@@ -143,8 +143,8 @@ void IsolatedRegistry::begin(std::shared_ptr<IsolatedSession> s) {
   s->begun_ms = uv_now(ctx_.loop);
   starting_[s->id] = std::move(s);
   if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&tick_)) && !closed_)
-    uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<IsolatedRegistry*>(t->data)->on_tick(); }, kTickMs,
-                   kTickMs);
+    uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<IsolatedRegistry*>(t->data)->on_tick(); }, kSessionTickMs,
+                   kSessionTickMs);
 }
 
 void IsolatedRegistry::activate(const std::shared_ptr<IsolatedSession>& s) {
@@ -336,14 +336,14 @@ bool make_dirs(const std::string& path, std::optional<uint32_t> uid, std::option
 
 // What the pool works out before the holder starts: every host path checked
 // and made, the plan, or why not (a 400 or a 500).
-struct Prepared {
+struct PreparedSession {
   int status = 0;
   std::string error;
 };
 
-Prepared prepare_session(IsolatedSession& s, const std::vector<std::string>& allowed, const std::string& state_dir) {
-  auto bad = [](std::string why) { return Prepared{400, std::move(why)}; };
-  auto fail = [](std::string why) { return Prepared{500, std::move(why)}; };
+PreparedSession prepare_session(IsolatedSession& s, const std::vector<std::string>& allowed, const std::string& state_dir) {
+  auto bad = [](std::string why) { return PreparedSession{400, std::move(why)}; };
+  auto fail = [](std::string why) { return PreparedSession{500, std::move(why)}; };
   const auto& r = s.spec;
   for (const std::string& d : {s.dir, s.dir + "/root", s.scripts}) {
     if (!make_dirs(d, std::nullopt, std::nullopt)) return fail("cannot make " + d + ": " + strerror(errno));
@@ -680,7 +680,7 @@ void handle_create(IsolatedRegistry& reg, Exchange& ex) {
     std::shared_ptr<IsolatedSession> s;
     std::vector<std::string> allowed;
     std::string state_dir;
-    Prepared result;
+    PreparedSession result;
   };
   // The pool touches only the session's plan and paths until it is back.
   fs::queue_job<PrepareJob>(
