@@ -138,9 +138,10 @@ std::variant<IsolatedCreateRequest, DecodeError> decode_isolated_create(std::str
             return DecodeError{field_error(where + ".readonly", "a boolean")};
         }
         if (b.source.empty()) return DecodeError{"invalid request, validation error: " + where + ".source is required"};
-        if (b.source[0] != '/')
+        // Clean too: without a dest the source is also the mount point inside.
+        if (!clean_absolute_path(b.source))
           return DecodeError{"invalid request, validation error: " + where + ".source \"" + b.source +
-                             "\" must be an absolute path"};
+                             "\" must be a clean absolute path"};
         if (!b.dest.empty() && !clean_absolute_path(b.dest))
           return DecodeError{"invalid request, validation error: " + where + ".dest \"" + b.dest +
                              "\" must be a clean absolute path"};

@@ -98,6 +98,8 @@ TEST_CASE("isolated create: what is refused, and why") {
   CHECK(create_error(R"({"overlays":[{"path":"/w","mode":"rw","persist":true}]})").find("persist") !=
         std::string::npos);
   CHECK(create_error(R"({"workspace":{"path":"/w"},"binds":[{"dest":"/x"}]})").find("source") != std::string::npos);
+  CHECK(create_error(R"({"workspace":{"path":"/w"},"binds":[{"source":"/data/../../etc"}]})").find("clean") !=
+        std::string::npos);
   CHECK(create_error("[1]") != "");
   CHECK(create_error("{") != "");
   CHECK(create_error(std::string("{\"workspace\":{\"path\":\"/w\\u0000\"}}")) != "");
