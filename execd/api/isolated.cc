@@ -600,7 +600,7 @@ void handle_capabilities(IsolatedRegistry& reg, Exchange& ex) {
   j["isolator"] = "linux-namespaces";
   j["version"] = p.kernel;
   if (!p.message.empty()) j["message"] = p.message;
-  j["setpriv_available"] = p.available;
+  j["setpriv_available"] = p.available && p.setpriv;  // another uid needs CAP_SETUID/CAP_SETGID
   j["userns_available"] = p.available && p.userns;
   j["commit_supported"] = p.available && p.overlay;
   j["diff_supported"] = p.available && p.overlay;

@@ -543,3 +543,37 @@ def _busy(ex, sid) -> bool:
         assert b"SESSION_BUSY" in body
         return True
     return False
+
+
+def test_async_adapter(iso, tmp_path):
+    import asyncio
+
+    from opensandbox.adapters.factory import AdapterFactory
+    from opensandbox.config import ConnectionConfig
+
+    req, ws = workspace(tmp_path, "overlay")
+
+    async def main():
+        cfg = ConnectionConfig(protocol="http").with_transport_if_missing()
+        ep = SandboxEndpoint(endpoint=iso.endpoint, headers={TOKEN_HEADER: iso.token})
+        svc = AdapterFactory(cfg).create_isolated_session_service(ep)
+        try:
+            assert (await svc.capabilities()).available
+            s = await svc.create(req)
+            try:
+                e = await s.run("echo async > a.txt; cat a.txt base.txt")
+                assert [m.text for m in e.logs.stdout] == ["async", "from the host"]
+                bg = await s.run_background("echo bg")
+                while (await s.run_status(bg.run_id)).running:
+                    await asyncio.sleep(0.02)
+                assert (await s.run_logs(bg.run_id)).text == "bg\n"
+            finally:
+                await s.delete()
+            assert [x for x in await svc.list() if x.session_id == s.session_id] == []
+        finally:
+            await svc._sse_client.aclose()
+            await svc._httpx_client.aclose()
+            await cfg.close_transport_if_owned()
+
+    asyncio.run(main())
+    assert not (ws / "a.txt").exists()
