@@ -147,3 +147,23 @@ def test_kernels_and_terminals_stand_on_the_floor(tmp_path_factory):
         assert "".join(e["text"] for e in of(events, "stdout")).strip() == "2"
     finally:
         stop_and_check(ex)
+
+
+def test_no_new_privs_makes_setuid_grant_nothing(execd_factory):
+    import shutil
+    import tempfile
+    # A setuid-root `id`, where uid 65534 can reach it (pytest's tmp is 0700).
+    d = tempfile.mkdtemp(prefix="execd-suid-")
+    try:
+        os.chmod(d, 0o755)
+        suid = os.path.join(d, "id")
+        shutil.copy("/usr/bin/id", suid)
+        os.chmod(suid, 0o4755)
+        for flags, expect_root in (((), True), (("--no-new-privs",), False)):
+            ex = execd_factory(*flags)
+            r = ex.run(suid, uid=65534, gid=65534, exact=True)
+            out = r.stdout.decode()
+            assert r.terminal.get("exit_code") == 0, r.events
+            assert ("euid=0" in out) == expect_root, (flags, out)
+    finally:
+        shutil.rmtree(d)
