@@ -105,14 +105,10 @@ IsolatedRegistry::IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, ex
   uv_timer_init(ctx.loop, &tick_);
   tick_.data = this;
   uv_unref(reinterpret_cast<uv_handle_t*>(&tick_));
-  // Sessions do not outlive execd: what an earlier one left goes.
-  std::string dir = ctx.config.state_dir + "/isolated";
-  struct Sweep {
-    std::string dir;
-  };
-  fs::queue_job<Sweep>(
-      ctx.loop, std::make_unique<Sweep>(Sweep{dir}), [](Sweep& s) { (void)fs::remove_tree(s.dir); },
-      [](Sweep&, int) {});
+  // Sessions do not outlive execd: what an earlier one left goes, here at
+  // start-up, before anything is served. On the pool it raced with the
+  // first session's directories (one stat when nothing was left).
+  (void)fs::remove_tree(ctx.config.state_dir + "/isolated");
 }
 
 IsolatedRegistry::~IsolatedRegistry() { clear(); }
