@@ -421,7 +421,12 @@ def test_clients_that_vanish_at_each_phase(iso, tmp_path):
             raw(iso, request_bytes(iso, "POST", f"/v1/isolated/session/{sid}/run", big), read=False)
             wait_until(lambda: not s.get() or stdout_ok(s), 60 * SLOW, what="the session to be free again")
         s.run("seq 1 100000 > big.txt")
+        bg = s.run_background("cat big.txt big.txt big.txt")
+        wait_until(lambda: not s.run_status(bg.run_id).running, 20 * SLOW, what="the background run")
         for _ in range(3):
+            raw(iso, request_bytes(iso, "GET", f"/v1/isolated/session/{sid}/runs/{bg.run_id}/logs"), read=True,
+                reset=True)
+            raw(iso, request_bytes(iso, "GET", f"/v1/isolated/session/{sid}/diff"), read=False)
             raw(iso, request_bytes(iso, "POST", f"/v1/isolated/session/{sid}/commit"), read=True, reset=True)
             raw(iso, request_bytes(iso, "GET", f"/v1/isolated/session/{sid}/files/download?path={ws}/big.txt"),
                 read=True, reset=True)
