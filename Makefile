@@ -11,7 +11,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 VENV ?= .venv
 PORT ?= 44772
-DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
+DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev zlib1g-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
                 libspdlog-dev libfmt-dev doctest-dev libssl-dev libarchive-dev python3-venv curl procps clang
 
 .PHONY: all deps venv cli-venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean \

@@ -98,6 +98,20 @@ const char* const kUsage =
     "  --freeze-timeout D              POST /freeze gives up and thaws after this (default 5s)\n"
     "  --idle-after D                  GET /activity says idle after this long quiet (default 1m)\n"
     "  --journal-event-max-bytes BYTES one event of POST /journal/events (default 65536)\n"
+    "  --max-isolated-sessions N       isolated sessions (/v1/isolated) at once (default 16)\n"
+    "  --no-isolation                  no isolated sessions: /v1/isolated/capabilities says so\n"
+    "  --isolated-allowed-paths LIST   binds and extra_writable of isolated sessions must lie beneath\n"
+    "                                  one of these (':'-separated; default /workspace:/mnt:/media:/data)\n"
+    "  --drop-caps                     hardening: every process execd starts keeps only Docker's\n"
+    "                                  default capabilities\n"
+    "  --no-new-privs                  hardening: no_new_privs on every process (setuid binaries and\n"
+    "                                  file capabilities grant nothing)\n"
+    "  --seccomp                       hardening: execd's syscall deny-list on every process\n"
+    "                                  (implies --no-new-privs; see the README for the list)\n"
+    "  --landlock                      hardening: every process may write only beneath\n"
+    "                                  --landlock-writable (implies --no-new-privs)\n"
+    "  --landlock-writable LIST        ':'-separated (default /tmp:/var/tmp:/dev:/proc:/run:/workspace:\n"
+    "                                  /home:/root)\n"
     "  --jupyter-host URL, --jupyter-token TOKEN, --jupyter-idle-poll-interval D\n"
     "                                  accepted for compatibility with the Go execd (env JUPYTER_HOST,\n"
     "                                  JUPYTER_TOKEN, EXECD_JUPYTER_IDLE_POLL_INTERVAL); ignored:\n"
@@ -204,6 +218,22 @@ TokenFileError read_token_file(const std::string& path, std::string& token) {
 
 const char* system_getenv(const char* name) { return std::getenv(name); }
 
+// "a:b:c" -> absolute, non-empty paths; false if any is not.
+bool parse_path_list(const std::string& value, std::vector<std::string>& out) {
+  out.clear();
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t colon = value.find(':', start);
+    std::string p = value.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (p.empty() || p[0] != '/') return false;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    out.push_back(p);
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return !out.empty();
+}
+
 }  // namespace
 
 bool is_loopback_address(const std::string& host) {
@@ -295,6 +325,26 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) < 0) return "--stdin-timeout needs a duration like 500ms or 30s";
       cfg.stdin_timeout_ms = ms;
+    } else if (name == "no-isolation" || name == "drop-caps" || name == "no-new-privs" || name == "seccomp" ||
+               name == "landlock") {
+      if (!bool_value()) return bad_bool();
+      bool& slot = name == "drop-caps" ? cfg.drop_caps
+                   : name == "no-new-privs" ? cfg.no_new_privs
+                   : name == "seccomp" ? cfg.seccomp
+                   : name == "landlock" ? cfg.landlock
+                                        : cfg.isolation;
+      slot = name == "no-isolation" ? !flag_value : flag_value;
+    } else if (name == "landlock-writable" || name == "isolated-allowed-paths") {
+      std::vector<std::string> paths;
+      if (!need_value() || !parse_path_list(value, paths))
+        return "--" + name + " needs absolute paths separated by ':'";
+      (name == "landlock-writable" ? cfg.landlock_writable : cfg.isolated_allowed_paths) = std::move(paths);
+    } else if (name == "isolation-config") {
+      // The Go daemon's TOML file (upper dir, allowed_writable, [hardening],
+      // [landlock], [seccomp]): accepted, not read.
+      if (!need_value()) return "--isolation-config needs a path";
+      cfg.warnings.push_back("--isolation-config accepted but ignored: execd takes --isolated-allowed-paths, "
+                             "--drop-caps, --no-new-privs, --seccomp and --landlock instead");
     } else if (name == "init") {
       if (!bool_value()) return bad_bool();
       cfg.init_mode = flag_value;
@@ -386,7 +436,7 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       (name == "header-timeout" ? cfg.header_timeout_ms : cfg.body_timeout_ms) = ms;
     } else if (name == "max-code-contexts" || name == "max-sessions" || name == "max-ptys" ||
                name == "max-pty-viewers" || name == "max-running" || name == "max-readers" || name == "max-journal-followers" ||
-               name == "max-tunnels") {
+               name == "max-tunnels" || name == "max-isolated-sessions") {
       int64_t n;
       if (!need_value() || !parse_int(value, 1, 1 << 24, n)) return "--" + name + " needs a count >= 1";
       size_t& slot = name == "max-code-contexts" ? cfg.max_code_contexts
@@ -396,6 +446,7 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
                      : name == "max-running"     ? cfg.max_running
                      : name == "max-readers"     ? cfg.max_readers
                      : name == "max-journal-followers" ? cfg.max_journal_followers
+                     : name == "max-isolated-sessions" ? cfg.max_isolated_sessions
                                                        : cfg.max_tunnels;
       slot = static_cast<size_t>(n);
     } else if (name == "max-connections") {
@@ -565,6 +616,9 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
   if (jupyter_token_flag) cfg.warnings.push_back(std::string("--jupyter-token accepted") + kIgnored);
   else if (!cfg.jupyter_token.empty()) cfg.warnings.push_back(std::string("JUPYTER_TOKEN is set") + kIgnored);
   if (jupyter_poll_flag) cfg.warnings.push_back(std::string("--jupyter-idle-poll-interval accepted") + kIgnored);
+  if (getenv_nonempty("EXECD_ISOLATION_CONFIG"))
+    cfg.warnings.push_back("EXECD_ISOLATION_CONFIG is set but ignored: execd takes --isolated-allowed-paths, "
+                           "--drop-caps, --no-new-privs, --seccomp and --landlock instead");
   if (getenv_nonempty("EXECD_LOG_FILE"))
     cfg.warnings.push_back("EXECD_LOG_FILE is set but ignored: execd logs to stderr");
   return {};

@@ -90,6 +90,18 @@ struct Config {
   size_t max_readers = 1024;              // resume readers and retried starts attached
   size_t max_journal_followers = 64;      // GET /journal?follow=true
   size_t max_tunnels = 1024;              // /proxy after a 101
+  size_t max_isolated_sessions = 16;      // /v1/isolated sessions (each a set of namespaces and a shell)
+  // Isolated sessions (/v1/isolated, execd/api/isolated): --no-isolation
+  // turns them off; binds and extra_writable sources must lie beneath one
+  // of the allowed paths (as upstream's allowed_writable).
+  bool isolation = true;
+  std::vector<std::string> isolated_allowed_paths = {"/workspace", "/mnt", "/media", "/data"};
+  // The hardening floor under every process execd starts (pty/hardening).
+  bool drop_caps = false;
+  bool no_new_privs = false;
+  bool seccomp = false;
+  bool landlock = false;
+  std::vector<std::string> landlock_writable;  // empty: pty::kDefaultLandlockWritable
   bool show_help = false, show_version = false;
 
   // Where access_token came from: "--access-token", "--access-token-file",

@@ -85,7 +85,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       binding_(ctx_, routes_, commands_, entrypoint_.get()),
       sessions_(ctx_, runtime_, executions_, watches_),
       ptys_(ctx_, runtime_, journal_),
-      files_{ctx_, file_gate_, journal_},
+      files_{ctx_, file_gate_, journal_, nullptr, nullptr, {}},
       file_identities_(files_),
       metrics_(ctx_),
       proxy_(ctx_),
@@ -99,7 +99,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       envd_processes_(ctx_, runtime_, executions_),
       envd_fs_(ctx_, files_),
       activity_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
-                    server_} {
+                    server_},
+      isolated_(ctx_, runtime_, executions_, files_) {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).
@@ -153,6 +154,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     if (file_gate_.running() > 0) out.emplace_back("file-api");
     if (containment_.lingering() > 0) out.emplace_back("leftover-processes");
   });
+  api::add_isolated_routes(routes_, isolated_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);
@@ -270,6 +272,7 @@ void Daemon::shutdown(int signum) {
   // attached PTY WebSocket does not hold the shutdown for the grace period.
   sessions_.kill_all();
   ptys_.kill_all();
+  isolated_.kill_all();
   code_.shutdown_all();
   deadline_ = uv_now(loop_) + static_cast<uint64_t>(ctx_.config.graceful_shutdown_ms);
   uv_timer_start(&housekeeping_, [](uv_timer_t* t) { static_cast<Daemon*>(t->data)->on_tick(); }, 0,
@@ -287,6 +290,7 @@ void Daemon::finish() {
   executions_.signal_all(SIGKILL);
   sessions_.kill_all();
   ptys_.kill_all();
+  isolated_.kill_all();
   code_.kill_all();
   // Whatever the commands left behind, setsid() or not.
   containment_.kill_everything();
@@ -303,6 +307,7 @@ void Daemon::finish() {
     if (d->connections() > 0) return;  // still closing
     d->ptys_.clear();
     d->sessions_.clear();
+    d->isolated_.clear();
     d->executions_.close();
     d->watches_.close();
     d->journal_.close();

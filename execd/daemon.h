@@ -1,10 +1,10 @@
 // execd/daemon: the one object that owns a running execd: the reaper and the
 // containment (the process runtime), the HTTP server, the route table, the
 // journal, the record store and the executions, every registry (bash
-// sessions, PTY sessions, code contexts), the file gate, the metrics sampler
-// and the proxy; and, for E2B's SDKs, the envd listener (and the
-// code-interpreter one) with their own route table and token, the envd
-// process and filesystem services. Built once by main; each part gets the others it needs when
+// sessions, PTY sessions, code contexts, isolated sessions), the file gate,
+// the metrics sampler and the proxy; and, for E2B's SDKs, the envd listener
+// (and the code-interpreter one) with their own route table and token, the
+// envd process and filesystem services. Built once by main; each part gets the others it needs when
 // it is built, in the order of the members below. shutdown() (SIGTERM/SIGINT)
 // stops accepting, forwards the signal to every command, shell and terminal,
 // lets open streams drain within the grace period, then kills what is left
@@ -24,6 +24,7 @@
 #include "execd/api/envd_process.h"
 #include "execd/api/file_identities.h"
 #include "execd/api/file_jobs.h"
+#include "execd/api/isolated.h"
 #include "execd/api/journal.h"
 #include "execd/api/metrics.h"
 #include "execd/api/proxy.h"
@@ -102,6 +103,7 @@ class Daemon {
   api::EnvdProcesses envd_processes_;
   api::EnvdFilesystem envd_fs_;
   api::ActivityService activity_api_;
+  api::IsolatedRegistry isolated_;  // after files_: its sessions' file routes share the gate and journal
   uv_signal_t sigterm_, sigint_;
   // With an entrypoint: what a container's init is sent, passed on to it.
   uv_signal_t forwarded_[4];

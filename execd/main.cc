@@ -24,6 +24,8 @@
 #include "fs/small_file.h"
 #include "execd/runners/command_spawn.h"
 #include "protocol/json_text.h"
+#include "pty/hardening.h"
+#include "pty/namespaces.h"
 #include "pty/spawn.h"
 
 extern char** environ;
@@ -164,6 +166,8 @@ void power_off_if_machine_init() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // An isolated session's holder re-executes execd as its init (pty/namespaces).
+  if (execd::pty::is_holder_invocation(argc, argv)) execd::pty::holder_main(argc, argv);
   execd::Context ctx;
   std::string err = execd::parse_config(argc, argv, ctx.config);
   if (!err.empty()) {
@@ -184,6 +188,21 @@ int main(int argc, char** argv) {
   execd::pty::ChildSetup children;
   uint64_t open_files = children.raise_open_files_limit();
   spdlog::debug("open-files limit {}", open_files);
+  // The hardening floor, probed while execd has no other thread (the probe forks).
+  execd::pty::Hardening hardening;
+  execd::pty::HardeningOptions harden;
+  harden.drop_caps = ctx.config.drop_caps;
+  harden.no_new_privs = ctx.config.no_new_privs;
+  harden.seccomp = ctx.config.seccomp;
+  harden.landlock = ctx.config.landlock;
+  harden.landlock_writable = ctx.config.landlock_writable;
+  hardening.prepare(harden);
+  children.set_hardening(&hardening);
+  for (auto [name, layer] : {std::pair{"cap_drop", &hardening.caps_report}, std::pair{"no_new_privs", &hardening.nnp_report},
+                             std::pair{"seccomp", &hardening.seccomp_report}, std::pair{"landlock", &hardening.landlock_report}})
+    if (layer->state != execd::pty::LayerState::disabled)
+      spdlog::info("hardening {}: {} ({})", name, execd::pty::layer_state_name(layer->state), layer->message);
+  execd::pty::MountScope::remember_home();
   for (const std::string& w : ctx.config.warnings) spdlog::warn("{}", w);
   if (ctx.config.insecure_no_auth) spdlog::warn("running WITHOUT an access token (--insecure-no-auth)");
 

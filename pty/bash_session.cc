@@ -79,6 +79,9 @@ bool BashSession::start(const std::string& shell, const std::vector<std::string>
   opts.pipe_stdin = true;
   opts.new_session = true;
   opts.extra_fd3 = status_pipe[1];
+  opts.isolated = isolated_;
+  opts.uid = uid_;
+  opts.gid = gid_;
   cmd_ = Command::start(rt_, opts, CommandLimits{0, 0, {}}, this, error);
   ::close(status_pipe[1]);
   if (!cmd_) {
@@ -103,11 +106,17 @@ std::string BashSession::next_run_file() {
 }
 
 BashSession::PreparedRun BashSession::prepare_run(std::string file, pid_t shell_pid, const std::string& command,
-                                                  int64_t timeout_ms) {
+                                                  int64_t timeout_ms, std::optional<std::pair<uid_t, gid_t>> owner) {
   PreparedRun p;
   int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     p.error = "cannot write the run script: " + std::string(strerror(errno));
+    return p;
+  }
+  if (owner && fchown(fd, owner->first, owner->second) != 0) {
+    p.error = "cannot hand the run script to the shell's user: " + std::string(strerror(errno));
+    ::close(fd);
+    ::unlink(file.c_str());
     return p;
   }
   std::string body = command;
@@ -144,7 +153,11 @@ BashSession::RunStatus BashSession::run(PreparedRun prepared, const std::string&
   run_file_ = prepared.file;
   std::string line = "{ ";
   if (!cwd.empty()) line += "\\builtin cd -- " + shell_quote(cwd) + " && ";
-  line += "\\builtin source " + shell_quote(run_file_) + "; } </dev/null 3>&-\n";
+  // Inside an isolated session the script is where the session sees the scratch directory.
+  std::string script = run_file_;
+  if (!scratch_inside_.empty() && script.compare(0, scratch_dir_.size(), scratch_dir_) == 0)
+    script = scratch_inside_ + script.substr(scratch_dir_.size());
+  line += "\\builtin source " + shell_quote(script) + "; } </dev/null 3>&-\n";
   line += "\\builtin printf '%d\\n' \"$?\" >&3\n";
 
   run_active_ = true;

@@ -70,6 +70,16 @@ class BashSession : public CommandSink, public FreezeListener {
 
   bool start(const std::string& shell, const std::vector<std::string>& env, const std::string& cwd,
              std::string& error);
+  // Before start(): the shell runs inside an isolated session (its
+  // namespaces, as that uid/gid in setpriv mode), where the scratch
+  // directory is seen at `scratch_inside`.
+  void isolate(const IsolatedEntry* entry, std::optional<uid_t> uid, std::optional<gid_t> gid,
+               std::string scratch_inside) {
+    isolated_ = entry;
+    uid_ = uid;
+    gid_ = gid;
+    scratch_inside_ = std::move(scratch_inside);
+  }
   bool alive() const { return cmd_ && !shell_exited_; }
   bool busy() const { return run_active_; }
 
@@ -88,7 +98,9 @@ class BashSession : public CommandSink, public FreezeListener {
   pid_t shell_pid() const { return pid_; }
   // Blocking and touching no session: call it on the threadpool with what
   // the two calls above returned, then run() on the loop.
-  static PreparedRun prepare_run(std::string file, pid_t shell_pid, const std::string& command, int64_t timeout_ms);
+  // `owner`: who the script file belongs to (a shell running as another uid must read it).
+  static PreparedRun prepare_run(std::string file, pid_t shell_pid, const std::string& command, int64_t timeout_ms,
+                                 std::optional<std::pair<uid_t, gid_t>> owner = std::nullopt);
   RunStatus run(PreparedRun prepared, const std::string& cwd, int64_t timeout_ms, BashListener* listener,
                 std::string& error);
   // Drops a prepared run that will not be started.
@@ -132,6 +144,10 @@ class BashSession : public CommandSink, public FreezeListener {
   Runtime& rt_;
   uv_loop_t* loop_;
   std::string scratch_dir_, name_;
+  const IsolatedEntry* isolated_ = nullptr;
+  std::optional<uid_t> uid_;
+  std::optional<gid_t> gid_;
+  std::string scratch_inside_;
   Command* cmd_ = nullptr;
   OutputPump* status_ = nullptr;
   uv_timer_t timer_;

@@ -21,6 +21,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "pty/confine.h"
+
 namespace execd::pty {
 namespace {
 
@@ -220,6 +222,16 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   const ChildSetup::Signals& reset = place.setup ? place.setup->signals() : ChildSetup::none();
   const struct rlimit* child_nofile = place.setup ? place.setup->child_nofile() : nullptr;
 
+  // Isolation and hardening (pty/confine): two child steps; the pid
+  // namespace is chosen by this thread before the vfork.
+  const IsolatedEntry* isolated = opts.isolated;
+  const Hardening* hardening = place.setup ? place.setup->hardening() : nullptr;
+  PidNamespaceScope pid_namespace(isolated);
+  if (pid_namespace.error()) {
+    errno = pid_namespace.error();
+    return fail("enter the session's pid namespace");
+  }
+
   // Block every signal so no handler of ours runs in the child before it has
   // reset the dispositions to their defaults.
   sigset_t all, old;
@@ -258,6 +270,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
         close(fd);
       }
     }
+    if (const char* step = confine_before_credentials(isolated, hardening)) child_fail(&failure, step);
     if (set_creds) {
       if (setgroups(opts.groups.size(), opts.groups.data()) < 0) child_fail(&failure, "setgroups");
       if (setgid(gid) < 0) child_fail(&failure, "setgid");
@@ -268,6 +281,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (const char* step = confine_before_exec(isolated, hardening)) child_fail(&failure, step);
     if (program) {
       execve(program, argv.data(), envp.data());
       child_fail(&failure, "exec");

@@ -16,6 +16,9 @@
 
 namespace execd::pty {
 
+class Hardening;       // pty/hardening
+struct IsolatedEntry;  // pty/confine
+
 struct SpawnOptions {
   std::string program;             // a path (relative: from cwd), or empty to search `search`
   std::vector<std::string> argv;
@@ -38,6 +41,9 @@ struct SpawnOptions {
   bool new_session = false;        // pipes: setsid() instead of setpgid() (bash sessions)
   int extra_fd3 = -1;              // if >= 0: becomes the child's fd 3 (bash session status channel)
   bool inherit_stdio = false;      // keep execd's fds 0-2 (the --init entrypoint): no pipes
+  // An isolated run: the session's namespaces to enter (pty/confine); the
+  // session owns it and outlives the spawn.
+  const IsolatedEntry* isolated = nullptr;
 };
 
 struct Spawned {
@@ -70,6 +76,9 @@ class ChildSetup {
     static const Signals empty{{}, 0};
     return empty;
   }
+  // The hardening floor every child stands on (pty/hardening; main owns it).
+  void set_hardening(const Hardening* h) { hardening_ = h; }
+  const Hardening* hardening() const { return hardening_; }
 
  private:
   struct rlimit child_nofile_ {};
@@ -77,6 +86,7 @@ class ChildSetup {
   // Resetting every one of the 64 in the child had cost 15 us per spawn
   // (70 under load), with the parent stopped meanwhile.
   mutable Signals signals_;
+  const Hardening* hardening_ = nullptr;
 };
 
 // Where the child goes before exec (set by pty::Command, not by callers).

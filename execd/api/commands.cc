@@ -307,6 +307,14 @@ void handle_logs(CommandService& svc, http::Exchange& ex, const std::string& id)
   constexpr size_t kMaxLogRead = 4 << 20;
   Execution* e = svc.executions.find(id);
   if (!e) return respond_unknown(ex, id);
+  respond_logs(ex, *e, kMaxLogRead, "EXECD-COMMANDS-TAIL-CURSOR", "EXECD-COMMANDS-LOG-TRUNCATED");
+}
+
+}  // namespace
+
+void respond_logs(http::Exchange& ex, exec::Execution& execution, size_t max_bytes, std::string_view cursor_header,
+                  std::string_view truncated_header) {
+  Execution* e = &execution;
   // As Go: anything that is not a base-10 int64 (overflow included) reads
   // from 0; a negative cursor is a failed seek.
   const std::string* raw = protocol::query_value(ex.query, "cursor");
@@ -319,7 +327,8 @@ void handle_logs(CommandService& svc, http::Exchange& ex, const std::string& id)
   bool truncated = log->first() > 0 || e->produced(0) + e->produced(1) + e->produced(2) > log->end();
   auto* waiting = new LogRead;
   await(ex, *waiting);
-  log->read(cursor, kMaxLogRead, [waiting, cursor, truncated, e](int err, std::string data) {
+  log->read(cursor, max_bytes, [waiting, cursor, truncated, e, cursor_header = std::string(cursor_header),
+                                truncated_header = std::string(truncated_header)](int err, std::string data) {
     std::unique_ptr<LogRead> done(waiting);
     http::Exchange* ex = done->exchange();
     if (!ex) return;
@@ -334,11 +343,13 @@ void handle_logs(CommandService& svc, http::Exchange& ex, const std::string& id)
       for (const auto& piece : idx.pieces(cursor, next))
         if (piece.stream != exec::kEvents) text.append(data, piece.at - cursor, piece.len);
     }
-    std::vector<std::string> headers = {"EXECD-COMMANDS-TAIL-CURSOR: " + std::to_string(next)};
-    if (truncated) headers.emplace_back("EXECD-COMMANDS-LOG-TRUNCATED: true");
+    std::vector<std::string> headers = {cursor_header + ": " + std::to_string(next)};
+    if (truncated) headers.emplace_back(truncated_header + ": true");
     ex->respond(200, "text/plain; charset=utf-8", events ? text : data, headers);
   });
 }
+
+namespace {
 
 // GET /command/{id}/stream?stdout=N&stderr=M: always exact framing (offsets
 // are byte offsets of the streams).

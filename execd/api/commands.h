@@ -40,6 +40,13 @@ void interrupt_command(CommandService& svc, SessionRegistry& sessions, http::Exc
 // taken); a start that fails later is the execution's own result.
 bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, std::string& error);
 
+// The retained stdout and stderr of `e` from the request's ?cursor= (a
+// combined byte offset, read as the Go daemon reads it), at most `max_bytes`,
+// the next cursor in `cursor_header`; `truncated_header: true` when older
+// bytes are no longer kept. GET /command/{id}/logs and the isolated run logs.
+void respond_logs(http::Exchange& ex, exec::Execution& e, size_t max_bytes, std::string_view cursor_header,
+                  std::string_view truncated_header);
+
 // Exact framing when the server is configured for it or the client asks
 // with `Accept: application/x-ndjson`.
 protocol::Framing framing_for(const Context& ctx, const http::Exchange& ex);

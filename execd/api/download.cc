@@ -258,11 +258,13 @@ class FileSender final : public http::Source {
   bool blocked_ = false;
 };
 
-void after_open(uv_work_t* work, int) {
+void after_open(uv_work_t* work, int status) {
   std::unique_ptr<OpenWork> w(static_cast<OpenWork*>(work->data));
   Exchange* ex = w->exchange();
   auto file = w->prepared.fd >= 0 ? std::make_shared<const http::OpenFile>(w->prepared.fd) : nullptr;
   if (!ex) return;  // the client left; the file closes with `file`
+  if (status != 0)
+    return ex->respond_error(500, codes::kRuntimeError, std::string("download: ") + uv_strerror(status));
   if (w->error) return send_reply(*ex, *w->error);
   Prepared& p = w->prepared;
   ex->begin_sized(p.status, std::move(p.headers));
@@ -368,10 +370,12 @@ void handle_line_download(FileService& svc, Exchange& ex, const std::string& pat
         if (auto st = w->reader->open(expanded.value(), w->params.offset, w->params.limit); !st)
           w->error = st.error();
       },
-      [](uv_work_t* work, int) {
+      [](uv_work_t* work, int status) {
         std::unique_ptr<LineOpen> w(static_cast<LineOpen*>(work->data));
         Exchange* ex = w->exchange();
         if (!ex) return;
+        if (status != 0)
+          return ex->respond_error(500, codes::kRuntimeError, std::string("download: ") + uv_strerror(status));
         if (w->error) return send_reply(*ex, FileReply::from(*w->error));
         ex->begin_chunked(200, {"Content-Type: text/plain; charset=utf-8"});
         auto sender = std::make_unique<LineSender>(*ex, *w->work.gate, work->loop, std::move(w->reader));

@@ -2,6 +2,7 @@
 #include "execd/api/file_jobs.h"
 
 #include "execd/api/awaiter.h"
+#include "execd/api/journal.h"
 #include "execd/api/work_gate.h"
 #include "execd/context.h"
 #include "fs/atomic_file.h"
@@ -86,6 +87,9 @@ void run_file_job(FileService& svc, http::Exchange& ex, std::function<FileReply(
       [](uv_work_t* work, int status) {
         std::unique_ptr<FileJob> w(static_cast<FileJob*>(work->data));
         if (status == UV_ECANCELED) return;  // never ran: nothing to report
+        if (status != 0)
+          w->reply = FileReply::error(500, protocol::codes::kRuntimeError,
+                                      std::string("file work did not run: ") + uv_strerror(status));
         if (w->done) w->done(w->reply);
         if (http::Exchange* ex = w->exchange()) send_reply(*ex, w->reply);
       });
@@ -95,6 +99,12 @@ void run_file_job(FileService& svc, http::Exchange& ex, std::function<FileReply(
     return;
   }
   await(ex, *w);
+}
+
+void journal_change(const FileService& svc, std::string op, std::vector<std::string> paths) {
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (!svc.session.empty()) extra["isolated_session"] = svc.session;
+  journal_file_change(svc.journal, std::move(op), std::move(paths), std::move(extra), svc.mount);
 }
 
 namespace {

@@ -16,6 +16,7 @@
 
 #include "execd/api/work_gate.h"
 #include "execd/context.h"
+#include "pty/namespaces.h"
 #include "execd/http/exchange.h"
 #include "fs/error.h"
 #include "fs/permissions.h"
@@ -34,10 +35,15 @@ struct FileService {
   Journal& journal;
   // The /v1/filesystem/{uid}/{gid} services: the user their jobs run as.
   const fs::Identity* identity = nullptr;
-
-  // Queues file work through the gate, as this service's user.
-  int queue(WorkGate::Ticket& t, uv_work_cb work, uv_after_work_cb after) {
+  // An isolated session's files (execd/api/isolated): every piece of work
+  // runs inside the session's mount namespace, so paths, symlinks and
+  // permissions are the session's; the journal names the session.
+  std::shared_ptr<const pty::MountNamespace> mount = nullptr;
+  std::string session;
+  // gate.queue, as this service's user and inside `mount` when there is one.
+  int queue(WorkGate::Ticket& t, uv_work_cb work, uv_after_work_cb after) const {
     t.identity = identity;
+    t.mount = mount;
     return gate.queue(ctx.loop, t, work, after);
   }
 };
@@ -61,6 +67,9 @@ struct FileReply {
   static FileReply error(int status, std::string_view code, std::string_view message);
   static FileReply from(const fs::Error& error);
 };
+
+// Tells the journal of a change made through `svc` (naming its session).
+void journal_change(const FileService& svc, std::string op, std::vector<std::string> paths);
 
 // Runs `job` on the threadpool (through the gate); its reply is sent if the client is still
 // there. `job` must only touch what it captured (no Connection, no loop).

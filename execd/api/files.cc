@@ -61,8 +61,9 @@ FileReply reply_status(const fs::Status& s) { return s ? FileReply::empty() : Fi
 // The journal hears of a change once its job succeeded.
 void run_change_job(FileService& svc, Exchange& ex, std::string op, std::vector<std::string> paths,
                     std::function<FileReply()> job) {
-  run_file_job(svc, ex, std::move(job), [&svc, op = std::move(op), paths = std::move(paths)](const FileReply& r) {
-    if (r.status < 300) journal_file_change(svc.journal, op, paths);
+  // The service may be an isolated session's, gone by the time the job is: a copy.
+  run_file_job(svc, ex, std::move(job), [svc, op = std::move(op), paths = std::move(paths)](const FileReply& r) {
+    if (r.status < 300) journal_change(svc, op, paths);
   });
 }
 
@@ -154,7 +155,7 @@ class SearchStream final : public http::Source {
   static constexpr size_t kFilesPerStep = 1000;
   static constexpr size_t kEntriesPerStep = 20000;
 
-  SearchStream(Exchange& ex, FileService& svc, std::unique_ptr<fs::SearchWalk> walk)
+  SearchStream(Exchange& ex, const FileService& svc, std::unique_ptr<fs::SearchWalk> walk)
       : ex_(ex), svc_(svc), walk_(std::move(walk)) {}
   ~SearchStream() override {
     if (SearchStep* s = step.get()) s->cancelled = true;
@@ -237,15 +238,16 @@ class SearchStream final : public http::Source {
 
   static constexpr std::string_view kJson = "application/json; charset=utf-8";
   Exchange& ex_;
-  FileService& svc_;
+  FileService svc_;  // a copy: an isolated session's may go first
   std::unique_ptr<fs::SearchWalk> walk_;
   bool head_sent_ = false, any_ = false, waiting_for_client_ = false;
 };
 
 // Opening the root (expanding, stat, the pattern) is itself disk work.
 struct SearchOpen : Awaitable {
+  explicit SearchOpen(const FileService& s) : svc(s) {}
   WorkGate::Ticket work;
-  FileService* svc;
+  FileService svc;
   std::string root, pattern;
   std::unique_ptr<fs::SearchWalk> walk;
   std::optional<fs::Error> error;
@@ -256,9 +258,8 @@ void handle_search(FileService& svc, Exchange& ex, const QueryParams& q) {
   const std::string* path = require_path(ex, q);
   if (!path) return;
   const std::string* pattern = protocol::query_value(q, "pattern");
-  auto* o = new SearchOpen;
+  auto* o = new SearchOpen(svc);
   o->work.req.data = o;
-  o->svc = &svc;
   o->root = *path;
   if (pattern) o->pattern = *pattern;
   int rc = svc.queue(
@@ -272,9 +273,11 @@ void handle_search(FileService& svc, Exchange& ex, const QueryParams& q) {
       [](uv_work_t* w, int status) {
         std::unique_ptr<SearchOpen> o(static_cast<SearchOpen*>(w->data));
         Exchange* ex = o->exchange();
-        if (!ex || status != 0) return;
+        if (!ex || status == UV_ECANCELED) return;
+        if (status != 0)
+          return ex->respond_error(500, codes::kRuntimeError, std::string("search: ") + uv_strerror(status));
         if (o->error) return send_reply(*ex, FileReply::from(*o->error));
-        auto stream = std::make_unique<SearchStream>(*ex, *o->svc, std::move(o->walk));
+        auto stream = std::make_unique<SearchStream>(*ex, o->svc, std::move(o->walk));
         SearchStream* s = stream.get();
         ex->attach(std::move(stream));
         s->queue_step();

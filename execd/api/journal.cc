@@ -20,6 +20,7 @@
 #include "fs/paths.h"
 #include "fs/small_file.h"
 #include "pty/digest.h"
+#include "pty/namespaces.h"
 #include "fs/pool_job.h"
 
 namespace execd::api {
@@ -532,6 +533,7 @@ struct FileChangeJob {
   std::string op;
   std::vector<std::string> paths;
   ojson extra;
+  std::shared_ptr<const pty::MountNamespace> mount;
   ojson files = ojson::array();
 };
 
@@ -572,11 +574,16 @@ void describe_files(FileChangeJob& job) {
 }
 }  // namespace
 
-void journal_file_change(Journal& journal, std::string op, std::vector<std::string> paths, ojson extra) {
+void journal_file_change(Journal& journal, std::string op, std::vector<std::string> paths, ojson extra,
+                         std::shared_ptr<const pty::MountNamespace> mount) {
   if (!journal.enabled() || paths.empty()) return;
-  auto job =
-      std::make_unique<FileChangeJob>(FileChangeJob{&journal, std::move(op), std::move(paths), std::move(extra)});
-  fs::queue_job<FileChangeJob>(journal.loop(), std::move(job), describe_files, [](FileChangeJob& j, int) {
+  auto job = std::make_unique<FileChangeJob>(
+      FileChangeJob{&journal, std::move(op), std::move(paths), std::move(extra), std::move(mount)});
+  auto describe = [](FileChangeJob& j) {
+    pty::MountScope scope(j.mount ? j.mount->fd : -1);
+    if (!scope.error()) describe_files(j);
+  };
+  fs::queue_job<FileChangeJob>(journal.loop(), std::move(job), describe, [](FileChangeJob& j, int) {
     if (!j.journal->enabled()) return;
     ojson e;
     e["type"] = "file";

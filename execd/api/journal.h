@@ -112,7 +112,9 @@ void add_journal_routes(RouteTable& routes, Journal& journal);
 // A file's state after a change made through the API, for the journal:
 // {"path", "exists", "size", "sha256", "mode"} (hashing on the threadpool).
 // `op` is upload|mv|rm|chmod|replace|mkdir; `paths` the files it touched.
+// `mount`: the paths are an isolated session's (described from inside it).
 void journal_file_change(Journal& journal, std::string op, std::vector<std::string> paths,
-                         nlohmann::ordered_json extra = nlohmann::ordered_json::object());
+                         nlohmann::ordered_json extra = nlohmann::ordered_json::object(),
+                         std::shared_ptr<const pty::MountNamespace> mount = nullptr);
 
 }  // namespace execd::api

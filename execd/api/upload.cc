@@ -55,6 +55,7 @@
 #include "protocol/errors.h"
 #include "protocol/file_requests.h"
 #include "protocol/multipart.h"
+#include "pty/namespaces.h"
 
 namespace execd::api {
 
@@ -241,15 +242,20 @@ struct WriteJob {
   size_t bytes = 0;
 };
 
-// What an upload that went leaves behind: thrown away on the pool.
-void abort_on_pool(uv_loop_t* loop, std::unique_ptr<DiskState> disk) {
+// What an upload that went leaves behind: thrown away on the pool (inside
+// an isolated session's mount namespace, for its uploads).
+void abort_on_pool(uv_loop_t* loop, std::unique_ptr<DiskState> disk,
+                   std::shared_ptr<const pty::MountNamespace> mount) {
   if (!disk || disk->entries.empty()) return;
   struct AbortJob {
     std::unique_ptr<DiskState> disk;
+    std::shared_ptr<const pty::MountNamespace> mount;
   };
   fs::queue_job<AbortJob>(
-      loop, std::make_unique<AbortJob>(AbortJob{std::move(disk)}),
+      loop, std::make_unique<AbortJob>(AbortJob{std::move(disk), std::move(mount)}),
       [](AbortJob& j) {
+        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        if (scope.error()) return;
         WriteOp op = WriteOp::make(WriteOp::abort);
         j.disk->run(op);
       },
@@ -264,12 +270,12 @@ class Upload final : public http::Source {
     std::string user;
   };
 
-  Upload(FileService& svc, Exchange& ex, std::optional<E2B> e2b = std::nullopt)
+  Upload(const FileService& svc, Exchange& ex, std::optional<E2B> e2b = std::nullopt)
       : svc_(svc), ex_(ex), e2b_(std::move(e2b)), disk_(std::make_unique<DiskState>()) {}
   ~Upload() override {
     // The client left before the end: what was written goes. A job still
     // out does that itself once it is back (it holds the disk state).
-    if (!committed_) abort_on_pool(svc_.ctx.loop, std::move(disk_));
+    if (!committed_) abort_on_pool(svc_.ctx.loop, std::move(disk_), svc_.mount);
   }
   std::vector<std::string> journal_paths;  // as given
 
@@ -474,14 +480,18 @@ class Upload final : public http::Source {
           auto* job = static_cast<WriteJob*>(w->data);
           for (auto& op : job->ops) job->disk->run(op);  // op.data goes back to the loop for reuse
         },
-        [](uv_work_t* w, int) {
+        [](uv_work_t* w, int status) {
           std::unique_ptr<WriteJob> job(static_cast<WriteJob*>(w->data));
+          // Not run (the session's namespace could not be entered): a failure.
+          if (status != 0 && !job->disk->error)
+            job->disk->error = FileReply::error(500, codes::kRuntimeError,
+                                                std::string("upload work did not run: ") + uv_strerror(status));
           Upload* up = job->upload.get();
           if (!up) {
             // The upload went while this was out: throw away what it wrote,
             // unless this very job committed it.
             bool committed = !job->ops.empty() && job->ops.back().kind == WriteOp::commit && !job->disk->error;
-            if (!committed) abort_on_pool(w->loop, std::move(job->disk));
+            if (!committed) abort_on_pool(w->loop, std::move(job->disk), job->work.mount);
             return;
           }
           job->upload.cut();
@@ -509,7 +519,7 @@ class Upload final : public http::Source {
   void maybe_respond() {
     if (!body_done_ || job_ || !queue_.empty() || responded_) return;
     responded_ = true;
-    if (!failure_) journal_file_change(svc_.journal, "upload", journal_paths);
+    if (!failure_) journal_change(svc_, "upload", journal_paths);
     if (e2b_ && !failure_) {
       std::vector<std::string> written;
       for (const auto& e : disk_->entries) written.push_back(e.shown_path);
@@ -518,7 +528,7 @@ class Upload final : public http::Source {
     send_reply(ex_, failure_ ? *failure_ : FileReply::empty());
   }
 
-  FileService& svc_;
+  FileService svc_;  // a copy: an isolated session's may go first
   Exchange& ex_;
   std::optional<E2B> e2b_;
   bool raw_ = false;  // E2B: the body is the file

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "pty/namespaces.h"
+
 namespace execd::api {
 
 int WorkGate::queue(uv_loop_t* loop, Ticket& t, uv_work_cb work, uv_after_work_cb after) {
@@ -18,13 +20,20 @@ int WorkGate::queue(uv_loop_t* loop, Ticket& t, uv_work_cb work, uv_after_work_c
 }
 
 int WorkGate::start(Ticket& t) {
-  int rc = uv_queue_work(t.loop, &t.req, &WorkGate::run, &WorkGate::finished);
+  int rc = uv_queue_work(t.loop, &t.req, t.mount || t.identity ? &WorkGate::run : t.work, &WorkGate::finished);
   if (rc == 0) ++running_;
   return rc;
 }
 
+// A pool thread: inside an isolated session's mount namespace and as a
+// user's fsuid/fsgid, for this work only.
 void WorkGate::run(uv_work_t* req) {
   Ticket& t = *reinterpret_cast<Ticket*>(req);
+  pty::MountScope scope(t.mount ? t.mount->fd : -1);
+  if (scope.error()) {
+    t.mount_error = scope.error();
+    return;
+  }
   fs::ThreadIdentity as(t.identity);
   t.work(req);
 }
@@ -33,6 +42,7 @@ void WorkGate::finished(uv_work_t* req, int status) {
   Ticket& t = *reinterpret_cast<Ticket*>(req);
   WorkGate& gate = *t.gate;
   --gate.running_;
+  if (t.mount_error && status == 0) status = UV_EIO;
   uv_after_work_cb after = t.after;
   gate.start_waiting();  // before `after`, which may free the ticket or queue more
   after(req, status);

@@ -11,6 +11,11 @@
 
 #include <cstddef>
 #include <deque>
+#include <memory>
+
+namespace execd::pty {
+struct MountNamespace;
+}
 
 #include "fs/identity.h"
 
@@ -28,6 +33,11 @@ class WorkGate {
     uv_after_work_cb after = nullptr;
     // Set: the work runs as this user (fs/identity); it outlives the ticket.
     const fs::Identity* identity = nullptr;
+    // Work on an isolated session's files runs inside the session's mount
+    // namespace (pty::MountScope), which the ticket keeps alive. If the
+    // thread cannot enter it, the work does not run and `after` gets UV_EIO.
+    std::shared_ptr<const pty::MountNamespace> mount;
+    int mount_error = 0;
   };
 
   explicit WorkGate(size_t cap) : cap_(cap) {}

@@ -23,12 +23,14 @@ const char* kind_name(Kind k) {
       return "code_run";
     case Kind::process:
       return "process";
+    case Kind::isolated_run:
+      return "isolated_run";
   }
   return "command";
 }
 
 std::optional<Kind> kind_from_name(std::string_view name) {
-  for (Kind k : {Kind::command, Kind::session_run, Kind::code_run, Kind::process})
+  for (Kind k : {Kind::command, Kind::session_run, Kind::code_run, Kind::process, Kind::isolated_run})
     if (name == kind_name(k)) return k;
   return std::nullopt;
 }

@@ -61,7 +61,9 @@ class Registry;
 // The kinds of run, as the journal and the records name them. A process is
 // one started through E2B's envd API (api/envd_process): a command given as
 // argv rather than a shell line, perhaps on a PTY.
-enum class Kind : uint8_t { command, session_run, code_run, process };
+enum class Kind : uint8_t { command, session_run, code_run, process, isolated_run };
+// How many kinds there are (arrays indexed by kind are this long).
+inline constexpr size_t kKindCount = static_cast<size_t>(Kind::isolated_run) + 1;
 const char* kind_name(Kind k);
 std::optional<Kind> kind_from_name(std::string_view name);
 
@@ -191,9 +193,9 @@ class Execution final : public RunSink {
   // One entry of GET /command: what it is and how it stands, its command or
   // code only if asked (`with_content`).
   nlohmann::ordered_json summary_json(bool with_content) const;
-  int64_t started_ns() const { return started_ns_; }
   protocol::StoredExecution stored() const;
   nlohmann::ordered_json journal_entry() const;
+  int64_t started_ns() const { return started_ns_; }
   int64_t finished_ns() const { return finished_ns_; }
   Registry& registry() { return registry_; }
   const OutputLog* log() const { return log_.get(); }

@@ -396,3 +396,25 @@ TEST_CASE("config: the E2B listeners from the environment, a flag wins, loopback
   CHECK(p.cfg.envd_host == "0.0.0.0");
   CHECK(p.cfg.envd_access_token == "t");
 }
+
+TEST_CASE("config: isolation and hardening flags") {
+  Parsed p = parse({"--insecure-no-auth"});
+  CHECK(p.cfg.isolation);
+  CHECK_FALSE((p.cfg.drop_caps || p.cfg.no_new_privs || p.cfg.seccomp || p.cfg.landlock));
+  CHECK(p.cfg.max_isolated_sessions == 16);
+  p = parse({"--insecure-no-auth", "--no-isolation", "--drop-caps", "--no-new-privs", "--seccomp", "--landlock",
+             "--landlock-writable", "/a:/b/", "--isolated-allowed-paths=/x", "--max-isolated-sessions", "3"});
+  CHECK(p.error == "");
+  CHECK_FALSE(p.cfg.isolation);
+  CHECK((p.cfg.drop_caps && p.cfg.no_new_privs && p.cfg.seccomp && p.cfg.landlock));
+  CHECK(p.cfg.landlock_writable == std::vector<std::string>{"/a", "/b"});
+  CHECK(p.cfg.isolated_allowed_paths == std::vector<std::string>{"/x"});
+  CHECK(p.cfg.max_isolated_sessions == 3);
+  CHECK(parse({"--insecure-no-auth", "--landlock-writable", "rel:/b"}).error.find("absolute") != std::string::npos);
+  CHECK(parse({"--insecure-no-auth", "--landlock-writable", "/a::/b"}).error != "");
+  p = parse({"--insecure-no-auth", "--isolation-config", "/etc/x.toml"});
+  CHECK(p.error == "");
+  CHECK(has_warning(p.cfg, "--isolation-config"));
+  p = parse({"--insecure-no-auth"}, {{"EXECD_ISOLATION_CONFIG", "/etc/x.toml"}});
+  CHECK(has_warning(p.cfg, "EXECD_ISOLATION_CONFIG"));
+}

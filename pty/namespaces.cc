@@ -1,0 +1,671 @@
+// pty/namespaces: see header.
+//
+// The holder is started with vfork, as every process execd starts: this
+// thread first takes a new pid namespace for its children (unshare
+// CLONE_NEWPID affects only children, and is allowed in a threaded process),
+// so the child is born as its PID 1; the thread goes back to execd's own
+// right after. The child makes the other namespaces itself (unshare of
+// mount, ipc, uts and network namespaces is allowed in a vfork child; a user
+// namespace is not, as it shares its parent's memory: the holder makes that
+// after its exec). Everything the child does is prepared here as a list of
+// steps over strings that outlive the vfork; the child only makes system
+// calls.
+#include "pty/namespaces.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+
+#include "pty/hardening.h"
+#include "pty/spawn.h"
+
+// The locals read by the vfork child are set before vfork and never changed
+// after it, which is what -Wclobbered cannot see.
+#pragma GCC diagnostic ignored "-Wclobbered"
+
+namespace execd::pty {
+
+namespace {
+
+// --- the steps the holder's child runs before its exec ------------------
+
+struct Step {
+  enum class Op : uint8_t { mount, read_only, mkdir, touch, symlink, own };
+  Op op;
+  const char* a = nullptr;  // mount: source; symlink: link target
+  const char* b = nullptr;  // mount/read_only/mkdir/touch: target; symlink: link path
+  const char* fstype = nullptr;
+  const char* data = nullptr;
+  unsigned long flags = 0;
+  bool tolerate_missing = false;  // ENOENT is fine (a path that is not there)
+  uid_t uid = 0;                  // own: chown and chmod
+  gid_t gid = 0;
+  mode_t mode = 0;
+};
+
+// Strings with stable addresses for the steps, and the steps.
+struct Plan {
+  std::deque<std::string> text;
+  std::vector<Step> steps;
+  const char* keep(std::string s) { return text.emplace_back(std::move(s)).c_str(); }
+  void add(Step s) { steps.push_back(s); }
+};
+
+struct HolderFailure {
+  volatile int err = 0;
+  const char* volatile step = nullptr;
+  const char* volatile path = nullptr;
+};
+
+int do_step(const Step& s) {
+  switch (s.op) {
+    case Step::Op::mount:
+      return mount(s.a, s.b, s.fstype, s.flags, s.data);
+    case Step::Op::read_only: {
+      struct mount_attr attr {};
+      attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID;
+      return static_cast<int>(
+          syscall(SYS_mount_setattr, AT_FDCWD, s.b, static_cast<unsigned>(AT_RECURSIVE), &attr, sizeof attr));
+    }
+    case Step::Op::mkdir:
+      return mkdir(s.b, 0755) == 0 || errno == EEXIST ? 0 : -1;
+    case Step::Op::touch: {
+      int fd = open(s.b, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd < 0) return -1;
+      close(fd);
+      return 0;
+    }
+    case Step::Op::symlink:
+      return symlink(s.a, s.b) == 0 || errno == EEXIST ? 0 : -1;
+    case Step::Op::own:
+      return chown(s.b, s.uid, s.gid) == 0 && chmod(s.b, s.mode) == 0 ? 0 : -1;
+  }
+  return 0;
+}
+
+const char* step_name(const Step& s) {
+  switch (s.op) {
+    case Step::Op::mount:
+      return s.fstype ? s.fstype : "bind mount";
+    case Step::Op::read_only:
+      return "make read-only";
+    case Step::Op::mkdir:
+      return "mkdir";
+    case Step::Op::touch:
+      return "create mount point";
+    case Step::Op::symlink:
+      return "symlink";
+    case Step::Op::own:
+      return "chown";
+  }
+  return "step";
+}
+
+void bring_loopback_up() {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return;
+  struct ifreq ifr {};
+  memcpy(ifr.ifr_name, "lo", 3);
+  if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    ioctl(s, SIOCSIFFLAGS, &ifr);
+  }
+  close(s);
+}
+
+// execd's own binary, to exec as the holder's init whatever the session's
+// root holds (opened on the loop thread at the first session).
+int own_executable() {
+  static int fd = open("/proc/self/exe", O_PATH | O_CLOEXEC);
+  return fd;
+}
+
+int home_pid_namespace() {
+  static int fd = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+  return fd;
+}
+
+// This thread's children are born in a new pid namespace while it lives.
+class NewPidNamespaceForChildren {
+ public:
+  NewPidNamespaceForChildren() {
+    if (home_pid_namespace() < 0) {
+      error_ = errno;
+      return;
+    }
+    if (unshare(CLONE_NEWPID) != 0) {
+      error_ = errno;
+      return;
+    }
+    switched_ = true;
+  }
+  ~NewPidNamespaceForChildren() {
+    if (switched_ && setns(home_pid_namespace(), CLONE_NEWPID) != 0) abort();  // see PidNamespaceScope
+  }
+  int error() const { return error_; }
+
+ private:
+  bool switched_ = false;
+  int error_ = 0;
+};
+
+std::string join_path(const std::string& root, const std::string& inside) {
+  return inside == "/" ? root : root + inside;
+}
+
+bool overlay_safe(const std::string& p) { return p.find_first_of(",:\\\n") == std::string::npos; }
+
+// The steps that make `plan.staging` the session's root.
+bool build_steps(const SessionPlan& plan, Plan& out, std::string& error) {
+  const std::string& R = plan.staging;
+  auto M = [&](const std::string& src, const std::string& dst, const char* fstype, unsigned long flags,
+               const std::string& data, bool tolerate_missing = false) {
+    Step s{Step::Op::mount};
+    s.a = src.empty() ? nullptr : out.keep(src);
+    s.b = out.keep(dst);
+    s.fstype = fstype;
+    s.flags = flags;
+    s.data = data.empty() ? nullptr : out.keep(data);
+    s.tolerate_missing = tolerate_missing;
+    out.add(s);
+  };
+  auto RO = [&](const std::string& dst) {
+    Step s{Step::Op::read_only};
+    s.b = out.keep(dst);
+    out.add(s);
+  };
+  auto MK = [&](Step::Op op, const std::string& path, const std::string& target = {}) {
+    Step s{op};
+    s.b = out.keep(path);
+    if (!target.empty()) s.a = out.keep(target);
+    out.add(s);
+  };
+  // Nothing of what follows propagates back to the host.
+  M("", "/", nullptr, MS_REC | MS_PRIVATE, "");
+  bool root_overlay = false;
+  for (const SessionMount& m : plan.mounts) root_overlay |= m.target == "/";
+  // The host's root, read-only and without setuid, everything mounted on it included.
+  M("/", R, nullptr, MS_BIND | MS_REC, "");
+  RO(R);
+  // Mounts in order; a root overlay first (it covers the bound root, so
+  // /sys comes back over it; /dev, /proc, /tmp and /run follow anyway).
+  std::vector<const SessionMount*> order;
+  for (const SessionMount& m : plan.mounts)
+    if (m.target == "/") order.insert(order.begin(), &m);
+    else order.push_back(&m);
+  bool system_done = false;
+  auto system_mounts = [&] {
+    system_done = true;
+    if (root_overlay) {
+      M("/sys", R + "/sys", nullptr, MS_BIND | MS_REC, "");
+      RO(R + "/sys");
+    }
+    // /dev: the usual devices from the host, a private devpts and /dev/shm.
+    M("tmpfs", R + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=1m");
+    for (const char* dev : {"null", "zero", "full", "random", "urandom", "tty"}) {
+      MK(Step::Op::touch, R + "/dev/" + dev);
+      M(std::string("/dev/") + dev, R + "/dev/" + dev, nullptr, MS_BIND, "");
+    }
+    MK(Step::Op::mkdir, R + "/dev/pts");
+    MK(Step::Op::mkdir, R + "/dev/shm");
+    M("devpts", R + "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620");
+    M("tmpfs", R + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+    MK(Step::Op::symlink, R + "/dev/ptmx", "pts/ptmx");
+    MK(Step::Op::symlink, R + "/dev/fd", "/proc/self/fd");
+    MK(Step::Op::symlink, R + "/dev/stdin", "/proc/self/fd/0");
+    MK(Step::Op::symlink, R + "/dev/stdout", "/proc/self/fd/1");
+    MK(Step::Op::symlink, R + "/dev/stderr", "/proc/self/fd/2");
+    // The session's own processes only.
+    M("proc", R + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
+    if (plan.tmp_tmpfs) M("tmpfs", R + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+    else M("/tmp", R + "/tmp", nullptr, MS_BIND | MS_REC, "");
+    M("tmpfs", R + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+    for (const std::string& h : plan.hide)
+      M("tmpfs", join_path(R, h), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0000,size=4k", true);
+  };
+  for (const SessionMount* m : order) {
+    if (!system_done && m->target != "/") system_mounts();
+    std::string dst = join_path(R, m->target);
+    if (m->create_target) {
+      // In a tmpfs of the session: every missing level, then the point itself.
+      std::string cur = R;
+      size_t at = 1;
+      while (at < m->target.size()) {
+        size_t slash = m->target.find('/', at);
+        if (slash == std::string::npos) break;
+        cur = R + m->target.substr(0, slash);
+        MK(Step::Op::mkdir, cur);
+        at = slash + 1;
+      }
+      MK(m->source_is_file ? Step::Op::touch : Step::Op::mkdir, dst);
+    }
+    switch (m->kind) {
+      case SessionMount::Kind::bind_rw:
+        M(m->source, dst, nullptr, MS_BIND | MS_REC, "");
+        break;
+      case SessionMount::Kind::bind_ro:
+        M(m->source, dst, nullptr, MS_BIND | MS_REC, "");
+        RO(dst);
+        break;
+      case SessionMount::Kind::overlay:
+      case SessionMount::Kind::overlay_tmpfs: {
+        std::string upper = m->upper, work = m->work;
+        if (m->kind == SessionMount::Kind::overlay_tmpfs) {
+          // A tmpfs only this mount namespace sees (the propagation is private).
+          M("tmpfs", m->upper, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+          upper = m->upper + "/upper";
+          work = m->upper + "/work";
+          MK(Step::Op::mkdir, upper);
+          MK(Step::Op::mkdir, work);
+          Step own{Step::Op::own};
+          own.b = out.keep(upper);
+          own.uid = m->upper_uid;
+          own.gid = m->upper_gid;
+          own.mode = m->upper_mode;
+          out.add(own);
+        }
+        if (!overlay_safe(m->source) || !overlay_safe(upper) || !overlay_safe(work)) {
+          error = "an overlay path may not contain ',', ':', '\\' or a newline: " + m->source;
+          return false;
+        }
+        M("overlay", dst, "overlay", 0, "lowerdir=" + m->source + ",upperdir=" + upper + ",workdir=" + work);
+        break;
+      }
+    }
+  }
+  if (!system_done) system_mounts();
+  return true;
+}
+
+}  // namespace
+
+int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, std::string& error) {
+  Plan steps;
+  if (!build_steps(plan, steps, error)) return EINVAL;
+  const Hardening* hardening = setup.hardening();
+  if (!hardening) {
+    error = "no hardening floor prepared";
+    return EINVAL;
+  }
+  int exe = own_executable();
+  if (exe < 0) {
+    int e = errno;
+    error = std::string("open /proc/self/exe: ") + strerror(e);
+    return e;
+  }
+  // The holder's exec: everything as C strings now.
+  std::string uid, gid;
+  std::vector<char*> argv = {const_cast<char*>("execd-isolated-init"), const_cast<char*>("--isolated-init")};
+  if (plan.userns) {
+    uid = std::to_string(plan.userns->first);
+    gid = std::to_string(plan.userns->second);
+    argv.push_back(const_cast<char*>("--userns"));
+    argv.push_back(uid.data());
+    argv.push_back(gid.data());
+  }
+  argv.push_back(nullptr);
+  char* envp[] = {nullptr};
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) {
+    int e = errno;
+    error = std::string("pipe: ") + strerror(e);
+    return e;
+  }
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0) {
+    int e = errno;
+    close(ready[0]);
+    close(ready[1]);
+    error = std::string("open /dev/null: ") + strerror(e);
+    return e;
+  }
+  const int unshare_flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (plan.share_net ? 0 : CLONE_NEWNET);
+  const char* staging = plan.staging.c_str();
+  const char* hostname = plan.hostname.c_str();
+  const size_t hostname_len = plan.hostname.size();
+  const bool new_net = !plan.share_net;
+  const bool make_userns = plan.userns.has_value();
+  const int ready_w = ready[1];
+  const Step* step_list = steps.steps.data();
+  const size_t step_count = steps.steps.size();
+  HolderFailure failure;
+
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid;
+  int vfork_errno = 0;
+  {
+    NewPidNamespaceForChildren pid_namespace;
+    if (pid_namespace.error()) {
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      int e = pid_namespace.error();
+      close(ready[0]);
+      close(ready[1]);
+      close(devnull);
+      error = std::string("unshare(CLONE_NEWPID): ") + strerror(e);
+      return e;
+    }
+    pid = vfork();
+    if (pid == 0) {
+      auto fail = [&](const char* step, const char* path) {
+        failure.err = errno;
+        failure.path = path;
+        failure.step = step;
+        _exit(127);
+      };
+      // Its own session: signals to execd's process group do not reach it;
+      // it dies with execd (the kernel then kills the whole session).
+      if (setsid() < 0) fail("setsid", nullptr);
+      if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail("prctl PDEATHSIG", nullptr);
+      if (dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(ready_w, 3) < 0) fail("dup2", nullptr);
+      if (unshare(unshare_flags) != 0) fail("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWNET)", nullptr);
+      for (size_t i = 0; i < step_count; ++i) {
+        const Step& s = step_list[i];
+        if (do_step(s) != 0 && !(s.tolerate_missing && errno == ENOENT)) fail(step_name(s), s.b);
+      }
+      if (sethostname(hostname, hostname_len) != 0) fail("sethostname", nullptr);
+      if (new_net) bring_loopback_up();
+      if (chdir(staging) != 0) fail("chdir to the new root", staging);
+      if (syscall(SYS_pivot_root, ".", ".") != 0) fail("pivot_root", staging);
+      if (umount2(".", MNT_DETACH) != 0) fail("detach the old root", nullptr);
+      if (chdir("/") != 0) fail("chdir /", nullptr);
+      // The holder keeps nothing of root's powers. For uid_mode userns it
+      // gives them up after its exec, once it has made the user namespace:
+      // mapping execd's uid 0 needs CAP_SETFCAP when the namespace is made.
+      if (!make_userns) {
+        if (const char* step = hardening->child_before_credentials(true)) fail(step, nullptr);
+        if (const char* step = hardening->child_before_exec(true, -1)) fail(step, nullptr);
+      }
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      syscall(SYS_execveat, exe, "", argv.data(), envp, AT_EMPTY_PATH);
+      fail("exec execd as the session's init", nullptr);
+    }
+    vfork_errno = errno;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  close(ready[1]);
+  close(devnull);
+  if (pid < 0) {
+    close(ready[0]);
+    error = std::string("vfork: ") + strerror(vfork_errno);
+    return vfork_errno;
+  }
+  if (failure.step) {
+    // The child has _exit()ed; the reaper collects it.
+    close(ready[0]);
+    int e = failure.err ? failure.err : EINVAL;
+    error = std::string(failure.step) + (failure.path ? std::string(" ") + failure.path : std::string()) + ": " +
+            strerror(e);
+    return e;
+  }
+  fcntl(ready[0], F_SETFL, fcntl(ready[0], F_GETFL) | O_NONBLOCK);
+  out.pid = pid;
+  out.ready_fd = ready[0];
+  return 0;
+}
+
+// --- the holder after its exec ---------------------------------------------
+
+bool is_holder_invocation(int argc, char** argv) { return argc >= 2 && strcmp(argv[1], "--isolated-init") == 0; }
+
+namespace {
+bool write_proc_text(const char* path, const char* text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  size_t n = strlen(text);
+  bool ok = write(fd, text, n) == static_cast<ssize_t>(n);
+  close(fd);
+  return ok;
+}
+
+[[noreturn]] void holder_fail(const char* what) {
+  char line[256];
+  int n = snprintf(line, sizeof line, "error: %s: %s\n", what, strerror(errno));
+  if (n > 0 && write(3, line, static_cast<size_t>(n)) < 0) {
+    // nobody to tell
+  }
+  _exit(1);
+}
+}  // namespace
+
+void holder_main(int argc, char** argv) {
+  // Nothing but the ready channel survives from execd.
+  syscall(SYS_close_range, 4u, ~0u, 0u);
+  if (argc >= 5 && strcmp(argv[2], "--userns") == 0) {
+    // The session's identity: its uid and gid map to execd's own, one each,
+    // and setgroups is off (the kernel's rule for such a map).
+    uid_t outside_uid = geteuid();
+    gid_t outside_gid = getegid();
+    if (unshare(CLONE_NEWUSER) != 0) holder_fail("unshare(CLONE_NEWUSER)");
+    char map[64];
+    snprintf(map, sizeof map, "%s %u 1\n", argv[3], outside_uid);
+    if (!write_proc_text("/proc/self/uid_map", map)) holder_fail("write uid_map");
+    if (!write_proc_text("/proc/self/setgroups", "deny")) holder_fail("write setgroups");
+    snprintf(map, sizeof map, "%s %u 1\n", argv[4], outside_gid);
+    if (!write_proc_text("/proc/self/gid_map", map)) holder_fail("write gid_map");
+    // No user namespaces below this one (bubblewrap's --disable-userns).
+    write_proc_text("/proc/sys/user/max_user_namespaces", "0");
+    // And none of the capabilities the new namespace gave the holder.
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[2]{};
+    for (int c = 0; c <= 63; ++c) prctl(PR_CAPBSET_DROP, c, 0, 0, 0);
+    if (syscall(SYS_capset, &hdr, none) != 0) holder_fail("capset");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) holder_fail("prctl no_new_privs");
+  }
+  if (write(3, "ok\n", 3) != 3) _exit(1);
+  close(3);
+  // PID 1 of the session: reap whatever is orphaned in it, until killed.
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, nullptr);
+  for (;;) {
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    sigwaitinfo(&chld, nullptr);
+  }
+}
+
+// --- runs enter --------------------------------------------------------------
+
+bool open_namespaces(pid_t holder, bool own_net, bool userns, IsolatedEntry& out, std::string& error) {
+  auto open_ns = [&](const char* name, int& fd) {
+    std::string path = "/proc/" + std::to_string(holder) + "/ns/" + name;
+    fd = above_child_stdio(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd < 0) error = "open " + path + ": " + strerror(errno);
+    return fd >= 0;
+  };
+  bool ok = open_ns("mnt", out.mnt) && open_ns("pid", out.pid) && open_ns("ipc", out.ipc) && open_ns("uts", out.uts) &&
+            (!own_net || open_ns("net", out.net)) && (!userns || open_ns("user", out.user));
+  if (!ok) close_namespaces(out);
+  return ok;
+}
+
+void close_namespaces(IsolatedEntry& e) {
+  for (int* fd : {&e.mnt, &e.pid, &e.net, &e.ipc, &e.uts, &e.user, &e.landlock}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+// --- what the kernel allows ---------------------------------------------------
+
+IsolationProbe probe_isolation(const std::string& scratch_dir) {
+  IsolationProbe p;
+  struct utsname u {};
+  if (uname(&u) == 0) p.kernel = u.release;
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[2]{};
+  if (syscall(SYS_capget, &hdr, caps) == 0) {
+    uint32_t eff = caps[0].effective;
+    p.setpriv = (eff & (1u << CAP_SETUID)) && (eff & (1u << CAP_SETGID));
+  }
+  // A trial holder: new namespaces, a private mount tree, /proc of the new
+  // pid namespace, an overlay whose upper lives where sessions' will.
+  std::string dir = scratch_dir + "/probe-" + std::to_string(getpid());
+  std::string lower = dir + "/lower", upper = dir + "/upper", work = dir + "/work", merged = dir + "/merged",
+              proc = dir + "/proc";
+  for (const std::string& d : {scratch_dir, dir, lower, upper, work, merged, proc}) mkdir(d.c_str(), 0700);
+  std::string overlay_data = "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work;
+  const char* c_proc = proc.c_str();
+  const char* c_merged = merged.c_str();
+  const char* c_data = overlay_data.c_str();
+  struct {
+    volatile int err = 0;
+    const char* volatile step = nullptr;
+    volatile int overlay_err = -1;
+  } result;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = -1;
+  int fork_errno = 0, pidns_errno = 0;
+  {
+    NewPidNamespaceForChildren pid_namespace;
+    pidns_errno = pid_namespace.error();
+    if (!pidns_errno) {
+      pid = vfork();
+      if (pid == 0) {
+        auto fail = [&](const char* step) {
+          result.err = errno;
+          result.step = step;
+          _exit(1);
+        };
+        if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) != 0)
+          fail("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWNET)");
+        if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail("make the mount tree private");
+        if (mount("proc", c_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+          fail("mount /proc of a new pid namespace");
+        result.overlay_err = mount("overlay", c_merged, "overlay", 0, c_data) == 0 ? 0 : errno;
+        _exit(0);
+      }
+      fork_errno = errno;
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid > 0) {
+    // The child ran to its _exit (vfork waited for it). Reaped here, on the
+    // loop thread, before the reaper's SIGCHLD handling can run: nobody
+    // watches for it.
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  for (const std::string& d : {proc, merged, work + "/work", work, upper, lower, dir}) rmdir(d.c_str());
+  const char* hint =
+      " (a seccomp profile such as Docker's default refuses namespaces to a process without CAP_SYS_ADMIN; execd "
+      "needs root or CAP_SYS_ADMIN here)";
+  if (pidns_errno) {
+    p.message = std::string("creating namespaces failed: unshare(CLONE_NEWPID): ") + strerror(pidns_errno) + hint;
+    return p;
+  }
+  if (pid < 0) {
+    p.message = std::string("vfork: ") + strerror(fork_errno);
+    return p;
+  }
+  if (result.step) {
+    p.message = std::string("creating namespaces failed: ") + result.step + ": " + strerror(result.err) +
+                (result.err == EPERM || result.err == EACCES ? hint : "");
+    return p;
+  }
+  p.available = true;
+  p.overlay = result.overlay_err == 0;
+  if (!p.overlay)
+    p.message = "overlay mounts fail here (" + std::string(strerror(result.overlay_err)) + " with the upper in " +
+                scratch_dir + "): workspace mode overlay, diff and commit are unavailable";
+  // A user namespace, as the holder makes it (a forked child: single-threaded).
+  int uerr = 0;
+  // Outside uid read first: inside an unmapped namespace geteuid() is the overflow uid.
+  const unsigned outside_uid = static_cast<unsigned>(geteuid());
+  pid_t child = fork();
+  if (child == 0) {
+    if (unshare(CLONE_NEWUSER) != 0) _exit(1);
+    char map[64];
+    snprintf(map, sizeof map, "1000 %u 1\n", outside_uid);
+    int fd = open("/proc/self/uid_map", O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, map, strlen(map)) < 0) _exit(2);
+    _exit(0);
+  }
+  if (child < 0) {
+    uerr = errno;
+  } else {
+    int st = 0;
+    while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
+    }
+    p.userns = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  if (!p.userns) {
+    std::string why = uerr ? strerror(uerr) : "unshare(CLONE_NEWUSER) or its uid map was refused";
+    p.message += std::string(p.message.empty() ? "" : "; ") + "uid_mode userns is unavailable: " + why;
+  }
+  return p;
+}
+
+// --- pool threads in a session ------------------------------------------------
+
+namespace {
+int g_home_mnt = -1, g_home_root = -1, g_home_cwd = -1;
+thread_local bool t_own_fs = false;
+}  // namespace
+
+MountNamespace::~MountNamespace() {
+  if (fd >= 0) close(fd);
+}
+
+void MountScope::remember_home() {
+  if (g_home_mnt >= 0) return;
+  g_home_mnt = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  g_home_root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  g_home_cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+MountScope::MountScope(int mnt_fd) {
+  if (mnt_fd < 0) return;
+  if (g_home_mnt < 0 || g_home_root < 0 || g_home_cwd < 0) {
+    error_ = EBADF;
+    return;
+  }
+  // Threads share their root and working directory (fs_struct), and
+  // setns(CLONE_NEWNS) refuses to move a shared one: this thread takes its
+  // own copy, once.
+  if (!t_own_fs) {
+    if (unshare(CLONE_FS) != 0) {
+      error_ = errno;
+      return;
+    }
+    t_own_fs = true;
+  }
+  if (setns(mnt_fd, CLONE_NEWNS) != 0) {
+    error_ = errno;
+    return;
+  }
+  entered_ = true;
+}
+
+MountScope::~MountScope() {
+  if (!entered_) return;
+  if (setns(g_home_mnt, CLONE_NEWNS) != 0 || fchdir(g_home_root) != 0 || chroot(".") != 0 ||
+      fchdir(g_home_cwd) != 0)
+    abort();
+}
+
+}  // namespace execd::pty

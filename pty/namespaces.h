@@ -1,0 +1,128 @@
+// pty/namespaces: an isolated session's namespaces and file system view,
+// built from the kernel's own pieces (no bubblewrap, no setuid helper).
+//
+// A session is held by one process, its holder: the first process (PID 1)
+// of a new pid namespace, with new mount, ipc and uts namespaces (and a new
+// network namespace unless the network is shared). Between vfork and exec
+// it builds the session's root from the host's (pty/namespaces.cc: the
+// plan), pivots into it, gives up every capability and execs execd itself
+// as a tiny init (`execd --isolated-init`, holder_main) that reaps what the
+// session orphans and, for uid_mode userns, makes the session's user
+// namespace (mapping the session's uid and gid to execd's own). The holder's
+// namespaces are the session: runs enter them (pty/confine), file routes
+// enter its mount namespace on a pool thread (MountScope), and killing the
+// holder ends every process in it (the kernel kills a pid namespace with
+// its PID 1).
+//
+// The session's root: the host's root, bound read-only (nosuid) and
+// recursively; over it a fresh /proc, a /dev with the usual devices, a new
+// devpts and /dev/shm, /run as tmpfs, /tmp as tmpfs (profile strict) or the
+// host's /tmp (balanced), execd's state directory hidden under an empty
+// tmpfs, then the session's own mounts shallow-first: overlays (lower: the
+// host path, upper and work: a directory of execd's, or a tmpfs for
+// persist=false), read-write and read-only binds.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pty/confine.h"
+
+namespace execd::pty {
+
+class ChildSetup;
+
+struct SessionMount {
+  enum class Kind { bind_rw, bind_ro, overlay, overlay_tmpfs };
+  Kind kind = Kind::bind_rw;
+  std::string source;      // host path (an overlay's lower)
+  std::string target;      // inside the session
+  std::string upper, work; // overlay: host directories; overlay_tmpfs: the tmpfs's mount point
+  bool create_target = false;  // target lies in a tmpfs of the session: made (a file if source is one)
+  bool source_is_file = false;
+  // overlay_tmpfs: the upper's owner and mode (the merged root shows them:
+  // the lower's, so the session's user may write where it could before).
+  uid_t upper_uid = 0;
+  gid_t upper_gid = 0;
+  mode_t upper_mode = 0755;
+};
+
+struct SessionPlan {
+  std::string staging;                 // an empty host directory the new root is built on
+  std::vector<SessionMount> mounts;    // applied in this order (the caller sorts shallow-first)
+  bool tmp_tmpfs = true;               // profile strict: a private /tmp; balanced: the host's
+  bool share_net = true;
+  std::vector<std::string> hide;       // host directories covered by an empty read-only tmpfs
+  std::string hostname = "sandbox";
+  std::optional<std::pair<uint32_t, uint32_t>> userns;  // uid_mode userns: the ids inside
+};
+
+struct Holder {
+  pid_t pid = -1;
+  int ready_fd = -1;  // read end: "ok\n", or "error: ...\n", then EOF
+};
+
+// Starts a holder for `plan`. Blocks the calling (loop) thread until the
+// holder has built the root and exec'd (a few milliseconds), or failed.
+// 0, or an errno with `error` naming the step.
+int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, std::string& error);
+
+// `execd --isolated-init [--userns UID GID]`: the holder after its exec.
+// main calls it before anything else; it never returns.
+bool is_holder_invocation(int argc, char** argv);
+[[noreturn]] void holder_main(int argc, char** argv);
+
+// Opens the holder's namespaces for runs to enter. False with `error`.
+bool open_namespaces(pid_t holder, bool own_net, bool userns, IsolatedEntry& out, std::string& error);
+void close_namespaces(IsolatedEntry& entry);
+
+// What this kernel, in this process, allows (a real trial, not a guess):
+// namespaces and mounts, an overlay whose upper lives in `scratch_dir`, a
+// user namespace, switching uid. Blocks for a few milliseconds.
+struct IsolationProbe {
+  bool available = false;
+  bool overlay = false;        // an overlay with its upper in the scratch directory
+  bool userns = false;
+  bool setpriv = false;        // runs may take another uid (CAP_SETUID)
+  std::string message;         // why not, or what is missing
+  std::string kernel;          // uname release
+};
+IsolationProbe probe_isolation(const std::string& scratch_dir);
+
+// An isolated session's mount namespace, held open for whoever works in it.
+struct MountNamespace {
+  explicit MountNamespace(int f) : fd(f) {}
+  ~MountNamespace();
+  MountNamespace(const MountNamespace&) = delete;
+  MountNamespace& operator=(const MountNamespace&) = delete;
+  int fd;
+};
+
+// A pool thread inside a session's mount namespace for the length of one
+// piece of file work: paths resolve as the session sees them (its overlay,
+// its binds, its symlinks). The thread gets its own fs_struct once
+// (unshare CLONE_FS) and comes back to execd's namespace, root and working
+// directory at the end of the scope; if it cannot, execd aborts rather than
+// serve other requests from inside a session.
+class MountScope {
+ public:
+  // On the loop at start-up: execd's own namespace, root and cwd.
+  static void remember_home();
+  explicit MountScope(int mnt_fd);  // -1: no-op
+  ~MountScope();
+  MountScope(const MountScope&) = delete;
+  MountScope& operator=(const MountScope&) = delete;
+  // 0, or the errno of entering (the work must not run then).
+  int error() const { return error_; }
+
+ private:
+  bool entered_ = false;
+  int error_ = 0;
+};
+
+}  // namespace execd::pty

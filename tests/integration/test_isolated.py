@@ -1,0 +1,584 @@
+"""Isolated sessions (/v1/isolated) through the official opensandbox 1.1.1
+SDK's isolated adapter (sync), pointed straight at execd: capabilities,
+sessions in each workspace mode, foreground and background runs, diff and
+commit of an overlay, the session's own files, binds, share_net, env
+passthrough and uid/gid. Raw HTTP only where the SDK has no method (diff,
+commit) and for the hostile clients."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import socket
+import tarfile
+import time
+
+import pytest
+from opensandbox.config import ConnectionConfigSync
+from opensandbox.exceptions import SandboxApiException
+from opensandbox.models.filesystem import DirectoryListEntry, MoveEntry, SearchEntry, WriteEntry
+from opensandbox.models.isolated import (
+    BindMount,
+    CreateIsolatedSessionRequest,
+    EnvPassthroughSpec,
+    IsolatedRunOpts,
+    IsolatedWorkspaceSpec,
+)
+from opensandbox.models.sandboxes import SandboxEndpoint
+from opensandbox.sync.adapters.factory import AdapterFactorySync
+
+from execd_client import SLOW, TOKEN_HEADER, process_alive, wait_until
+
+
+def service(ex):
+    cfg = ConnectionConfigSync(protocol="http")
+    ep = SandboxEndpoint(endpoint=ex.endpoint, headers={TOKEN_HEADER: ex.token})
+    return AdapterFactorySync(cfg).create_isolated_session_service(ep)
+
+
+def stdout(execution) -> str:
+    return "".join(m.text + "\n" for m in execution.logs.stdout)
+
+
+def workspace(tmp_path, mode="rw"):
+    ws = tmp_path / f"ws-{mode}"
+    ws.mkdir()
+    (ws / "base.txt").write_text("from the host\n")
+    return CreateIsolatedSessionRequest(workspace=IsolatedWorkspaceSpec(path=str(ws), mode=mode)), ws
+
+
+@pytest.fixture
+def iso(execd_factory, tmp_path):
+    ex = execd_factory("--isolated-allowed-paths", str(tmp_path))
+    caps = service(ex).capabilities()
+    if not caps.available:
+        pytest.skip(f"isolation unavailable here: {caps.message}")
+    return ex
+
+
+def test_capabilities_report_what_the_kernel_allows(iso):
+    caps = service(iso).capabilities()
+    assert caps.available is True
+    assert caps.isolator == "linux-namespaces"
+    assert caps.version == os.uname().release
+    assert caps.diff_supported and caps.commit_supported
+    h = caps.hardening
+    assert h.init_mode in ("pid1", "subreaper")
+    for layer in (h.cap_drop, h.seccomp, h.landlock):
+        assert layer.state == "disabled", layer
+
+
+def test_namespaces_refused_is_reported_not_faked(execd_factory):
+    # As under Docker's default profile: a root without CAP_SYS_ADMIN may
+    # not make namespaces.
+    ex = execd_factory(wrapper=("setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin"))
+    caps = service(ex).capabilities()
+    assert caps.available is False
+    assert "unshare" in caps.message and "Operation not permitted" in caps.message, caps.message
+    with pytest.raises(SandboxApiException) as err:
+        service(ex).create(CreateIsolatedSessionRequest(workspace=IsolatedWorkspaceSpec(path="/tmp", mode="rw")))
+    assert err.value.status_code == 503
+    status, _, body = ex.request("GET", "/v1/isolated/sessions")
+    assert status == 503 and b"isolation unavailable" in body
+
+
+def test_no_isolation_flag(execd_factory):
+    ex = execd_factory("--no-isolation")
+    caps = service(ex).capabilities()
+    assert caps.available is False and "--no-isolation" in caps.message
+
+
+def test_rw_session_lifecycle_and_shell_state(iso, tmp_path):
+    svc = service(iso)
+    req, ws = workspace(tmp_path, "rw")
+    s = svc.create(req)
+    try:
+        assert len(s.session_id) >= 32
+        e = s.run("pwd; cat base.txt; echo made > new.txt; cd /tmp; export KEEP=kept; echo $$")
+        assert e.error is None, e.error
+        lines = stdout(e).splitlines()
+        assert lines[:2] == [str(ws), "from the host"]
+        assert int(lines[2]) < 10, "the shell lives in the session's own pid namespace"
+        assert (ws / "new.txt").read_text() == "made\n"  # rw: straight to the host
+        e = s.run("pwd; echo $KEEP; hostname; ls /proc | grep -c '^[0-9]'")
+        lines = stdout(e).splitlines()
+        assert lines[:3] == ["/tmp", "kept", "sandbox"]
+        assert int(lines[3]) < 10  # only the session's processes
+        e = s.run("touch /usr/x 2>&1; echo rc=$?")
+        assert "Read-only file system" in stdout(e) and "rc=1" in stdout(e)
+        e = s.run("(exit 3)")
+        assert e.error is not None and e.error.value == "3"
+        state = s.get()
+        assert state.status == "active" and state.workspace.path == str(ws) and state.workspace.mode == "rw"
+        assert s.session_id in [x.session_id for x in svc.list()]
+        attached = svc.attach(s.session_id)
+        assert attached.info.workspace.path == str(ws)
+        # `exit` ends the session's shell: the session is over (as a bash session's).
+        s.run("exit 0")
+        assert s.get().status == "destroyed"
+        with pytest.raises(SandboxApiException) as err:
+            s.run("echo again")
+        assert err.value.status_code == 410
+    finally:
+        s.delete()
+    assert s.session_id not in [x.session_id for x in svc.list()]
+    with pytest.raises(SandboxApiException) as err:
+        s.get()
+    assert err.value.status_code == 404
+
+
+def test_run_envs_and_timeout(iso, tmp_path):
+    req, _ = workspace(tmp_path)
+    with service(iso).session(req) as s:
+        e = s.run("echo $ONE-$TWO", opts=IsolatedRunOpts(envs={"ONE": "1", "TWO": "it's"}))
+        assert stdout(e) == "1-it's\n"
+        e = s.run("echo ${ONE:-unset}")
+        assert stdout(e) == "unset\n", "run envs are for that run only"
+        t0 = time.monotonic()
+        e = s.run("sleep 30", opts=IsolatedRunOpts(timeout_seconds=1))
+        assert time.monotonic() - t0 < 20 * SLOW
+        assert e.error is not None
+        e = s.run("echo after")
+        assert stdout(e) == "after\n", "the session survives a timed-out run"
+
+
+def test_overlay_keeps_the_host_unchanged_diff_and_commit(iso, tmp_path):
+    req, ws = workspace(tmp_path, "overlay")
+    (ws / "gone.txt").write_text("x")
+    with service(iso).session(req) as s:
+        e = s.run("echo changed > base.txt; echo new > added.txt; rm gone.txt; mkdir d; echo y > d/f; ls")
+        assert e.error is None, e.error
+        assert sorted(stdout(e).split()) == ["added.txt", "base.txt", "d"]
+        assert (ws / "base.txt").read_text() == "from the host\n"
+        assert not (ws / "added.txt").exists() and (ws / "gone.txt").exists()
+        status, _, body = iso.request("GET", f"/v1/isolated/session/{s.session_id}/diff")
+        assert status == 200, body
+        diff = json.loads(body)
+        changes = {c["path"]: c["change"] for c in diff["changes"]}
+        assert changes[f"{ws}/base.txt"] == "modified"
+        assert changes[f"{ws}/added.txt"] == "added"
+        assert changes[f"{ws}/gone.txt"] == "deleted"
+        assert changes[f"{ws}/d"] == "added"
+        assert diff["truncated"] is False
+        status, headers, blob = iso.request("POST", f"/v1/isolated/session/{s.session_id}/commit")
+        assert status == 200, blob[:200]
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob))) as tar:
+            names = set(tar.getnames())
+            assert any(n.endswith("added.txt") for n in names), names
+            assert any(n.endswith(".wh.gone.txt") for n in names), names
+            member = next(m for m in tar.getmembers() if m.name.endswith("base.txt"))
+            assert tar.extractfile(member).read() == b"changed\n"
+
+
+def test_overlay_without_persist_has_no_diff(iso, tmp_path):
+    ws = tmp_path / "eph"
+    ws.mkdir()
+    req = CreateIsolatedSessionRequest(overlays=[{"path": str(ws), "mode": "overlay", "persist": False}])
+    with service(iso).session(req) as s:
+        e = s.run("echo x > f && cat f")
+        assert stdout(e) == "x\n"
+        assert not (ws / "f").exists()
+        status, _, body = iso.request("GET", f"/v1/isolated/session/{s.session_id}/diff")
+        assert status == 400, body
+
+
+def test_ro_workspace_refuses_writes(iso, tmp_path):
+    req, ws = workspace(tmp_path, "ro")
+    with service(iso).session(req) as s:
+        e = s.run("cat base.txt; echo no > base.txt")
+        assert stdout(e) == "from the host\n"
+        assert e.error is not None
+        assert (ws / "base.txt").read_text() == "from the host\n"
+
+
+def test_background_run_status_and_logs(iso, tmp_path):
+    req, ws = workspace(tmp_path)
+    with service(iso).session(req) as s:
+        gate = ws / "gate"
+        bg = s.run_background(f"echo first; while [ ! -e {gate} ]; do sleep 0.05; done; echo second; exit 4")
+        assert bg.session_id == s.session_id and bg.run_id
+        wait_until(lambda: s.run_logs(bg.run_id).text == "first\n", 10 * SLOW, what="first line")
+        st = s.run_status(bg.run_id)
+        assert st.running is True and st.exit_code is None
+        # Foreground runs go on meanwhile (the background run is its own process).
+        assert stdout(s.run("echo fg")) == "fg\n"
+        gate.write_text("")
+        wait_until(lambda: not s.run_status(bg.run_id).running, 10 * SLOW, what="the run to end")
+        st = s.run_status(bg.run_id)
+        assert st.exit_code == 4 and st.finished_at is not None
+        logs = s.run_logs(bg.run_id)
+        assert logs.text == "first\nsecond\n"
+        assert s.run_logs(bg.run_id, cursor=6).text == "second\n"
+        assert s.run_logs(bg.run_id, cursor=logs.cursor).text == ""
+        with pytest.raises(SandboxApiException) as err:
+            s.run_status("no-such-run")
+        assert err.value.status_code == 404
+
+
+def test_session_files_are_the_sessions_view(iso, tmp_path):
+    req, ws = workspace(tmp_path, "overlay")
+    with service(iso).session(req) as s:
+        files = s.files
+        files.write_file(f"{ws}/via-api.txt", "api\n")
+        assert not (ws / "via-api.txt").exists(), "written into the overlay, not the host"
+        assert stdout(s.run("cat via-api.txt")) == "api\n"
+        s.run("echo from-run > run.txt")
+        assert files.read_file(f"{ws}/run.txt") == "from-run\n"
+        # The session's /tmp (profile strict: its own tmpfs) is not the host's.
+        s.run("echo secret > /tmp/only-inside")
+        assert files.read_file("/tmp/only-inside") == "secret\n"
+        assert not os.path.exists("/tmp/only-inside")
+        info = files.get_file_info([f"{ws}/base.txt"])
+        assert info[f"{ws}/base.txt"].size == len("from the host\n")
+        files.create_directories([WriteEntry(path=f"{ws}/sub", mode=755)])
+        files.move_files([MoveEntry(src=f"{ws}/via-api.txt", dest=f"{ws}/sub/moved.txt")])
+        names = sorted(e.path for e in files.list_directory(DirectoryListEntry(path=ws_str(ws), depth=2)))
+        assert f"{ws}/sub/moved.txt" in names and f"{ws}/via-api.txt" not in names, names
+        found = [e.path for e in files.search(SearchEntry(path=str(ws), pattern="*.txt"))]
+        assert sorted(found) == sorted([f"{ws}/base.txt", f"{ws}/run.txt", f"{ws}/sub/moved.txt"]), found
+        files.delete_files([f"{ws}/base.txt"])
+        assert stdout(s.run("ls")) == "run.txt\nsub\n"
+        assert (ws / "base.txt").exists(), "deleted in the overlay only"
+        r = iso.request("GET", f"/v1/isolated/session/{s.session_id}/diff")
+        changes = {c["path"]: c["change"] for c in json.loads(r[2])["changes"]}
+        assert changes[f"{ws}/base.txt"] == "deleted" and changes[f"{ws}/sub"] == "added", changes
+
+
+def ws_str(ws) -> str:
+    return str(ws)
+
+
+def test_binds_and_their_allowlist(iso, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("bound\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    req, _ = workspace(tmp_path)
+    req.binds = [BindMount(source=str(data), dest="/tmp/data"), BindMount(source=str(ro), readonly=True)]
+    req.extra_writable = [str(extra)]
+    with service(iso).session(req) as s:
+        assert s.run(f"echo e > {extra}/e").error is None
+        assert (extra / "e").read_text() == "e\n"
+        assert stdout(s.run("cat /tmp/data/in.txt; echo w > /tmp/data/out.txt")) == "bound\n"
+        assert (data / "out.txt").read_text() == "w\n"
+        e = s.run(f"echo w > {ro}/x")
+        assert e.error is not None and not (ro / "x").exists()
+    req2 = CreateIsolatedSessionRequest(workspace=IsolatedWorkspaceSpec(path=str(tmp_path), mode="rw"),
+                                        binds=[BindMount(source="/etc", dest="/tmp/etc")])
+    with pytest.raises(SandboxApiException) as err:
+        service(iso).create(req2)
+    assert err.value.status_code == 400 and "allowlist" in str(err.value)
+
+
+def test_share_net_false_has_only_loopback(iso, tmp_path):
+    req, _ = workspace(tmp_path)
+    req.share_net = False
+    with service(iso).session(req) as s:
+        e = s.run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        assert stdout(e).split() == ["lo"]
+    req.share_net = True
+    with service(iso).session(req) as s:
+        e = s.run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        assert len(stdout(e).split()) >= 1
+        with open("/proc/net/dev") as f:
+            assert sorted(stdout(e).split()) == sorted(l.split(":")[0].strip() for l in f.readlines()[2:])
+
+
+def test_env_passthrough(execd_factory, tmp_path):
+    env = dict(os.environ, PLAIN_VALUE="plain", MY_API_KEY="k", OTHER="o")
+    ex = execd_factory(env=env)
+    if not service(ex).capabilities().available:
+        pytest.skip("isolation unavailable here")
+    req, _ = workspace(tmp_path)
+    show = "echo ${PLAIN_VALUE:-none} ${MY_API_KEY:-none} ${OTHER:-none}"
+    with service(ex).session(req) as s:
+        assert stdout(s.run(show)) == "plain none o\n", "credential-looking keys stay out by default"
+    req.env_passthrough = EnvPassthroughSpec(mode="allow", keys=["PLAIN_VALUE", "MY_API_KEY"])
+    with service(ex).session(req) as s:
+        assert stdout(s.run(show)) == "plain k none\n"
+    req.env_passthrough = EnvPassthroughSpec(mode="deny", keys=["OTHER"])
+    with service(ex).session(req) as s:
+        assert stdout(s.run(show)) == "plain k none\n"
+
+
+def test_uid_setpriv_and_userns(iso, tmp_path):
+    ws = tmp_path / "ids"
+    ws.mkdir()
+    os.chmod(ws, 0o777)
+    req = CreateIsolatedSessionRequest(workspace=IsolatedWorkspaceSpec(path=str(ws), mode="rw"), uid=65534,
+                                       gid=65534)
+    with service(iso).session(req) as s:
+        assert stdout(s.run("id -u; id -g; touch mine; grep CapEff /proc/self/status")) == \
+            "65534\n65534\nCapEff:\t0000000000000000\n"
+        st = (ws / "mine").stat()
+        assert (st.st_uid, st.st_gid) == (65534, 65534)
+        bg = s.run_background("id -u")
+        wait_until(lambda: not s.run_status(bg.run_id).running, 10 * SLOW, what="background id")
+        assert s.run_logs(bg.run_id).text == "65534\n"
+    caps = service(iso).capabilities()
+    if not caps.userns_available:
+        return
+    req.uid_mode = "userns"
+    req.uid, req.gid = 1000, 1000
+    with service(iso).session(req) as s:
+        assert stdout(s.run("id -u; id -g; touch userns-file; unshare -U true 2>/dev/null || echo no-nested")) == \
+            "1000\n1000\nno-nested\n"
+        st = (ws / "userns-file").stat()
+        assert st.st_uid == os.geteuid(), "inside 1000, on the host execd's own uid"
+
+
+def test_validation_and_unknown_sessions(iso, tmp_path):
+    for body, word in [({}, "workspace"), ({"workspace": {"path": "relative"}}, "absolute"),
+                       ({"workspace": {"path": "/tmp", "mode": "weird"}}, "mode"),
+                       ({"workspace": {"path": "/tmp"}, "uid_mode": "nope"}, "uid_mode")]:
+        status, _, text = iso.request("POST", "/v1/isolated/session", body,
+                                      headers={"Content-Type": "application/json"})
+        text = text.decode()
+        assert status == 400, (body, text)
+        assert word in text, (body, text)
+    for method, path in [("GET", "/v1/isolated/session/nope"), ("DELETE", "/v1/isolated/session/nope"),
+                         ("POST", "/v1/isolated/session/nope/run"), ("GET", "/v1/isolated/session/nope/runs/x"),
+                         ("GET", "/v1/isolated/session/nope/diff"),
+                         ("GET", "/v1/isolated/session/nope/files/info?path=/tmp")]:
+        body = b'{"code":"true"}' if method == "POST" else None
+        status, _, text = iso.request(method, path, body)
+        assert status == 404, (method, path, status, text)
+
+
+# ---- hostile clients --------------------------------------------------------------------------------
+
+def raw(ex, data: bytes, read=True, reset=False):
+    s = socket.create_connection((ex.host, ex.port), timeout=10 * SLOW)
+    s.sendall(data)
+    out = b""
+    if read:
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+                if reset:
+                    break
+        except socket.timeout:
+            pass
+    if reset:
+        import struct
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    return out
+
+
+def request_bytes(ex, method, path, body=b"", token=True):
+    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+    if token:
+        head += f"{TOKEN_HEADER}: {ex.token}\r\n"
+    head += f"Content-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def test_no_token_is_refused_everywhere(iso):
+    for method, path in [("GET", "/v1/isolated/capabilities"), ("POST", "/v1/isolated/session"),
+                         ("GET", "/v1/isolated/sessions"), ("DELETE", "/v1/isolated/session/x"),
+                         ("POST", "/v1/isolated/session/x/run"), ("GET", "/v1/isolated/session/x/diff"),
+                         ("POST", "/v1/isolated/session/x/commit"),
+                         ("GET", "/v1/isolated/session/x/files/download?path=/etc/hostname")]:
+        status, _, _ = iso.request(method, path, b"{}" if method == "POST" else None, token=False)
+        assert status == 401, (method, path, status)
+
+
+def test_garbage_bodies(iso, tmp_path):
+    req, ws = workspace(tmp_path)
+    s = service(iso).create(req)
+    try:
+        for path in ["/v1/isolated/session", f"/v1/isolated/session/{s.session_id}/run"]:
+            for body in [b"\x00\xff garbage", b"[1,2", b'{"code": 5}', b'{"workspace": []}', b"null",
+                         b'{"code":"x","background":"yes"}', b"{" * 5000]:
+                status, _, text = iso.request("POST", path, body, headers={"Content-Type": "application/json"})
+                assert status == 400, (path, body[:20], status, text)
+        assert stdout(s.run("echo alive")) == "alive\n"
+    finally:
+        s.delete()
+
+
+def test_clients_that_vanish_at_each_phase(iso, tmp_path):
+    req, ws = workspace(tmp_path, "overlay")
+    create = json.dumps({"workspace": {"path": str(ws), "mode": "overlay"}}).encode()
+    svc = service(iso)
+    # Creation: the client leaves before the answer; the session must not linger.
+    for _ in range(5):
+        raw(iso, request_bytes(iso, "POST", "/v1/isolated/session", create), read=False)
+    wait_until(lambda: svc.list() == [], 20 * SLOW, what="abandoned creations to be cleaned up")
+    s = svc.create(req)
+    sid = s.session_id
+    try:
+        big = json.dumps({"code": "head -c 20000000 /dev/zero | base64"}).encode()
+        for reset in (False, True):
+            # A foreground run whose client leaves after the head, and one that never reads.
+            raw(iso, request_bytes(iso, "POST", f"/v1/isolated/session/{sid}/run", big), read=True, reset=reset)
+            raw(iso, request_bytes(iso, "POST", f"/v1/isolated/session/{sid}/run", big), read=False)
+            wait_until(lambda: not s.get() or stdout_ok(s), 60 * SLOW, what="the session to be free again")
+        s.run("seq 1 100000 > big.txt")
+        bg = s.run_background("cat big.txt big.txt big.txt")
+        wait_until(lambda: not s.run_status(bg.run_id).running, 20 * SLOW, what="the background run")
+        for _ in range(3):
+            raw(iso, request_bytes(iso, "GET", f"/v1/isolated/session/{sid}/runs/{bg.run_id}/logs"), read=True,
+                reset=True)
+            raw(iso, request_bytes(iso, "GET", f"/v1/isolated/session/{sid}/diff"), read=False)
+            raw(iso, request_bytes(iso, "POST", f"/v1/isolated/session/{sid}/commit"), read=True, reset=True)
+            raw(iso, request_bytes(iso, "GET", f"/v1/isolated/session/{sid}/files/download?path={ws}/big.txt"),
+                read=True, reset=True)
+        # A slow reader of a commit: it gets all of it, in order, however slowly it reads.
+        sock = socket.create_connection((iso.host, iso.port), timeout=30 * SLOW)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(request_bytes(iso, "POST", f"/v1/isolated/session/{sid}/commit"))
+        data = b""
+        while chunk := sock.recv(1024):
+            data += chunk
+        sock.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert b" 200 " in head.split(b"\r\n")[0]
+        assert b"big.txt" in gzip.decompress(dechunk(body)) if b"chunked" in head.lower() else True
+        assert stdout(s.run("echo still")) == "still\n"
+    finally:
+        s.delete()
+    assert iso.ping() == 200
+
+
+def stdout_ok(s) -> bool:
+    try:
+        return stdout(s.run("echo ok")) == "ok\n"
+    except SandboxApiException as e:
+        if e.status_code == 409:
+            return False
+        raise
+
+
+def dechunk(body: bytes) -> bytes:
+    out = b""
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        n = int(size_line.split(b";")[0], 16)
+        if n == 0:
+            break
+        out += body[:n]
+        body = body[n + 2:]
+    return out
+
+
+def test_delete_kills_everything_in_the_session(iso, tmp_path):
+    req, ws = workspace(tmp_path)
+    s = service(iso).create(req)
+    bg = s.run_background("sleep 1000 & echo $!; wait")
+    wait_until(lambda: s.run_logs(bg.run_id).text.strip() != "", 10 * SLOW, what="the pid")
+    marker = f"isolated-{s.session_id}"
+    s.run_background(f"exec -a {marker} sleep 1000")
+    wait_until(lambda: any(marker in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
+                           for p in os.listdir("/proc") if p.isdigit() and _readable(p)), 10 * SLOW,
+               what="the marked process")
+    s.delete()
+    wait_until(lambda: not any(marker in _cmdline(p) for p in os.listdir("/proc") if p.isdigit()), 10 * SLOW,
+               what="every process of the session to be gone")
+
+
+def _readable(p) -> bool:
+    try:
+        open(f"/proc/{p}/cmdline", "rb").close()
+        return True
+    except OSError:
+        return False
+
+
+def _cmdline(p) -> str:
+    try:
+        with open(f"/proc/{p}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_idle_timeout_ends_the_session(iso, tmp_path):
+    req, _ = workspace(tmp_path)
+    req.idle_timeout_seconds = 1
+    svc = service(iso)
+    s = svc.create(req)
+    assert s.get().idle_remaining_seconds in (0, 1)
+    wait_until(lambda: s.session_id not in [x.session_id for x in svc.list()], 15 * SLOW, what="the idle session to go")
+    with pytest.raises(SandboxApiException) as err:
+        s.run("true")
+    assert err.value.status_code == 404
+
+
+def test_session_limit(execd_factory, tmp_path):
+    ex = execd_factory("--max-isolated-sessions", "1")
+    svc = service(ex)
+    if not svc.capabilities().available:
+        pytest.skip("isolation unavailable here")
+    req, _ = workspace(tmp_path)
+    with svc.session(req):
+        with pytest.raises(SandboxApiException) as err:
+            svc.create(req)
+        assert err.value.status_code == 429
+    with svc.session(req) as s:
+        assert stdout(s.run("echo room")) == "room\n"
+
+
+def test_second_foreground_run_is_busy(iso, tmp_path):
+    import threading
+    req, ws = workspace(tmp_path)
+    gate = ws / "gate"
+    with service(iso).session(req) as s:
+        first = {}
+        t = threading.Thread(target=lambda: first.update(
+            e=s.run(f"echo on; touch started; while [ ! -e {gate} ]; do sleep 0.05; done")))
+        t.start()
+        wait_until(lambda: (ws / "started").exists(), 10 * SLOW, what="the first run")
+        assert _busy(iso, s.session_id)
+        gate.write_text("")
+        t.join(30 * SLOW)
+        assert stdout(first["e"]) == "on\n"
+        assert stdout(s.run("echo free")) == "free\n"
+
+
+def _busy(ex, sid) -> bool:
+    status, _, body = ex.request("POST", f"/v1/isolated/session/{sid}/run", {"code": "echo second"})
+    if status == 409:
+        assert b"SESSION_BUSY" in body
+        return True
+    return False
+
+
+def test_async_adapter(iso, tmp_path):
+    import asyncio
+
+    from opensandbox.adapters.factory import AdapterFactory
+    from opensandbox.config import ConnectionConfig
+
+    req, ws = workspace(tmp_path, "overlay")
+
+    async def main():
+        cfg = ConnectionConfig(protocol="http").with_transport_if_missing()
+        ep = SandboxEndpoint(endpoint=iso.endpoint, headers={TOKEN_HEADER: iso.token})
+        svc = AdapterFactory(cfg).create_isolated_session_service(ep)
+        try:
+            assert (await svc.capabilities()).available
+            s = await svc.create(req)
+            try:
+                e = await s.run("echo async > a.txt; cat a.txt base.txt")
+                assert [m.text for m in e.logs.stdout] == ["async", "from the host"]
+                bg = await s.run_background("echo bg")
+                while (await s.run_status(bg.run_id)).running:
+                    await asyncio.sleep(0.02)
+                assert (await s.run_logs(bg.run_id)).text == "bg\n"
+            finally:
+                await s.delete()
+            assert [x for x in await svc.list() if x.session_id == s.session_id] == []
+        finally:
+            await svc._sse_client.aclose()
+            await svc._httpx_client.aclose()
+            await cfg.close_transport_if_owned()
+
+    asyncio.run(main())
+    assert not (ws / "a.txt").exists()
