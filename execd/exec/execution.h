@@ -62,6 +62,8 @@ class Registry;
 // one started through E2B's envd API (api/envd_process): a command given as
 // argv rather than a shell line, perhaps on a PTY.
 enum class Kind : uint8_t { command, session_run, code_run, process };
+// How many kinds there are (arrays indexed by kind are this long).
+inline constexpr size_t kKindCount = static_cast<size_t>(Kind::process) + 1;
 const char* kind_name(Kind k);
 std::optional<Kind> kind_from_name(std::string_view name);
 

@@ -90,7 +90,7 @@ class Registry {
   // sweep erases a finished execution, from the front).
   std::deque<Execution*> finished_order_;
   size_t running_ = 0;
-  size_t running_kind_[3] = {0, 0, 0};
+  size_t running_kind_[kKindCount] = {};
   size_t readers_ = 0;
   uint64_t sweep_period_ = 1000;
   uv_timer_t sweep_timer_;
