@@ -17,7 +17,7 @@ namespace execd::watch {
 
 namespace {
 
-constexpr uint32_t kMask = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB |
+constexpr uint32_t kDirWatchMask = IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB |
                            IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW | IN_EXCL_UNLINK | IN_ONLYDIR;
 // A tree with more directories than this is refused rather than walked.
 constexpr size_t kMaxDirectories = 65536;
@@ -94,7 +94,7 @@ struct DirWatcher::Setup {
       todo.pop_back();
       std::string path = rel.empty() ? dir : dir + "/" + rel;
       // The watched directory may be reached through a symlink; nothing below it is.
-      int wd = inotify_add_watch(fd, path.c_str(), (kMask & ~IN_DONT_FOLLOW) | (rel.empty() ? 0u : IN_DONT_FOLLOW));
+      int wd = inotify_add_watch(fd, path.c_str(), (kDirWatchMask & ~IN_DONT_FOLLOW) | (rel.empty() ? 0u : IN_DONT_FOLLOW));
       if (wd < 0) {
         // A subdirectory that went away or cannot be read is skipped; the
         // root, or the kernel's limits, end the setup.
@@ -248,7 +248,7 @@ void DirWatcher::add_tree(const std::string& rel) {
     std::string r = std::move(todo.back());
     todo.pop_back();
     std::string path = dir_ + "/" + r;
-    int wd = inotify_add_watch(fd_, path.c_str(), kMask);
+    int wd = inotify_add_watch(fd_, path.c_str(), kDirWatchMask);
     if (wd < 0) {
       if (errno == ENOSPC) fail(watch_error(errno, path));
       continue;
