@@ -46,28 +46,18 @@ $(CLI_VENV)/.ready:
 
 cli-venv: $(CLI_VENV)/.ready
 
-# E2B's JS SDK from npm for tests/integration/test_e2b_js.py, at the version
-# package-lock.json pins. The SDK wants Node >= 20.18; Debian 12's own nodejs
-# (installed when there is no npm at all) is 18, and the test says so.
-E2B_JS := tests/e2b_js
-$(E2B_JS)/node_modules/.ready: $(E2B_JS)/package.json $(E2B_JS)/package-lock.json
+# The JS SDKs from npm, at the versions each package-lock.json pins: E2B's
+# for tests/integration/test_e2b_js.py (it wants Node >= 20.18; Debian 12's
+# own nodejs, installed when there is no npm at all, is 18, and the test says
+# so) and OpenSandbox's (0.1.11) for test_opensandbox_js.py.
+tests/%/node_modules/.ready: tests/%/package.json tests/%/package-lock.json
 	@command -v npm >/dev/null || { echo "installing nodejs and npm (Debian)"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
-	npm ci --prefix $(E2B_JS) --no-audit --no-fund --loglevel=error
+	npm ci --prefix tests/$* --no-audit --no-fund --loglevel=error
 	touch $@
 
-e2b-js: $(E2B_JS)/node_modules/.ready
-
-# OpenSandbox's JS SDK from npm for tests/integration/test_opensandbox_js.py,
-# at the version package-lock.json pins (0.1.11; Node >= 20).
-OS_JS := tests/opensandbox_js
-$(OS_JS)/node_modules/.ready: $(OS_JS)/package.json $(OS_JS)/package-lock.json
-	@command -v npm >/dev/null || { echo "installing nodejs and npm (Debian)"; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
-	npm ci --prefix $(OS_JS) --no-audit --no-fund --loglevel=error
-	touch $@
-
-opensandbox-js: $(OS_JS)/node_modules/.ready
+e2b-js: tests/e2b_js/node_modules/.ready
+opensandbox-js: tests/opensandbox_js/node_modules/.ready
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
