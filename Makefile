@@ -109,6 +109,7 @@ bench: build static venv
 	$(VENV)/bin/python tests/bench/bench_proxy.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_code.py --execd $(BUILD)/execd --static $(BUILD)/execd-static
 	$(VENV)/bin/python tests/bench/bench_fair.py --execd $(BUILD)/execd
+	$(VENV)/bin/python tests/bench/bench_runtime_init.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_e2b.py --execd $(BUILD)/execd
 	$(VENV)/bin/python tests/bench/bench_watch_archive.py --execd $(BUILD)/execd
 
