@@ -47,7 +47,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerenv import (ROOT, TIMINGS, Dockerd, build_execd_target, docker_build, free_port, sh,
+from dockerenv import (NOTES, ROOT, TIMINGS, Dockerd, build_execd_target, docker_build, free_port, sh,
                        unavailable)
 
 IMAGE = "execd-test:latest"
@@ -224,6 +224,35 @@ def test_runs_commands_through_sdk(sandbox):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=5)
     assert e.value.code == 401
+
+
+def test_isolation_capabilities_are_honest_under_dockers_defaults(sandbox):
+    """The container runs with Docker's default seccomp profile and
+    capabilities, where upstream's bubblewrap fails at the first session:
+    execd says up front whether it can isolate, and its answer holds."""
+    c, port, token = sandbox
+
+    def call(method, path, body=None):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={TOKEN_HEADER: token, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    st, caps = call("GET", "/v1/isolated/capabilities")
+    assert st == 200, caps
+    NOTES.append(f"isolation under Docker's defaults: available={caps['available']} ({caps.get('message', '')})")
+    st, made = call("POST", "/v1/isolated/session", {"workspace": {"path": "/tmp", "mode": "rw"}})
+    if caps["available"]:
+        assert st == 201, made
+        st, _ = call("DELETE", f"/v1/isolated/session/{made['session_id']}")
+        assert st == 200
+    else:
+        assert caps.get("message"), caps
+        assert st == 503, made
 
 
 def ps_rows(c: Container) -> list[tuple[int, int, str, str]]:
