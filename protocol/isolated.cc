@@ -1,6 +1,8 @@
 // protocol/isolated: see header.
 #include "protocol/isolated.h"
 
+#include "protocol/track_request.h"
+
 #include <simdjson.h>
 
 #include <set>
@@ -260,6 +262,8 @@ std::variant<IsolatedRunRequest, DecodeError> decode_isolated_run(std::string_vi
       req.timeout_seconds = t;
     } else if (key == "background") {
       if (v.get(req.background)) return DecodeError{field_error(key, "a boolean")};
+    } else if (key == "track_changes") {
+      if (const char* why = decode_track_changes(v, req.track_changes)) return DecodeError{why};
     } else if (key == "envs") {
       simdjson::dom::object envs;
       if (v.get(envs)) return DecodeError{field_error(key, "an object of strings")};

@@ -60,6 +60,7 @@ struct IsolatedRunRequest {
   std::map<std::string, std::string> envs;
   int64_t timeout_seconds = 0;  // foreground only
   bool background = false;
+  std::vector<std::string> track_changes;  // roots in the session's view
 };
 std::variant<IsolatedRunRequest, DecodeError> decode_isolated_run(std::string_view body);
 

@@ -100,8 +100,9 @@ struct IsolatedSession {
 // --- the registry --------------------------------------------------------------
 
 IsolatedRegistry::IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions,
-                                   FileService& files)
-    : ctx_(ctx), runtime_(runtime), executions_(executions), files_(files) {
+                                   FileService& files,
+                                   watch::Hub& watches)
+    : ctx_(ctx), runtime_(runtime), executions_(executions), files_(files), watches_(watches) {
   uv_timer_init(ctx.loop, &tick_);
   tick_.data = this;
   uv_unref(reinterpret_cast<uv_handle_t*>(&tick_));
@@ -756,7 +757,8 @@ std::string shell_quote(const std::string& v) {
   return out + "'";
 }
 
-void start_background(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r) {
+void start_background(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r,
+                      std::unique_ptr<exec::ChangeTracker> tracker) {
   const Context& ctx = reg.ctx();
   exec::ExecutionSpec spec;
   spec.kind = exec::Kind::isolated_run;
@@ -768,7 +770,9 @@ void start_background(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, p
   spec.gid = s.run_gid;
   spec.background = true;
   spec.owner = s.id;
+  spec.track_changes = r.track_changes;
   exec::Execution& e = reg.executions().create(std::move(spec));
+  if (tracker) e.track(std::move(tracker));
   pty::SpawnOptions opts;
   opts.program = ctx.shell;
   opts.argv = {ctx.shell, "-c", r.code};
@@ -806,7 +810,8 @@ const char* refuse_foreground(IsolatedRegistry& reg, Exchange& ex, const std::st
   return nullptr;
 }
 
-void start_foreground(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r) {
+void start_foreground(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r,
+                      std::unique_ptr<exec::ChangeTracker> tracker) {
   if (refuse_foreground(reg, ex, s.id)) return;
   // envs: exported in a subshell for this run only (as upstream).
   std::string code = r.code;
@@ -826,12 +831,13 @@ void start_foreground(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, p
   std::optional<std::pair<uid_t, gid_t>> owner;
   if (s.run_uid) owner = std::pair<uid_t, gid_t>{*s.run_uid, s.run_gid.value_or(*s.run_uid)};
   std::string id = s.id, content = r.code;
+  auto tracked = std::make_shared<std::unique_ptr<exec::ChangeTracker>>(std::move(tracker));
   run_blocking(
       reg.ctx().loop, ex,
       [job, file = s.shell->next_run_file(), pid = s.shell->shell_pid(), code, timeout_ms, owner] {
         job->prepared = pty::BashSession::prepare_run(file, pid, code, timeout_ms, owner);
       },
-      [&reg, job, id, content, timeout_ms](Exchange& ex) {
+      [&reg, job, id, content, timeout_ms, tracked, track = r.track_changes](Exchange& ex) {
         if (refuse_foreground(reg, ex, id)) return;
         if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions", "max-running"))
           return;
@@ -844,7 +850,9 @@ void start_foreground(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, p
         spec.uid = s.run_uid;
         spec.gid = s.run_gid;
         spec.owner = id;
+        spec.track_changes = track;
         exec::Execution& run = reg.executions().create(std::move(spec));
+        if (*tracked) run.track(std::move(*tracked));
         auto runner = std::make_unique<runners::SessionRunner>(run, *s.shell);
         std::string err;
         auto status = s.shell->run(std::exchange(job->prepared, {}), "", timeout_ms, runner.get(), err);
@@ -860,6 +868,37 @@ void start_foreground(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, p
       });
 }
 
+// Why `root` cannot be tracked from the host, or nullptr. Changes are seen
+// by inotify on the host's files, so a root must be the same directory on
+// both sides: inside a `rw` workspace or overlay entry, a writable bind
+// mounted at its own path, or an extra_writable path. An `overlay`'s
+// changes land in its upper directory (GET .../diff lists them); a `ro`
+// one has none.
+const char* untrackable_root(const IsolatedSession& s, const std::string& root) {
+  auto beneath = [&root](const std::string& dir) {
+    return root == dir || (root.size() > dir.size() && root.compare(0, dir.size(), dir) == 0 &&
+                           (dir == "/" || root[dir.size()] == '/'));
+  };
+  for (const auto& o : s.spec.overlays)
+    if (beneath(o.path)) return o.mode == "rw" ? nullptr : "it lies in an overlay or read-only mount (see GET .../diff)";
+  for (const auto& b : s.spec.binds)
+    if (beneath(b.target())) return !b.readonly && b.target() == b.source ? nullptr : "it lies in a read-only or moved bind";
+  for (const auto& w : s.spec.extra_writable)
+    if (beneath(w)) return nullptr;
+  return "only a rw workspace, a writable bind at its own path or an extra_writable path can be tracked";
+}
+
+struct IsolatedTrackWait : Awaitable {};
+
+void dispatch_run(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r,
+                  std::unique_ptr<exec::ChangeTracker> tracker) {
+  if (!r.background) return start_foreground(reg, s, ex, r, std::move(tracker));
+  if (!s.holder_alive)
+    return ex.respond_error(410, "SESSION_EXITED", "session " + s.id + " has exited; delete it and create a new one");
+  if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions", "max-running")) return;
+  start_background(reg, s, ex, r, std::move(tracker));
+}
+
 void handle_run(IsolatedRegistry& reg, Exchange& ex) {
   IsolatedSession* s = require_session(reg, ex);
   if (!s) return;
@@ -868,11 +907,24 @@ void handle_run(IsolatedRegistry& reg, Exchange& ex) {
     return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
   auto& r = std::get<protocol::IsolatedRunRequest>(decoded);
   if (!reg.executions().accepting()) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
-  if (!r.background) return start_foreground(reg, *s, ex, r);
-  if (!s->holder_alive)
-    return ex.respond_error(410, "SESSION_EXITED", "session " + s->id + " has exited; delete it and create a new one");
-  if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions", "max-running")) return;
-  start_background(reg, *s, ex, r);
+  if (r.track_changes.empty()) return dispatch_run(reg, *s, ex, r, nullptr);
+  for (const auto& root : r.track_changes)
+    if (const char* why = untrackable_root(*s, root))
+      return ex.respond_error(400, codes::kInvalidRequestBody, "track_changes: cannot track " + root + ": " + why);
+  // The watches on the roots first; the session is looked up again after.
+  auto wait = std::make_shared<IsolatedTrackWait>();
+  await(ex, *wait);
+  auto req = std::make_shared<protocol::IsolatedRunRequest>(std::move(r));
+  exec::ChangeTracker::open(reg.watches(), req->track_changes, track_limits(reg.ctx()),
+                            [&reg, wait, req, id = s->id](std::unique_ptr<exec::ChangeTracker> t,
+                                                          std::optional<protocol::ApiError> err) {
+                              Exchange* ex = wait->exchange();
+                              if (!ex) return;
+                              if (err) return ex->respond_error(err->status, err->code, "track_changes: " + err->message);
+                              IsolatedSession* s = reg.find(id);
+                              if (!s) return ex->respond_error(404, kSessionNotFound, "session " + id + " not found");
+                              dispatch_run(reg, *s, *ex, *req, std::move(t));
+                            });
 }
 
 // A run of this session, or a 404 already sent.

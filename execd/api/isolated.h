@@ -27,6 +27,7 @@
 #include "execd/context.h"
 #include "execd/exec/registry.h"
 #include "execd/routes.h"
+#include "execd/watch/watch.h"
 #include "pty/namespaces.h"
 #include "pty/runtime.h"
 
@@ -41,7 +42,8 @@ struct IsolatedSession;
 
 class IsolatedRegistry {
  public:
-  IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions, FileService& files);
+  IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions, FileService& files,
+                   watch::Hub& watches);
   ~IsolatedRegistry();
   IsolatedRegistry(const IsolatedRegistry&) = delete;
   IsolatedRegistry& operator=(const IsolatedRegistry&) = delete;
@@ -50,6 +52,7 @@ class IsolatedRegistry {
   pty::Runtime& runtime() { return runtime_; }
   exec::Registry& executions() { return executions_; }
   FileService& files() { return files_; }
+  watch::Hub& watches() { return watches_; }
   const pty::Hardening* hardening() const;
 
   // What this kernel allows, found out at the first call (a trial holder).
@@ -83,6 +86,7 @@ class IsolatedRegistry {
   pty::Runtime& runtime_;
   exec::Registry& executions_;
   FileService& files_;
+  watch::Hub& watches_;
   std::optional<pty::IsolationProbe> probe_;
   std::map<std::string, std::shared_ptr<IsolatedSession>> sessions_;
   std::map<std::string, std::shared_ptr<IsolatedSession>> starting_;

@@ -582,3 +582,44 @@ def test_async_adapter(iso, tmp_path):
 
     asyncio.run(main())
     assert not (ws / "a.txt").exists()
+
+
+def test_runs_in_a_rw_workspace_list_what_they_changed(iso, tmp_path):
+    """track_changes on isolated runs (issue 29): foreground and background
+    runs list what they changed in a rw workspace; roots whose changes the
+    host cannot see (an overlay, outside the session's writable mounts) are
+    refused, not answered with an empty list."""
+    svc = service(iso)
+    req, ws = workspace(tmp_path, "rw")
+    sid = svc.create(req).session_id
+    overlay_req, overlay_ws = workspace(tmp_path, "overlay")
+    oid = svc.create(overlay_req).session_id
+    try:
+        def run(session, body):
+            st, _, raw = iso.request("POST", f"/v1/isolated/session/{session}/run", body,
+                                     headers={"Accept": "application/x-ndjson"})
+            return st, [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+
+        st, events = run(sid, {"code": f"cd {ws} && echo made > made.txt && rm base.txt",
+                               "track_changes": [str(ws)]})
+        assert st == 200, events
+        changes = events[-1]["changes"]
+        by_path = {e["path"]: e for e in changes["entries"]}
+        assert by_path[str(ws / "made.txt")]["change"] == "created"
+        assert by_path[str(ws / "base.txt")]["change"] == "removed"
+        assert (ws / "made.txt").read_text() == "made\n"
+        st, js = iso.json("POST", f"/v1/isolated/session/{sid}/run",
+                          {"code": f"echo bg > {ws}/bg.txt", "background": True, "track_changes": [str(ws)]})
+        assert st == 202, js
+        run_id = js["run_id"]
+        wait_until(lambda: iso.json("GET", f"/command/status/{run_id}")[1].get("running") is False, 10 * SLOW, 0.02,
+                   "the background run")
+        st, status = iso.json("GET", f"/command/status/{run_id}")
+        assert [e["path"] for e in status["changes"]["entries"]] == [str(ws / "bg.txt")]
+        for session, root in ((oid, overlay_ws), (sid, tmp_path / "elsewhere")):
+            st, js = iso.json("POST", f"/v1/isolated/session/{session}/run",
+                              {"code": "true", "track_changes": [str(root)]})
+            assert st == 400 and "cannot track" in js["message"], js
+    finally:
+        for session in (sid, oid):
+            assert iso.request("DELETE", f"/v1/isolated/session/{session}")[0] == 200
