@@ -113,8 +113,11 @@ def test_fork_bomb_under_a_timeout_leaves_nothing(cg_execd):
     ex = cg_execd()
     start = time.monotonic()
     # nobody, so that ulimit -u binds (root ignores RLIMIT_NPROC); the pids
-    # limit is only a safety net for the machine the test runs on.
-    r = ex.run("ulimit -u 200; b(){ b | b & }; b", exact=True, uid=65534, timeout=5000,
+    # limit is only a safety net for the machine the test runs on. The shell
+    # forks once (`b &`) before there is any bomb: a shell that forked the
+    # pipeline itself could meet the full limit and sit in bash's fork
+    # retries (1, 2, 4 s...) until the timeout.
+    r = ex.run("ulimit -u 200; b(){ b | b & }; b &", exact=True, uid=65534, timeout=5000,
                limits={"pids": 400}, sock_timeout=30 * SLOW)
     t = r.terminal
     # The shell exited at once: its stream ended then, with the bomb still going.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from execd_client import SLOW, wait_until
+from execd_client import REMOTE, SLOW, wait_until
 from resume_helpers import EventReader, collect
 from watch_helpers import Feed
 
@@ -93,7 +93,8 @@ def test_a_timeout_does_not_count_frozen_time(fx):
     wait_until(lambda: fx.logs("t1")[2].count(b"\n") >= 10, 10 * SLOW, 0.01, "some output")
     st, fr = freeze(fx)
     assert st == 200 and fr["frozen"] is True and fr["processes"] >= 1, fr
-    assert member_states(fx) and all(s == "D" for s in member_states(fx)), member_states(fx)
+    if not REMOTE:  # the v1 freezer's task state, read here (in a VM: v2, and no progress is the proof)
+        assert member_states(fx) and all(s == "D" for s in member_states(fx)), member_states(fx)
     assert activity(fx)["frozen"] is True
     before = fx.logs("t1")[2]
     time.sleep(2.5)  # the pause itself: longer than the whole timeout

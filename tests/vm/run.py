@@ -37,6 +37,8 @@ SELECTION = [
     "tests/integration/test_pty_ws.py",
     "tests/integration/test_tty_command.py",
     "tests/integration/test_bash_sessions.py",
+    # freeze and thaw on cgroup v2 (cgroup.freeze and cgroup.events)
+    "tests/integration/test_pause.py",
 ]
 # Left out of that selection, because they need this machine rather than the
 # guest: files under the test's tmp_path used as inputs, cwd or markers
@@ -58,6 +60,9 @@ DESELECT = {
         "tests/integration/test_resume.py::test_fifty_concurrent_starts_with_one_id_run_once",
         "tests/integration/test_bash_sessions.py::test_cwd_persists",
         "tests/integration/test_bash_sessions.py::test_create_with_cwd",
+        "tests/integration/test_pause.py::test_streams_and_watches_resume_after_a_pause",
+        # reads the v1 freezer's task states on this machine
+        "tests/integration/test_pause.py::test_shutdown_while_frozen_thaws_and_ends_everything",
     ],
     "raw sockets": [
         "tests/integration/test_stdin.py::test_a_stdin_writer_that_resets_mid_body",
