@@ -125,6 +125,38 @@ void after_prepare(PrepareWork& w, int) {
   start_command(*w.svc, ex, w);
 }
 
+// The execution a start request reserves.
+exec::ExecutionSpec command_spec(const protocol::CommandRequest& req, std::string fingerprint) {
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::command;
+  spec.id = req.id;
+  spec.content = protocol::command_text(req);
+  spec.argv = req.argv;
+  spec.fingerprint = std::move(fingerprint);
+  spec.cwd = req.cwd;
+  spec.uid = req.uid;
+  spec.gid = req.gid;
+  spec.background = req.background;
+  spec.tty = req.tty;
+  spec.stdin_open = req.stdin_open;
+  spec.track_changes = req.track_changes;
+  return spec;
+}
+
+// Prepares the reserved command and starts it; `ex` (null: nobody) gets
+// its stream.
+void prepare_and_start(CommandService& svc, http::Exchange* ex, std::unique_ptr<PrepareWork> w) {
+  if (!runners::needs_pool(svc.ctx, w->req)) {
+    // Nothing that blocks: prepare on the loop and save two thread hops.
+    w->error = runners::prepare_spawn(svc.ctx, w->req, w->opts);
+    return start_command(svc, ex, *w);
+  }
+  if (ex) await(*ex, *w);
+  fs::queue_job<PrepareWork>(
+      svc.ctx.loop, std::move(w), [](PrepareWork& w) { w.error = runners::prepare_spawn(w.svc->ctx, w.req, w.opts); },
+      after_prepare);
+}
+
 void handle_run(CommandService& svc, http::Exchange& ex) {
   if (refuse_if_frozen(svc.runtime.containment, ex)) return;
   auto decoded = protocol::decode_command_request(ex.request().body);
@@ -153,29 +185,8 @@ void handle_run(CommandService& svc, http::Exchange& ex) {
   }
   if (!admit(ex, svc.executions.running(), svc.ctx.config.max_running, "running executions", "max-running")) return;
   // The id is reserved now, before anything that takes time.
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::command;
-  spec.id = w->req.id;
-  spec.content = protocol::command_text(w->req);
-  spec.argv = w->req.argv;
-  spec.fingerprint = fingerprint;
-  spec.cwd = w->req.cwd;
-  spec.uid = w->req.uid;
-  spec.gid = w->req.gid;
-  spec.background = w->req.background;
-  spec.tty = w->req.tty;
-  spec.stdin_open = w->req.stdin_open;
-  spec.track_changes = w->req.track_changes;
-  w->id = svc.executions.create(std::move(spec)).id();
-  if (!runners::needs_pool(svc.ctx, w->req)) {
-    // Nothing that blocks: prepare on the loop and save two thread hops.
-    w->error = runners::prepare_spawn(svc.ctx, w->req, w->opts);
-    return start_command(svc, &ex, *w);
-  }
-  await(ex, *w);
-  fs::queue_job<PrepareWork>(
-      svc.ctx.loop, std::move(w), [](PrepareWork& w) { w.error = runners::prepare_spawn(w.svc->ctx, w.req, w.opts); },
-      after_prepare);
+  w->id = svc.executions.create(command_spec(w->req, std::move(fingerprint))).id();
+  prepare_and_start(svc, &ex, std::move(w));
 }
 
 }  // namespace
@@ -192,23 +203,10 @@ bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, st
   auto w = std::make_unique<PrepareWork>();
   w->svc = &svc;
   w->req = std::move(req);
+  w->req.background = true;
   w->framing = protocol::Framing::exact;
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::command;
-  spec.id = w->req.id;
-  spec.content = protocol::command_text(w->req);
-  spec.argv = w->req.argv;
-  spec.fingerprint = protocol::request_fingerprint(w->req);
-  spec.background = true;
-  w->id = svc.executions.create(std::move(spec)).id();
-  if (!runners::needs_pool(svc.ctx, w->req)) {
-    w->error = runners::prepare_spawn(svc.ctx, w->req, w->opts);
-    start_command(svc, nullptr, *w);
-    return true;
-  }
-  fs::queue_job<PrepareWork>(
-      svc.ctx.loop, std::move(w), [](PrepareWork& w) { w.error = runners::prepare_spawn(w.svc->ctx, w.req, w.opts); },
-      [](PrepareWork& w, int) { start_command(*w.svc, nullptr, w); });
+  w->id = svc.executions.create(command_spec(w->req, protocol::request_fingerprint(w->req))).id();
+  prepare_and_start(svc, nullptr, std::move(w));
   return true;
 }
 
