@@ -101,17 +101,19 @@ def test_a_stalled_viewer_never_slows_the_holder_and_catches_up_with_a_gap(execd
     with attach(ex, sid) as holder:
         h = Reader(holder)
         h.until(lambda: h.text_of("connected"), "holder connected")
+        # The socket keeps its default buffers: one shrunk with SO_RCVBUF and
+        # widened again later drains what the kernel holds through a window
+        # that regrows only slowly (a minute and more under load).
         small = socket.create_connection((ex.host, ex.port))
-        small.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         with view(ex, sid, sock=small) as stalled:
-            # 8 MB through the terminal while the viewer reads nothing (more
-            # than the socket buffers between them hold): the holder gets all
+            # 16 MB through the terminal while the viewer reads nothing (more
+            # than the socket buffers between them hold: at most 4 MiB of
+            # send buffer, the receive buffer, which does not grow while
+            # nothing is read, and execd's 1 MiB queue): the holder gets all
             # of it.
-            holder.send(b"\x00head -c 6000000 /dev/zero | base64 -w 0; echo; echo end-$((4*4))\n")
+            holder.send(b"\x00head -c 12000000 /dev/zero | base64 -w 0; echo; echo end-$((4*4))\n")
             h.until(lambda: b"end-16" in h.out, "the holder's burst", timeout=60 * SLOW)
-            # The viewer reads again, with a window that lets it (4 KiB of
-            # window drains the megabytes the kernel holds at ~100 KB/s).
-            small.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            # The viewer reads again.
             r = Reader(stalled)
             holder.send(b"\x00echo after-$((5*5))\n")
             h.until(lambda: b"after-25" in h.out, "after")
