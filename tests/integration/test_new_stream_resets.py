@@ -86,7 +86,10 @@ def test_watch_slow_reader_is_bounded(lean, busy_root):
     """A client that reads nothing while 100,000 events happen: execd keeps
     the ring (1 MiB) and the socket budget, not a queue per client."""
     ex = lean
-    s = dial(ex, rcvbuf=4096)
+    # Default buffers: 100,000 events (megabytes) outrun them anyway, and a
+    # 4 KiB window that sat at zero for the whole loop reopens only at the
+    # sender's next zero-window probe, which backs off to a minute and more.
+    s = dial(ex)
     s.sendall(request(ex, "GET", f"/files/watch?path={quote(str(busy_root))}&recursive=true"))
     rss0 = vm_rss_kib(ex.pid)
     res = ex.run(f"cd {busy_root} && for i in $(seq 1 100000); do : > f$((i % 500)); done", sock_timeout=300)
