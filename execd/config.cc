@@ -68,6 +68,9 @@ const char* const kUsage =
     "                                  (no limits, no containment of setsid children)\n"
     "  --cgroup-parent PATH            cgroup (as in /proc/self/cgroup) under which execd-<pid>/cmd-<n>\n"
     "                                  are made (default: execd's own cgroup)\n"
+    "  --cgroup-spares N               spare cgroups made ahead, each with a launcher process waiting in\n"
+    "                                  it to become the next command, so a start writes no cgroup.procs\n"
+    "                                  (cgroup v1; default 2; 0 = commands join theirs as they start)\n"
     "  --envd-port N                   also speak E2B's envd API (Connect over HTTP/1.1) on this port\n"
     "                                  (off by default; E2B uses 49983; 0 = any free port)\n"
     "  --code-interpreter-port N       E2B's code-interpreter API (/execute, /contexts) on this port too\n"
@@ -316,6 +319,10 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || value.empty() || value[0] != '/' || value.find("..") != std::string::npos)
         return "--cgroup-parent needs an absolute cgroup path like /execd";
       cfg.cgroup_parent = value;
+    } else if (name == "cgroup-spares") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 0, 64, n)) return "--cgroup-spares needs a count from 0 to 64";
+      cfg.cgroup_spares = static_cast<int>(n);
     } else if (name == "journal-max-bytes") {
       int64_t n;
       if (!need_value() || !parse_int(value, 4096, int64_t(1) << 40, n))

@@ -52,6 +52,7 @@ struct Config {
   bool journal = true;                    // --no-journal turns it off
   bool cgroups = true;                    // --no-cgroups: process groups only (pty/cgroup)
   std::string cgroup_parent;              // --cgroup-parent: where execd-<pid> goes (default: execd's own cgroup)
+  int cgroup_spares = 2;                  // --cgroup-spares: spare cgroups with a launcher waiting in each (pty/launcher)
   int64_t journal_max_bytes = 16ll << 20; // rotate past this size
   int64_t stdin_timeout_ms = 30 * 1000;   // a stdin write blocked this long: 503
   // E2B's envd API (api/envd_*): a second listener, off unless a port is

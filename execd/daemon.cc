@@ -12,6 +12,7 @@
 #include "execd/api/api.h"
 #include "execd/api/connect_rpc.h"
 #include "execd/api/envd_files.h"
+#include "pty/launcher.h"
 #include "pty/cgroup.h"
 #include "pty/command.h"
 #include "pty/spawn.h"
@@ -108,6 +109,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     spdlog::info("oom_score_adj of execd stays as it was ({}); commands still get {}", strerror(errno),
                  pty::kChildOomScoreAdj);
   spdlog::info("{}", containment_.init(loop, ctx_.config.cgroups, ctx_.config.cgroup_parent));
+  pty::remember_daemon_oom_score_adj();
+  containment_.enable_launchers(&reaper_, &children, static_cast<size_t>(ctx_.config.cgroup_spares));
   // The containment mode rides along as a header: the body stays empty, as Go's.
   // What execd could not save (the disk refused it) rides along too, so a
   // control plane that polls /ping learns of it: 0 and 0 when all is on disk.

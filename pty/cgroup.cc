@@ -1,6 +1,9 @@
 // pty/cgroup: see header.
 #include "pty/cgroup.h"
 
+#include "pty/launcher.h"
+#include "pty/spawn.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -268,6 +271,8 @@ CommandCgroup::~CommandCgroup() {
 void CommandCgroup::close_join_fds() {
   for (int fd : join_fds_) close(fd);
   join_fds_.clear();
+  if (dir_fd_ >= 0) close(dir_fd_);
+  dir_fd_ = -1;
 }
 
 std::vector<int> CommandCgroup::read_pids() const {
@@ -485,7 +490,9 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
       std::string line = setup_v2(*unified, unified_path, parent, hierarchies_);
       if (!hierarchies_.empty()) {
         mode_ = ContainmentMode::cgroup_v2;
-        return line;
+        clone_into_cgroup_ = probe_clone_into_cgroup();
+        return line + (clone_into_cgroup_ ? "; commands are born in their cgroups (clone3)"
+                                          : "; no clone3 here: commands join their cgroups");
       }
       why = line;
     }
@@ -535,6 +542,10 @@ std::string CommandCgroup::make_dirs(const std::vector<CgroupHierarchy>& hierarc
     int fd = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return "open " + dir + "/cgroup.procs";
     join_fds_.push_back(fd);
+    if (v2_ && dir_fd_ < 0) {
+      dir_fd_ = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dir_fd_ < 0) return "open " + dir;
+    }
     if (procs_dir_.empty() || h.controllers.count("pids")) procs_dir_ = dir;
     if (h.controllers.count("memory")) memory_dir_ = dir;
     if (h.controllers.count("pids")) pids_dir_ = dir;
@@ -562,9 +573,74 @@ struct Containment::MakeJob {
   std::string failed;
 };
 
+void Containment::enable_launchers(Reaper* reaper, const ChildSetup* setup, size_t count) {
+  reaper_ = reaper;
+  child_setup_ = setup;
+  launchers_ = count;
+}
+
+void Containment::arm_spares() {
+  if (!reaper_ || launchers_ == 0 || frozen_) return;
+  size_t armed = 0;
+  for (auto& cg : ready_) {
+    if (armed >= launchers_) break;
+    if (cg->launcher_ && !cg->launcher()) cg->launcher_.reset();  // it died: another
+    if (!cg->launcher_) {
+      std::string error;
+      const ChildSetup::Signals& reset = child_setup_->signals();
+      cg->launcher_ = Launcher::start(*reaper_, cg->join_fds_, reset.list, reset.count, error);
+      if (!cg->launcher_) {
+        // Commands join their cgroups as they start, as without launchers.
+        launcher_error_ = error;
+        launchers_ = 0;
+        return;
+      }
+    }
+    ++armed;
+  }
+}
+
+void Containment::count_start(Placement p) {
+  switch (p) {
+    case Placement::launcher: ++starts_.launcher; break;
+    case Placement::clone_into_cgroup: ++starts_.clone_into_cgroup; break;
+    case Placement::joined: ++starts_.joined; break;
+    case Placement::none: ++starts_.none; break;
+  }
+}
+
+size_t Containment::waiting_launchers() const {
+  size_t n = 0;
+  for (const auto& cg : ready_)
+    if (cg->launcher_ && cg->launcher_->joined()) ++n;
+  return n;
+}
+
+Launcher* CommandCgroup::launcher() const { return launcher_ && !launcher_->failed() ? launcher_.get() : nullptr; }
+
+void CommandCgroup::drop_launcher() { launcher_.reset(); }
+
+namespace {
+constexpr int kJoinWaitMs = 1000;
+}  // namespace
+
+void Containment::arm_soon() {
+  if (!reaper_ || launchers_ == 0 || !timer_open_) return;
+  if (!arm_timer_open_) {
+    uv_timer_init(loop_, &arm_timer_);
+    arm_timer_.data = this;
+    uv_unref(reinterpret_cast<uv_handle_t*>(&arm_timer_));
+    arm_timer_open_ = true;
+  }
+  // Next turn of the loop: the clone is not on the path of the command
+  // that took the spare.
+  uv_timer_start(&arm_timer_, [](uv_timer_t* t) { static_cast<Containment*>(t->data)->arm_spares(); }, 0, 0);
+}
+
 void Containment::make_ahead() {
-  if (making_ || !timer_open_ || hierarchies_.empty() || mode_ != ContainmentMode::cgroup_v1 ||
-      ready_.size() + resetting_ >= kReadyCgroups)
+  arm_soon();
+  if (making_ || !timer_open_ || hierarchies_.empty() || !spares_wanted() ||
+      ready_.size() + resetting_ >= std::max(kReadyCgroups, launchers_))
     return;
   making_ = true;
   fs::queue_job<MakeJob>(
@@ -601,10 +677,34 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
     if (limits.any()) error = "limits need cgroups (containment is process-group)";
     return nullptr;
   }
+  if (!limits.any()) {
+    // One whose launcher is in it and waiting, first (one still joining
+    // would make this command wait for its join).
+    auto waiting = std::find_if(ready_.begin(), ready_.end(), [](const std::shared_ptr<CommandCgroup>& c) {
+      return c->launcher_ && c->launcher_->joined();
+    });
+    if (waiting != ready_.end()) {
+      std::shared_ptr<CommandCgroup> cg = std::move(*waiting);
+      ready_.erase(waiting);
+      make_ahead();
+      return cg;
+    }
+  }
   while (!limits.any() && !ready_.empty()) {
     std::shared_ptr<CommandCgroup> cg = std::move(ready_.front());
     ready_.erase(ready_.begin());
     make_ahead();
+    // A launcher in it: it is there (a populated cgroup cannot be removed).
+    // One still joining is waited for: the vfork child that would take its
+    // place would wait for that very migration anyway.
+    if (cg->launcher_ && cg->launcher_->wait_joined(kJoinWaitMs)) return cg;
+    if (cg->launcher_) {
+      // Failed (its cgroup was removed from outside) or dead: gone first,
+      // so that the count below is of commands only.
+      cg->launcher_->retire();
+      cg->launcher_->wait_gone(kJoinWaitMs);
+      cg->drop_launcher();
+    }
     // Still there? (its cgroup.procs is gone once something outside execd
     // removed it, and the child could not join it).
     if (cg->population() == 0) return cg;
@@ -722,6 +822,7 @@ void Containment::on_reset(ReuseJob& job) {
   if (job.reused) {
     track(cg);
     ready_.push_back(std::move(cg));
+    arm_soon();
   } else if (job.removed) {
     cg->mark_removed();
   } else {
@@ -738,6 +839,15 @@ void Containment::kill_everything() {
 void Containment::shutdown() {
   // Frozen processes take no SIGKILL until thawed.
   if (frozen_) thaw();
+  // Launchers first: one in the middle of its join is in no cgroup.procs
+  // yet, so the kill below would miss it and it would join a cgroup that is
+  // then never removed. Each exits once its join is done.
+  std::vector<std::unique_ptr<Launcher>> retiring;
+  for (auto& cg : ready_)
+    if (cg->launcher_) retiring.push_back(std::move(cg->launcher_));
+  for (auto& l : retiring) l->retire();
+  for (auto& l : retiring) l->wait_gone(1000);
+  retiring.clear();
   kill_everything();
   // SIGKILLed members take a moment to leave; a bounded wait, then rmdir.
   for (int i = 0; i < 100; ++i) {
@@ -760,6 +870,11 @@ void Containment::shutdown() {
 }
 
 void Containment::close() {
+  if (arm_timer_open_) {
+    arm_timer_open_ = false;
+    uv_timer_stop(&arm_timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&arm_timer_), nullptr);
+  }
   if (freeze_timer_open_) {
     freeze_timer_open_ = false;
     uv_timer_stop(&freeze_timer_);
@@ -819,6 +934,7 @@ void Containment::count_members(FreezeOutcome& o) const {
     if (auto cg = w.lock(); cg && !cg->removed_) {
       ++o.cgroups;
       int n = cg->population();
+      if (n > 0 && cg->launcher_ && cg->launcher_->joined()) --n;  // a spare's launcher is no command's
       if (n > 0) o.processes += n;
     }
 }

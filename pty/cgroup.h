@@ -54,6 +54,10 @@ struct CgroupUsage {
 };
 
 struct CgroupHierarchy;
+class Launcher;
+class Reaper;
+class ChildSetup;
+enum class Placement;
 
 class CommandCgroup {
  public:
@@ -65,8 +69,17 @@ class CommandCgroup {
   // closed by close_join_fds() once the child has exec'd or failed.
   const std::vector<int>& join_fds() const { return join_fds_; }
   void close_join_fds();
+  // v2: the directory, open for clone3's CLONE_INTO_CGROUP (-1 on v1);
+  // closed with the join fds.
+  int dir_fd() const { return dir_fd_; }
 
   const std::string& name() const { return name_; }
+  // A spare's launcher (pty/launcher), waiting inside it to become the
+  // command; nullptr when it has none or its launcher is of no use.
+  Launcher* launcher() const;
+  // The command has started (through the launcher or not): what is left of
+  // the launcher goes.
+  void drop_launcher();
   // Processes in it now (-1 if it cannot be read).
   int population() const;
   // SIGKILL to every member, setsid() ones included. Returns how many were signalled.
@@ -113,6 +126,8 @@ class CommandCgroup {
   bool reusable_ = false;   // made without limits
   bool signalled_ = false;  // killed, frozen or signalled: removed, not reused
   std::vector<int> join_fds_;
+  int dir_fd_ = -1;
+  std::unique_ptr<Launcher> launcher_;
   // Opened with the directories (on the pool, for a cgroup made ahead), so
   // that a command's end reads its counters without a path walk and an open
   // of each file, which had been ~100 us of every round trip.
@@ -168,6 +183,21 @@ class Containment {
   // is made; empty = execd's own cgroup. Returns a line for the log.
   std::string init(uv_loop_t* loop, bool enabled, const std::string& parent);
   ContainmentMode mode() const { return mode_; }
+  // Up to `count` spares get a launcher each (pty/launcher), so that a
+  // command without limits starts in its cgroup with no cgroup.procs
+  // write; 0: none. `setup` says which signals a child gets back to their
+  // defaults. v1 only for now (see make_ahead).
+  void enable_launchers(Reaper* reaper, const ChildSetup* setup, size_t count);
+  // How commands got into their cgroups (Spawned::placement), for
+  // GET /activity; and launchers waiting in spares now.
+  struct StartCounts {
+    uint64_t launcher = 0, clone_into_cgroup = 0, joined = 0, none = 0;
+  };
+  void count_start(Placement p);
+  const StartCounts& starts() const { return starts_; }
+  size_t waiting_launchers() const;
+  // Why launchers were turned off (empty: they were not).
+  const std::string& launcher_error() const { return launcher_error_; }
   // A new cgroup with `limits` applied; nullptr in process-group mode (error
   // empty) or when it cannot be made (error set).
   std::shared_ptr<CommandCgroup> create(const ResourceLimits& limits, std::string& error);
@@ -227,6 +257,14 @@ class Containment {
   void make_ahead();
   void on_made(MakeJob& job);
   void on_reset(ReuseJob& job);
+  // Gives launchers to ready spares until launchers_ of them have one.
+  void arm_spares();
+  void arm_soon();  // arm_spares on the next turn of the loop
+  // v1; and v2 where clone3 cannot start children in their cgroups, for
+  // the launchers (v2 reuses none: release() removes them).
+  bool spares_wanted() const {
+    return mode_ == ContainmentMode::cgroup_v1 || (mode_ == ContainmentMode::cgroup_v2 && !clone_into_cgroup_);
+  }
   std::shared_ptr<CommandCgroup> new_cgroup();
   void track(const std::shared_ptr<CommandCgroup>& cg);
   // Drops the entries of all_ whose cgroup is gone (and their control blocks).
@@ -247,6 +285,14 @@ class Containment {
   static constexpr size_t kMaxSpares = 8;
   std::vector<std::shared_ptr<CommandCgroup>> ready_;
   bool making_ = false;  // a make-ahead job is on the threadpool
+  Reaper* reaper_ = nullptr;
+  const ChildSetup* child_setup_ = nullptr;
+  size_t launchers_ = 0;  // --cgroup-spares
+  std::string launcher_error_;
+  StartCounts starts_;
+  bool clone_into_cgroup_ = false;  // v2 and clone3 usable (pty/spawn)
+  uv_timer_t arm_timer_{};
+  bool arm_timer_open_ = false;
   size_t resetting_ = 0;  // reuse jobs on the threadpool
   std::vector<std::string> bases_after_shutdown_;  // for the jobs that come back after it
 

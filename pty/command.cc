@@ -124,17 +124,26 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
       error = cg_error;
       return nullptr;
     }
-    if (cg) place.cgroup_procs_fds = cg->join_fds();
+    if (cg) {
+      place.cgroup_procs_fds = cg->join_fds();
+      place.launcher = cg->launcher();
+      place.cgroup_dir_fd = cg->dir_fd();
+    }
   }
   Spawned sp;
   int rc = spawn_process(opts, sp, error, place);
-  if (cg) cg->close_join_fds();
+  if (cg) {
+    cg->drop_launcher();
+    cg->close_join_fds();
+  }
+  place.launcher = nullptr;
   if (rc != 0 && cg && !limits.resources.any() && error.rfind("join cgroup", 0) == 0) {
     // A cgroup the kernel would not let the child into (delegation rules):
     // this one command runs as a process group rather than not at all.
     reaper.reap();
     containment.linger(std::move(cg), 0);
     place.cgroup_procs_fds.clear();
+    place.cgroup_dir_fd = -1;
     rc = spawn_process(opts, sp, error, place);
   }
   if (rc != 0) {
@@ -142,6 +151,7 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
     containment.linger(cg, 0);  // removed as soon as the failed child is gone
     return nullptr;
   }
+  containment.count_start(sp.placement);
   auto* c = new Command(loop, reaper, containment);
   c->cgroup_ = std::move(cg);
   c->start_ms_ = uv_now(loop);

@@ -6,9 +6,11 @@
 #pragma GCC diagnostic ignored "-Wclobbered"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -22,6 +24,7 @@
 #include <cstring>
 
 #include "pty/confine.h"
+#include "pty/launcher.h"
 
 namespace execd::pty {
 namespace {
@@ -80,7 +83,172 @@ int kernel_sigaction(int sig, const KernelSigaction* act, KernelSigaction* old) 
   return static_cast<int>(syscall(SYS_rt_sigaction, sig, act, old, sizeof(uint64_t)));
 }
 
+// Everything the child reads, prepared before it starts: between vfork (or
+// a launcher's run) and exec it must not allocate.
+struct ChildPlan {
+  const ChildSetup::Signals* reset = nullptr;
+  bool use_pty = false, inherit_stdio = false, new_session = false;
+  int child_in = -1, child_out = -1, child_err = -1, extra_fd3 = -1;
+  const int* join_fds = nullptr;
+  size_t join_count = 0;
+  char oom_adj[16] = {0};
+  size_t oom_adj_len = 0;
+  const IsolatedEntry* isolated = nullptr;
+  const Hardening* hardening = nullptr;
+  bool set_creds = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  const gid_t* groups = nullptr;
+  size_t group_count = 0;
+  const char* cwd = nullptr;
+  const struct rlimit* child_nofile = nullptr;
+  const char* program = nullptr;
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* const* search = nullptr;
+  size_t search_count = 0;
+  ChildFailure* failure = nullptr;
+};
+
+// The child: execs, or _exits 127 with plan->failure filled.
+[[noreturn]] void run_child(void* p) {
+  const ChildPlan& c = *static_cast<const ChildPlan*>(p);
+  ChildFailure* failure = c.failure;
+  const KernelSigaction dfl{reinterpret_cast<void*>(SIG_DFL), 0, nullptr, 0};
+  for (int i = 0; i < c.reset->count; ++i) kernel_sigaction(c.reset->list[i], &dfl, nullptr);
+  if (c.use_pty) {
+    if (setsid() < 0) child_fail(failure, "setsid");
+    if (ioctl(c.child_in, TIOCSCTTY, 0) < 0) child_fail(failure, "TIOCSCTTY");
+  } else if (c.new_session) {
+    if (setsid() < 0) child_fail(failure, "setsid");
+  } else if (setpgid(0, 0) < 0) {
+    child_fail(failure, "setpgid");
+  }
+  if (!c.inherit_stdio && (dup2(c.child_in, 0) < 0 || dup2(c.child_out, 1) < 0 || dup2(c.child_err, 2) < 0))
+    child_fail(failure, "dup2");
+  if (c.extra_fd3 >= 0) {
+    if (c.extra_fd3 == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(c.extra_fd3, 3) < 0) child_fail(failure, "dup2 fd 3");
+  }
+  // Into the command's cgroup before anything it runs can fork: "0" is the
+  // writing process itself.
+  for (size_t i = 0; i < c.join_count; ++i)
+    if (write(c.join_fds[i], "0", 1) != 1) child_fail(failure, "join cgroup");
+  if (c.oom_adj_len) {
+    // A vfork child's write changes only its own score (the kernel skips
+    // the mm-sharing parent for a vfork child; a launcher's sets execd's
+    // too, which Launcher::run puts back).
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      if (write(fd, c.oom_adj, c.oom_adj_len) < 0) {
+        // best effort
+      }
+      close(fd);
+    }
+  }
+  if (const char* step = confine_before_credentials(c.isolated, c.hardening)) child_fail(failure, step);
+  if (c.set_creds) {
+    if (setgroups(c.group_count, c.groups) < 0) child_fail(failure, "setgroups");
+    if (setgid(c.gid) < 0) child_fail(failure, "setgid");
+    if (setuid(c.uid) < 0) child_fail(failure, "setuid");
+  }
+  if (c.cwd && chdir(c.cwd) < 0) child_fail(failure, "chdir");
+  if (c.child_nofile) setrlimit(RLIMIT_NOFILE, c.child_nofile);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (const char* step = confine_before_exec(c.isolated, c.hardening)) child_fail(failure, step);
+  if (c.program) {
+    execve(c.program, c.argv, c.envp);
+    child_fail(failure, "exec");
+  }
+  // As execvpe, without its shell fallback: a missing or forbidden
+  // candidate moves on; any other failure is that program's.
+  bool forbidden = false;
+  for (size_t i = 0; i < c.search_count; ++i) {
+    execve(c.search[i], c.argv, c.envp);
+    if (errno == EACCES) {
+      forbidden = true;
+    } else if (errno != ENOENT && errno != ENOTDIR && errno != ENAMETOOLONG && errno != ELOOP) {
+      failure->candidate = static_cast<int>(i);
+      child_fail(failure, "exec");
+    }
+  }
+  errno = forbidden ? EACCES : ENOENT;
+  child_fail(failure, kLookupStep);
+}
+
+
+// clone3 into a cgroup (v2's CLONE_INTO_CGROUP): the child is born in the
+// command's cgroup, with no migration at all. With CLONE_VM | CLONE_VFORK
+// it is a vfork child on a stack of its own (clone3 cannot share the
+// parent's as vfork does), so it enters run_child through a trampoline.
+struct Clone3Args {  // struct clone_args, version 2 (88 bytes)
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;
+bool clone3_usable = true;  // false once the kernel (or a seccomp profile, as Docker's) refused it
+
+#if defined(__x86_64__)
+extern "C" long execd_clone3_run(Clone3Args* args, size_t size, void (*fn)(void*), void* arg);
+// The child has the parent's registers but rsp (the new stack's top) and
+// rax (0): fn and arg ride in r8 and r9, which the syscall keeps.
+asm(R"(
+  .text
+  .globl execd_clone3_run
+  .type execd_clone3_run, @function
+execd_clone3_run:
+  mov %rdx, %r8
+  mov %rcx, %r9
+  mov $435, %eax
+  syscall
+  test %rax, %rax
+  jnz 1f
+  xor %ebp, %ebp
+  mov %r9, %rdi
+  call *%r8
+  mov $127, %edi
+  mov $231, %eax
+  syscall
+  hlt
+1:
+  ret
+  .size execd_clone3_run, .-execd_clone3_run
+)");
+
+long clone_into_cgroup(int cgroup_fd, ChildPlan* plan) {
+  constexpr size_t kStack = 256 * 1024;
+  // One per thread, reused: a vfork child has the parent stopped meanwhile.
+  static thread_local void* stack = nullptr;
+  if (!stack) {
+    void* m = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) return -errno;
+    stack = m;
+  }
+  Clone3Args a{};
+  a.flags = CLONE_VM | CLONE_VFORK | kCloneIntoCgroup;
+  a.exit_signal = SIGCHLD;
+  a.stack = reinterpret_cast<uint64_t>(stack);
+  a.stack_size = kStack;
+  a.cgroup = static_cast<uint64_t>(cgroup_fd);
+  return execd_clone3_run(&a, sizeof a, run_child, plan);
+}
+#else
+long clone_into_cgroup(int, ChildPlan*) { return -ENOSYS; }
+#endif
+
 }  // namespace
+
+bool probe_clone_into_cgroup() {
+#if defined(__x86_64__)
+  // A size of 0 is EINVAL where clone3 is there to be called; a seccomp
+  // profile that hides it answers ENOSYS (or EPERM).
+  long r = syscall(SYS_clone3, nullptr, 0);
+  clone3_usable = r < 0 && errno == EINVAL && !getenv("EXECD_NO_CLONE3");
+#else
+  clone3_usable = false;
+#endif
+  return clone3_usable;
+}
 
 const ChildSetup::Signals& ChildSetup::signals() const {
   if (signals_.count >= 0) return signals_;
@@ -155,7 +323,6 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   envp.push_back(nullptr);
   std::vector<const char*> search;
   for (const auto& c : opts.search) search.push_back(c.c_str());
-  const char* program = opts.program.empty() ? nullptr : opts.program.c_str();
 
   int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, in_pipe[2] = {-1, -1};
   int master = -1, slave = -1, devnull = -1;
@@ -201,105 +368,75 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
     }
   }
 
-  const int child_in = opts.use_pty ? slave : (opts.pipe_stdin ? in_pipe[0] : devnull);
-  const int child_out = opts.use_pty ? slave : out_pipe[1];
-  const int child_err = opts.use_pty ? slave : err_pipe[1];
-  const char* cwd = opts.cwd.empty() ? nullptr : opts.cwd.c_str();
-  const bool set_creds = opts.uid.has_value();
-  const uid_t uid = set_creds ? *opts.uid : 0;
-  const gid_t gid = opts.gid ? *opts.gid : 0;
-  const bool use_pty = opts.use_pty;
-  const bool inherit_stdio = opts.inherit_stdio && !opts.use_pty;
-  const bool new_session = opts.new_session;
-  const int extra_fd3 = opts.extra_fd3;
-  const int* join_fds = place.cgroup_procs_fds.data();
-  const size_t join_count = place.cgroup_procs_fds.size();
-  char oom_adj[16] = {0};
-  size_t oom_adj_len = 0;
+  ChildPlan plan;
+  plan.reset = place.setup ? &place.setup->signals() : &ChildSetup::none();
+  plan.use_pty = opts.use_pty;
+  plan.inherit_stdio = opts.inherit_stdio && !opts.use_pty;
+  plan.new_session = opts.new_session;
+  plan.child_in = opts.use_pty ? slave : (opts.pipe_stdin ? in_pipe[0] : devnull);
+  plan.child_out = opts.use_pty ? slave : out_pipe[1];
+  plan.child_err = opts.use_pty ? slave : err_pipe[1];
+  plan.extra_fd3 = opts.extra_fd3;
+  plan.join_fds = place.cgroup_procs_fds.data();
+  plan.join_count = place.cgroup_procs_fds.size();
   if (place.oom_score_adj)
-    oom_adj_len = static_cast<size_t>(snprintf(oom_adj, sizeof oom_adj, "%d", *place.oom_score_adj));
+    plan.oom_adj_len = static_cast<size_t>(snprintf(plan.oom_adj, sizeof plan.oom_adj, "%d", *place.oom_score_adj));
+  plan.isolated = opts.isolated;
+  plan.hardening = place.setup ? place.setup->hardening() : nullptr;
+  plan.set_creds = opts.uid.has_value();
+  plan.uid = plan.set_creds ? *opts.uid : 0;
+  plan.gid = opts.gid ? *opts.gid : 0;
+  plan.groups = opts.groups.data();
+  plan.group_count = opts.groups.size();
+  plan.cwd = opts.cwd.empty() ? nullptr : opts.cwd.c_str();
+  plan.child_nofile = place.setup ? place.setup->child_nofile() : nullptr;
+  plan.program = opts.program.empty() ? nullptr : opts.program.c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.search = search.data();
+  plan.search_count = search.size();
   ChildFailure failure;
-  const ChildSetup::Signals& reset = place.setup ? place.setup->signals() : ChildSetup::none();
-  const struct rlimit* child_nofile = place.setup ? place.setup->child_nofile() : nullptr;
+  plan.failure = &failure;
 
-  // Isolation and hardening (pty/confine): two child steps; the pid
-  // namespace is chosen by this thread before the vfork.
-  const IsolatedEntry* isolated = opts.isolated;
-  const Hardening* hardening = place.setup ? place.setup->hardening() : nullptr;
-  PidNamespaceScope pid_namespace(isolated);
+  // Isolation: the pid namespace is chosen by this thread before the vfork.
+  PidNamespaceScope pid_namespace(opts.isolated);
   if (pid_namespace.error()) {
     errno = pid_namespace.error();
     return fail("enter the session's pid namespace");
   }
 
+  pid_t pid = -1;
+  if (place.launcher && !opts.isolated) {
+    // Made ahead in its cgroup: it becomes the process, joining nothing.
+    ChildPlan in_place = plan;
+    in_place.join_fds = nullptr;
+    in_place.join_count = 0;
+    if (place.launcher->run(run_child, &in_place)) {
+      pid = place.launcher->pid();
+      out.placement = Placement::launcher;
+    }
+  }
   // Block every signal so no handler of ours runs in the child before it has
   // reset the dispositions to their defaults.
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-
-  pid_t pid = vfork();
-  if (pid == 0) {
-    const KernelSigaction dfl{reinterpret_cast<void*>(SIG_DFL), 0, nullptr, 0};
-    for (int i = 0; i < reset.count; ++i) kernel_sigaction(reset.list[i], &dfl, nullptr);
-    if (use_pty) {
-      if (setsid() < 0) child_fail(&failure, "setsid");
-      if (ioctl(child_in, TIOCSCTTY, 0) < 0) child_fail(&failure, "TIOCSCTTY");
-    } else if (new_session) {
-      if (setsid() < 0) child_fail(&failure, "setsid");
-    } else if (setpgid(0, 0) < 0) {
-      child_fail(&failure, "setpgid");
+  if (pid < 0 && place.cgroup_dir_fd >= 0 && clone3_usable) {
+    ChildPlan born_in = plan;
+    born_in.join_fds = nullptr;
+    born_in.join_count = 0;
+    long r = clone_into_cgroup(place.cgroup_dir_fd, &born_in);
+    if (r > 0) {
+      pid = static_cast<pid_t>(r);
+      out.placement = Placement::clone_into_cgroup;
+    } else if (r == -ENOSYS || r == -EPERM || r == -E2BIG) {
+      clone3_usable = false;  // and the vfork child below joins, as before
     }
-    if (!inherit_stdio && (dup2(child_in, 0) < 0 || dup2(child_out, 1) < 0 || dup2(child_err, 2) < 0))
-      child_fail(&failure, "dup2");
-    if (extra_fd3 >= 0) {
-      if (extra_fd3 == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(extra_fd3, 3) < 0) child_fail(&failure, "dup2 fd 3");
-    }
-    // Into the command's cgroup before anything it runs can fork: "0" is the
-    // writing process itself.
-    for (size_t i = 0; i < join_count; ++i)
-      if (write(join_fds[i], "0", 1) != 1) child_fail(&failure, "join cgroup");
-    if (oom_adj_len) {
-      // A vfork child's write changes only its own score (the kernel skips
-      // the mm-sharing parent for a vfork child).
-      int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-      if (fd >= 0) {
-        if (write(fd, oom_adj, oom_adj_len) < 0) {
-          // best effort
-        }
-        close(fd);
-      }
-    }
-    if (const char* step = confine_before_credentials(isolated, hardening)) child_fail(&failure, step);
-    if (set_creds) {
-      if (setgroups(opts.groups.size(), opts.groups.data()) < 0) child_fail(&failure, "setgroups");
-      if (setgid(gid) < 0) child_fail(&failure, "setgid");
-      if (setuid(uid) < 0) child_fail(&failure, "setuid");
-    }
-    if (cwd && chdir(cwd) < 0) child_fail(&failure, "chdir");
-    if (child_nofile) setrlimit(RLIMIT_NOFILE, child_nofile);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (const char* step = confine_before_exec(isolated, hardening)) child_fail(&failure, step);
-    if (program) {
-      execve(program, argv.data(), envp.data());
-      child_fail(&failure, "exec");
-    }
-    // As execvpe, without its shell fallback: a missing or forbidden
-    // candidate moves on; any other failure is that program's.
-    bool forbidden = false;
-    for (size_t i = 0; i < search.size(); ++i) {
-      execve(search[i], argv.data(), envp.data());
-      if (errno == EACCES) {
-        forbidden = true;
-      } else if (errno != ENOENT && errno != ENOTDIR && errno != ENAMETOOLONG && errno != ELOOP) {
-        failure.candidate = static_cast<int>(i);
-        child_fail(&failure, "exec");
-      }
-    }
-    errno = forbidden ? EACCES : ENOENT;
-    child_fail(&failure, kLookupStep);
+  }
+  if (pid < 0) {
+    pid = vfork();
+    if (pid == 0) run_child(&plan);
+    out.placement = plan.join_count ? Placement::joined : Placement::none;
   }
   int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -317,12 +454,12 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
 
   // Parent keeps: pipe read ends / the PTY master, and the stdin write end.
   out.pid = pid;
-  if (use_pty) {
+  if (plan.use_pty) {
     close(slave);
     slave = -1;
     out.stdin_fd = out.stdout_fd = master;
     master = -1;
-  } else if (inherit_stdio) {
+  } else if (plan.inherit_stdio) {
     // nothing to keep
   } else {
     close(out_pipe[1]);

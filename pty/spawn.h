@@ -17,6 +17,7 @@
 namespace execd::pty {
 
 class Hardening;       // pty/hardening
+class Launcher;        // pty/launcher
 struct IsolatedEntry;  // pty/confine
 
 struct SpawnOptions {
@@ -46,8 +47,17 @@ struct SpawnOptions {
   const IsolatedEntry* isolated = nullptr;
 };
 
+// How the child got into its cgroup.
+enum class Placement {
+  none,               // no cgroup (process-group mode, or it could not be made)
+  joined,             // a vfork child wrote itself into cgroup.procs (a migration)
+  launcher,           // a launcher waiting in the cgroup became it (pty/launcher)
+  clone_into_cgroup,  // born in it (clone3 CLONE_INTO_CGROUP, cgroup v2)
+};
+
 struct Spawned {
   pid_t pid = -1;
+  Placement placement = Placement::none;
   int stdin_fd = -1;   // pipe write end or PTY master (same fd as stdout_fd for a PTY)
   int stdout_fd = -1;  // pipe read end or PTY master
   int stderr_fd = -1;  // pipe read end; -1 for a PTY
@@ -95,6 +105,13 @@ struct ChildPlacement {
   // cgroup.procs files (open for writing) the child joins, by writing "0"
   // into each, before it changes credentials or execs (pty/cgroup).
   std::vector<int> cgroup_procs_fds;
+  // cgroup v2: the cgroup's directory, for clone3's CLONE_INTO_CGROUP (the
+  // child is born in it); -1, or a kernel that refuses: cgroup_procs_fds.
+  int cgroup_dir_fd = -1;
+  // A launcher made ahead inside the command's cgroup (pty/launcher): the
+  // child runs in it instead of a vfork child, and joins nothing. If it is
+  // gone, the vfork child joins cgroup_procs_fds as before.
+  Launcher* launcher = nullptr;
   // Written to the child's /proc/self/oom_score_adj (the OOM killer takes a
   // command before execd); unset: inherited.
   std::optional<int> oom_score_adj;
@@ -104,6 +121,11 @@ struct ChildPlacement {
 // returned fds are non-blocking and close-on-exec.
 // The child gets back what `place.setup` says (signals, open-files limit).
 int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, const ChildPlacement& place = {});
+
+// Whether clone3 with CLONE_INTO_CGROUP can start children here (x86-64, a
+// kernel with clone3, no seccomp profile hiding it; EXECD_NO_CLONE3 set in
+// the environment says no, for tests). Decides for every later spawn.
+bool probe_clone_into_cgroup();
 
 // Lowers execd's own oom_score_adj; false with errno if the kernel refused
 // (it needs CAP_SYS_RESOURCE, and some sandboxes refuse it to root too).

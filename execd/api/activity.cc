@@ -78,6 +78,14 @@ void handle_activity(ActivityService& s, http::Exchange& ex) {
                   {"watch_feeds", s.watches.followers()}};
   j["connections"] = s.server.connection_count();
   j["containment"] = pty::containment_mode_name(s.containment.mode());
+  // How processes got into their cgroups: a launcher made ahead or born in
+  // it are free of a cgroup.procs write at the start; joined ones paid it.
+  const auto& starts = s.containment.starts();
+  j["starts"] = {{"launcher", starts.launcher},
+                 {"clone_into_cgroup", starts.clone_into_cgroup},
+                 {"joined", starts.joined},
+                 {"uncontained", starts.none}};
+  j["spare_launchers"] = s.containment.waiting_launchers();
   ex.respond_json(200, j.dump(-1, ' ', false, ojson::error_handler_t::replace));
 }
 

@@ -9,6 +9,11 @@ Measures, against a release execd:
     client's own cost is not measured), next to the floor: posix_spawn+wait of
     `bash -c true` (build/spawn_floor N bash_path); 5 alternating rounds,
     medians;
+  * think time: the round trip of `true` with 0 s, 0.1 s and 1 s pauses
+    before each command and a fresh connection each (as an agent's SDK call
+    makes), cgroups on, against the floor with the same pauses
+    (build/stream_client --think, build/spawn_floor N bash PAUSE_MS);
+    rounds alternate execd and the floor, medians of each side's p50 and p90;
   * the cost of the per-command cgroup: the same round trip with cgroups and
     with --no-cgroups (the floor), alternating daemons over 5 rounds, medians;
     and execd's own CPU per command in both (all threads, and the loop's);
@@ -131,6 +136,50 @@ def bench_round_trip(binary, floor, bash, runs, client, rounds=5):
     out = {k: statistics.median(v) for k, v in got.items()}
     out["errors"] = errors
     out["rounds"] = got
+    return out
+
+
+# ---------------------------------------------------------------- think time
+def bench_think_time(binary, floor, bash, client, pauses_ms=(0, 100, 1000), quick=False):
+    """The round trip after each pause, execd (cgroups on, default spares)
+    and the floor alternating round by round; medians of the p50s and p90s.
+    Also, at 0.1 s, with --cgroup-spares 0 (every start joins its cgroup: the
+    way it was) and with --no-cgroups (what is not the cgroup's)."""
+    out = {}
+    for label, extra in (("0.1 s, --cgroup-spares 0", ("--cgroup-spares", "0")), ("0.1 s, --no-cgroups", ("--no-cgroups",))):
+        d = Daemon(binary, *extra)
+        try:
+            subprocess.check_output([client, "--rtt", "20", str(d.port), d.token])
+            p50s, p90s = [], []
+            for _ in range(3):
+                rt = json.loads(subprocess.check_output([client, "--think", str(60 // (4 if quick else 1)), "100",
+                                                         str(d.port), d.token]))
+                p50s.append(rt["p50_us"])
+                p90s.append(rt["p90_us"])
+            out[label] = {"p50_us": statistics.median(p50s), "p90_us": statistics.median(p90s)}
+        finally:
+            d.stop()
+    for pause in pauses_ms:
+        n = {0: 200, 100: 60, 1000: 12}[pause] // (4 if quick else 1)
+        rounds = 3 if pause < 1000 else 2
+        got = {"p50_us": [], "p90_us": [], "floor_p50_us": [], "floor_p90_us": []}
+        d = Daemon(binary)
+        errors = 0
+        try:
+            subprocess.check_output([client, "--rtt", "20", str(d.port), d.token])  # spares are made from here on
+            for _ in range(rounds):
+                rt = json.loads(subprocess.check_output([client, "--think", str(n), str(pause), str(d.port), d.token]))
+                fl = json.loads(subprocess.check_output([floor, str(n), bash, str(pause)]))
+                errors += rt["errors"]
+                for k in ("p50_us", "p90_us"):
+                    got[k].append(rt[k])
+                    got["floor_" + k].append(fl[k])
+            mode = containment_mode(d.port)
+        finally:
+            d.stop()
+        res = {k: statistics.median(v) for k, v in got.items()}
+        res.update(errors=errors, runs=n, rounds=rounds, mode=mode)
+        out[pause] = res
     return out
 
 
@@ -425,7 +474,7 @@ def main():
     ap.add_argument("--client", default="build/stream_client")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--only", default="",
-                    help="comma list: rtt,cgroup,throughput,rss,startup,concurrent,burst,output,idleconns")
+                    help="comma list: rtt,think,cgroup,throughput,rss,startup,concurrent,burst,output,idleconns")
     ap.add_argument("--static", default="", help="also measure idle RSS and start-up of this (static) binary")
     a = ap.parse_args()
     binary = os.path.abspath(a.execd)
@@ -447,6 +496,22 @@ def main():
                      f"{r50:.2f}x", "<= 1.15x floor", r50 <= 1.15 and rt["errors"] == 0))
         rows.append(("round trip p99 (us)", f"{rt['p99_us']:.0f}", f"{rt['floor_p99_us']:.0f}",
                      f"{rt['p99_us'] / rt['floor_p99_us']:.2f}x", "-", None))
+    if want("think"):
+        th = bench_think_time(binary, floor, bash, client, quick=a.quick)
+        print(f"think time: {json.dumps(th)}", flush=True)
+        for pause, r in th.items():
+            if isinstance(pause, str):
+                base = th[100]
+                rows.append((f"after {pause}: p50 / p90 (us)", f"{r['p50_us']:.0f} / {r['p90_us']:.0f}",
+                             f"{base['floor_p50_us']:.0f} / {base['floor_p90_us']:.0f}",
+                             f"{r['p50_us'] / base['floor_p50_us']:.2f}x", "-", None))
+                continue
+            r50 = r["p50_us"] / r["floor_p50_us"]
+            r90 = r["p90_us"] / r["floor_p90_us"]
+            rows.append((f"after {pause / 1000:g} s pause, fresh connection: p50 (us, {r['mode']})", f"{r['p50_us']:.0f}",
+                         f"{r['floor_p50_us']:.0f}", f"{r50:.2f}x", "<= 1.15x floor", r50 <= 1.15 and r["errors"] == 0))
+            rows.append((f"  p90 (us)", f"{r['p90_us']:.0f}", f"{r['floor_p90_us']:.0f}", f"{r90:.2f}x",
+                         "<= 1.3x floor", r90 <= 1.3))
     if want("cgroup"):
         cg = bench_cgroup_cost(binary, runs, client)
         print(f"per-command cgroup ({runs} runs x 5 rounds): {json.dumps(cg)}", flush=True)

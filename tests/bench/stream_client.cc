@@ -10,6 +10,12 @@
 // one keep-alive connection and prints the latency percentiles (a client
 // with next to no cost of its own, for the round-trip benchmark):
 //   stream_client --rtt N PORT TOKEN  ->  {"p50_us":...,"p99_us":...,"errors":E}
+//
+// With --think N MS it runs them as an agent does: a pause of MS
+// milliseconds before each, and a fresh connection each (as an SDK call
+// makes), timed from the connect to the last chunk:
+//   stream_client --think N MS PORT TOKEN  ->  {"p50_us":...,"p90_us":...,"errors":E}
+#include <time.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -95,7 +101,37 @@ int rtt(int n, int port, const std::string& token) {
   return 0;
 }
 
+int think(int n, int pause_ms, int port, const std::string& token) {
+  std::string body = "{\"command\":\"true\"}";
+  std::string req = "POST /command HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-EXECD-ACCESS-TOKEN: " +
+                    token + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  std::vector<double> us;
+  int errors = 0;
+  std::string buf(65536, '\0');
+  for (int i = 0; i < n + 3; ++i) {
+    struct timespec pause = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
+    nanosleep(&pause, nullptr);
+    auto t0 = std::chrono::steady_clock::now();
+    int fd = connect_loopback(port);
+    if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) die("write");
+    std::string got;
+    while (got.size() < 5 || got.compare(got.size() - 5, 5, "0\r\n\r\n") != 0) {
+      ssize_t r = read(fd, buf.data(), buf.size());
+      if (r <= 0) die("read");
+      got.append(buf.data(), static_cast<size_t>(r));
+    }
+    double dt = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    close(fd);
+    if (got.find("\"execution_complete\"") == std::string::npos) ++errors;
+    if (i >= 3) us.push_back(dt);  // warm-up
+  }
+  std::sort(us.begin(), us.end());
+  printf("{\"p50_us\":%.1f,\"p90_us\":%.1f,\"errors\":%d}\n", us[us.size() / 2], us[us.size() * 9 / 10], errors);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 6 && std::string(argv[1]) == "--think") return think(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argv[5]);
   if (argc == 5 && std::string(argv[1]) == "--rtt") return rtt(atoi(argv[2]), atoi(argv[3]), argv[4]);
   if (argc != 4) die("usage: stream_client PORT TOKEN COMMAND | stream_client --rtt N PORT TOKEN");
   int port = atoi(argv[1]);

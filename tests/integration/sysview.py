@@ -10,9 +10,23 @@ guest's python3-minimal lacks.
 
 import os
 
+# execd's spare launchers (pty/launcher): processes waiting in spare cgroups
+# to become the next command. No test means them when it counts commands'
+# processes, so every scan here leaves them out unless asked.
+SPARE_COMM = "execd-spare"
 
-def proc_table(cgroups=True, rss=True):
-    """(pid, state, ppid, cmdline, cgroup, rss_kib) of every process.
+
+def is_spare(pid):
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip() == SPARE_COMM
+    except OSError:
+        return False
+
+
+def proc_table(cgroups=True, rss=True, spares=False):
+    """(pid, state, ppid, cmdline, cgroup, rss_kib) of every process (execd's
+    spare launchers only with `spares`).
 
     cmdline has its NULs turned into spaces; cgroup is /proc/PID/cgroup's
     text ("" unless `cgroups`); rss_kib is VmRSS (0 for kernel threads, and
@@ -41,6 +55,8 @@ def proc_table(cgroups=True, rss=True):
         except OSError:
             continue
         # comm may contain spaces and parentheses: split after the last ')'
+        if not spares and stat[stat.find("(") + 1:stat.rfind(")")] == SPARE_COMM:
+            continue
         rest = stat[stat.rfind(")") + 2:].split()
         out.append((int(d), rest[0], int(rest[1]), cmd, cg, kib))
     return out
@@ -68,8 +84,9 @@ def listdir(path):
     return os.listdir(path)
 
 
-def cgroup_procs(bases, prefix="cmd-"):
-    """Every pid in cgroup.procs of each `prefix`* child of each base."""
+def cgroup_procs(bases, prefix="cmd-", spares=False):
+    """Every pid in cgroup.procs of each `prefix`* child of each base (spare
+    launchers only with `spares`)."""
     out = set()
     for base in bases:
         try:
@@ -80,7 +97,7 @@ def cgroup_procs(bases, prefix="cmd-"):
             if name.startswith(prefix):
                 try:
                     with open(os.path.join(base, name, "cgroup.procs")) as f:
-                        out.update(int(x) for x in f.read().split())
+                        out.update(int(x) for x in f.read().split() if spares or not is_spare(int(x)))
                 except OSError:
                     pass
     return out
@@ -110,3 +127,12 @@ def exists(path):
 
 def unlink(path):
     os.unlink(path)
+
+
+def spare_pids(parent):
+    """execd's spare launchers: children of `parent` named SPARE_COMM."""
+    out = []
+    for pid, state, ppid, _, _, _ in proc_table(False, False, True):
+        if ppid == parent and state != "Z" and is_spare(pid):
+            out.append(pid)
+    return sorted(out)

@@ -59,8 +59,8 @@ def cg_execd(execd_factory):
     is left: no execd-<pid> directory, no process in one."""
     started = []
 
-    def start(*args):
-        ex = execd_factory(*args)
+    def start(*args, **kw):
+        ex = execd_factory(*args, **kw)
         m = mode(ex)
         if m == "process-group":
             pytest.skip("no usable cgroups on this machine (execd reports process-group)")
@@ -469,3 +469,113 @@ def test_sigterm_while_cgroups_are_being_reset_leaves_none(cg_execd):
     ex.proc.send_signal(signal.SIGTERM)
     for c, _ in streams:
         c.close()
+
+
+# ---- starting in the cgroup without a migration (issue 27) ---------------------------------------------
+# A cgroup.procs write at the start of a command waits out an RCU grace
+# period once the kernel's migration lock was quiet (6 ms after a 0.1 s
+# pause). On v1 a launcher made ahead in each spare cgroup becomes the
+# command; on v2 the command is born in its cgroup (clone3).
+
+def spares(ex) -> list[int]:
+    return MACHINE.call("spare_pids", ex.pid)
+
+
+def activity(ex) -> dict:
+    st, js = ex.json("GET", "/activity")
+    assert st == 200, js
+    return js
+
+
+def own_oom_score_adj(pid: int) -> str:
+    return MACHINE.call("read_text", f"/proc/{pid}/oom_score_adj").strip()
+
+
+@pytest.mark.parametrize("clone3", ["clone3", "no-clone3"])
+def test_a_command_after_a_pause_starts_in_its_cgroup_without_joining_it(cg_execd, clone3):
+    # (EXECD_NO_CLONE3: v2 as under Docker's seccomp profile, with launchers)
+    ex = cg_execd(env=dict(os.environ, EXECD_NO_CLONE3="1") if clone3 == "no-clone3" else None)
+    v1 = mode(ex) == "cgroup-v1" or clone3 == "no-clone3"
+    daemon_adj = own_oom_score_adj(ex.pid)
+    assert ex.run("true", exact=True).terminal["exit_code"] == 0  # spares are made from the first command on
+    if v1:
+        waiting = wait_until(lambda: len(spares(ex)) == 2 and spares(ex), 5 * SLOW, what="two spare launchers")
+        assert activity(ex)["spare_launchers"] == 2
+    before = activity(ex)["starts"]
+    for _ in range(3):
+        time.sleep(0.2)  # the pause an agent makes between commands: the case under test
+        r = ex.run("echo $$; grep -E ':(freezer)?:/' /proc/self/cgroup | head -1; "
+                   "cat /proc/self/oom_score_adj", exact=True)
+        pid, cgroup_line, adj = r.stdout.decode().split("\n")[:3]
+        assert r.terminal["exit_code"] == 0, r.stdout
+        assert f"/execd-{ex.pid}/cmd-" in cgroup_line, r.stdout
+        assert adj == "500", "a command gets the OOM killer's attention before execd"
+        if v1:
+            assert int(pid) in waiting, ("the command is the launcher that waited in its cgroup", pid, waiting)
+            waiting = wait_until(lambda: len(spares(ex)) == 2 and spares(ex), 5 * SLOW, what="spares armed again")
+        # The kernel gives one score to processes sharing memory: execd's own is put back.
+        assert own_oom_score_adj(ex.pid) == daemon_adj
+    after = activity(ex)["starts"]
+    placed = "launcher" if v1 else "clone_into_cgroup"
+    assert after[placed] - before[placed] == 3, (before, after)
+    assert after["joined"] == before["joined"], "no cgroup.procs write at the start"
+
+
+def test_spare_launchers_are_no_commands_and_do_not_outlive_execd(cg_execd, execd_factory):
+    # (on v2, launchers serve where clone3 cannot: EXECD_NO_CLONE3 says so)
+    ex = cg_execd("--cgroup-spares", "3", env=dict(os.environ, EXECD_NO_CLONE3="1"))
+    assert ex.run("true", exact=True).terminal["exit_code"] == 0
+    waiting = wait_until(lambda: len(spares(ex)) == 3 and spares(ex), 5 * SLOW, what="three spare launchers")
+    # Idle: nothing runs, nothing is left over, and a freeze counts no process.
+    js = activity(ex)
+    assert js["verdict"] in ("idle", "busy") and js["leftover_process_groups"] == 0
+    st, fz = ex.json("POST", "/freeze")
+    assert st == 200 and fz["processes"] == 0, fz
+    assert ex.json("POST", "/thaw")[0] == 200
+    # One killed from outside: the next command still starts (in the cgroup,
+    # as a joined one), and a launcher takes its place.
+    os.kill(waiting[0], signal.SIGKILL) if not MACHINE.remote else MACHINE.call("kill", waiting[0], 9)
+    for _ in range(4):
+        r = ex.run("grep -c cmd- /proc/self/cgroup", exact=True)
+        assert r.terminal["exit_code"] == 0 and int(r.stdout) >= 1, r.stdout
+    wait_until(lambda: len(spares(ex)) == 3, 5 * SLOW, what="three spare launchers again")
+    # SIGKILL of execd: its launchers go with it (they would wait forever on
+    # a descriptor table they share with no one left to write to it).
+    dead = execd_factory(env=dict(os.environ, EXECD_NO_CLONE3="1"))
+    assert dead.run("true", exact=True).terminal["exit_code"] == 0
+    left = wait_until(lambda: len(spares(dead)) == 2 and spares(dead), 5 * SLOW, what="spares of the second execd")
+    dead.proc.send_signal(signal.SIGKILL)
+    dead.proc.wait()
+    wait_until(lambda: not any(process_alive(p) for p in left), 5 * SLOW, what="its launchers to die with it")
+
+
+def test_a_command_started_by_a_launcher_outlives_a_sigkilled_execd_as_any_command(execd_factory, cg_execd):
+    ex = execd_factory()
+    if mode(ex) == "process-group":
+        pytest.skip("no usable cgroups on this machine (execd reports process-group)")
+    assert ex.run("true", exact=True).terminal["exit_code"] == 0
+    if mode(ex) == "cgroup-v1":
+        wait_until(lambda: len(spares(ex)) == 2, 5 * SLOW, what="two spare launchers")
+    n = unique()
+    st, _, _ = ex.request("POST", "/command", {"command": f"exec sleep {n}", "background": True})
+    assert st == 200
+    [pid] = wait_until(lambda: pids_with_cmdline(f"sleep {n}"), 5 * SLOW, what="the command")
+    ex.proc.send_signal(signal.SIGKILL)
+    ex.proc.wait()
+    try:
+        time.sleep(0.2)  # what is under test is that nothing happens to it
+        assert process_alive(pid), "a command is not killed by execd's death"
+    finally:
+        MACHINE.call("kill", pid, 9) if MACHINE.remote else os.kill(pid, signal.SIGKILL)
+    # (the next execd's shutdown removes the dead one's cgroups)
+    assert cg_execd().stop() == 0
+
+
+def test_no_spares_means_commands_join_their_cgroups(cg_execd):
+    ex = cg_execd("--cgroup-spares", "0")
+    for _ in range(3):
+        assert ex.run("true", exact=True).terminal["exit_code"] == 0
+    assert spares(ex) == []
+    starts = activity(ex)["starts"]
+    assert starts["launcher"] == 0
+    assert starts["joined"] + starts["clone_into_cgroup"] == 3, starts
