@@ -418,3 +418,11 @@ TEST_CASE("config: isolation and hardening flags") {
   p = parse({"--insecure-no-auth"}, {{"EXECD_ISOLATION_CONFIG", "/etc/x.toml"}});
   CHECK(has_warning(p.cfg, "EXECD_ISOLATION_CONFIG"));
 }
+
+TEST_CASE("config: --cgroup-spares is a count from 0 to 64, default 2") {
+  CHECK(parse({"--insecure-no-auth"}).cfg.cgroup_spares == 2);
+  CHECK(parse({"--cgroup-spares", "0", "--insecure-no-auth"}).cfg.cgroup_spares == 0);
+  CHECK(parse({"--cgroup-spares=64", "--insecure-no-auth"}).cfg.cgroup_spares == 64);
+  for (const char* bad : {"--cgroup-spares=65", "--cgroup-spares=-1", "--cgroup-spares=x"})
+    CHECK(parse({bad, "--insecure-no-auth"}).error.find("--cgroup-spares") != std::string::npos);
+}
