@@ -73,27 +73,37 @@ int connect_loopback(int port) {
   return fd;
 }
 
-// One keep-alive connection, N sequential `true` commands; a response ends
-// with the last chunk after the terminal event.
-int rtt(int n, int port, const std::string& token) {
+std::string true_request(const std::string& token, bool keep_alive) {
   std::string body = "{\"command\":\"true\"}";
-  std::string req = "POST /command HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-EXECD-ACCESS-TOKEN: " +
-                    token + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  return "POST /command HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-EXECD-ACCESS-TOKEN: " + token +
+         "\r\nContent-Length: " + std::to_string(body.size()) + (keep_alive ? "" : "\r\nConnection: close") +
+         "\r\n\r\n" + body;
+}
+
+// Sends `req` on `fd` and reads the response to its last chunk (after the
+// terminal event); false if that event was not in it.
+bool run_one(int fd, const std::string& req, std::string& buf) {
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) die("write");
+  std::string got;
+  while (got.size() < 5 || got.compare(got.size() - 5, 5, "0\r\n\r\n") != 0) {
+    ssize_t r = read(fd, buf.data(), buf.size());
+    if (r <= 0) die("read");
+    got.append(buf.data(), static_cast<size_t>(r));
+  }
+  return got.find("\"execution_complete\"") != std::string::npos;
+}
+
+// One keep-alive connection, N sequential `true` commands.
+int rtt(int n, int port, const std::string& token) {
+  std::string req = true_request(token, true);
   int fd = connect_loopback(port);
   std::vector<double> us;
   int errors = 0;
   std::string buf(65536, '\0');
   for (int i = 0; i < n + 20; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) die("write");
-    std::string got;
-    while (got.size() < 5 || got.compare(got.size() - 5, 5, "0\r\n\r\n") != 0) {
-      ssize_t r = read(fd, buf.data(), buf.size());
-      if (r <= 0) die("read");
-      got.append(buf.data(), static_cast<size_t>(r));
-    }
+    if (!run_one(fd, req, buf)) ++errors;
     double dt = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (got.find("\"execution_complete\"") == std::string::npos) ++errors;
     if (i >= 20) us.push_back(dt);  // warm-up
   }
   std::sort(us.begin(), us.end());
@@ -102,9 +112,7 @@ int rtt(int n, int port, const std::string& token) {
 }
 
 int think(int n, int pause_ms, int port, const std::string& token) {
-  std::string body = "{\"command\":\"true\"}";
-  std::string req = "POST /command HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nX-EXECD-ACCESS-TOKEN: " +
-                    token + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  std::string req = true_request(token, false);
   std::vector<double> us;
   int errors = 0;
   std::string buf(65536, '\0');
@@ -113,16 +121,9 @@ int think(int n, int pause_ms, int port, const std::string& token) {
     nanosleep(&pause, nullptr);
     auto t0 = std::chrono::steady_clock::now();
     int fd = connect_loopback(port);
-    if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) die("write");
-    std::string got;
-    while (got.size() < 5 || got.compare(got.size() - 5, 5, "0\r\n\r\n") != 0) {
-      ssize_t r = read(fd, buf.data(), buf.size());
-      if (r <= 0) die("read");
-      got.append(buf.data(), static_cast<size_t>(r));
-    }
+    if (!run_one(fd, req, buf)) ++errors;
     double dt = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     close(fd);
-    if (got.find("\"execution_complete\"") == std::string::npos) ++errors;
     if (i >= 3) us.push_back(dt);  // warm-up
   }
   std::sort(us.begin(), us.end());
