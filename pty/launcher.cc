@@ -279,11 +279,15 @@ Launcher::~Launcher() {
 
 namespace {
 
-// Waits while *word == value, up to `ms` (0: not at all); true if it changed.
-bool wait_while(volatile int* word, int value, int ms) {
-  for (int waited = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == value; waited += 10) {
-    if (waited >= ms) return false;
-    struct timespec slice = {0, 10 * 1000 * 1000};
+constexpr int kSliceMs = 10;
+
+// Waits while *word == value, in slices of kSliceMs, up to `ms`, giving up
+// early when give_up() says so; true if it changed.
+template <class GiveUp>
+bool wait_while(volatile int* word, int value, int ms, GiveUp give_up) {
+  for (int waited = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == value; waited += kSliceMs) {
+    if (waited >= ms || give_up()) return false;
+    struct timespec slice = {0, kSliceMs * 1000 * 1000};
     syscall(SYS_futex, word, FUTEX_WAIT, value, &slice, nullptr, 0);
   }
   return true;
@@ -295,10 +299,8 @@ bool Launcher::wait_joined(int ms) {
   if (!shared_ || used_) return false;
   // (the futex word is woken at the join; a launcher killed meanwhile never
   // stores it, so alive is checked at every slice)
-  for (int waited = 0; __atomic_load_n(&shared_->joined, __ATOMIC_ACQUIRE) == 0; waited += 10) {
-    if (waited >= ms || __atomic_load_n(&shared_->alive, __ATOMIC_ACQUIRE) == 0) return false;
-    wait_while(&shared_->joined, 0, 10);
-  }
+  Shared* s = shared_;
+  wait_while(&s->joined, 0, ms, [s] { return __atomic_load_n(&s->alive, __ATOMIC_ACQUIRE) == 0; });
   return joined() && !failed();
 }
 
@@ -312,7 +314,7 @@ bool Launcher::wait_gone(int ms) {
   if (!mapping_ || !mapping_->base) return true;
   auto* s = static_cast<Shared*>(mapping_->base);
   pid_t v = __atomic_load_n(&s->alive, __ATOMIC_ACQUIRE);
-  return v == 0 || wait_while(reinterpret_cast<volatile int*>(&s->alive), v, ms);
+  return v == 0 || wait_while(reinterpret_cast<volatile int*>(&s->alive), v, ms, [] { return false; });
 }
 
 bool Launcher::joined() const { return shared_ && !used_ && __atomic_load_n(&shared_->joined, __ATOMIC_ACQUIRE) == 1; }

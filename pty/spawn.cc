@@ -405,13 +405,14 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
     return fail("enter the session's pid namespace");
   }
 
+  // For a child that is in its cgroup before it runs (a launcher made ahead
+  // in it, or one born in it): it joins nothing.
+  ChildPlan placed = plan;
+  placed.join_fds = nullptr;
+  placed.join_count = 0;
   pid_t pid = -1;
   if (place.launcher && !opts.isolated) {
-    // Made ahead in its cgroup: it becomes the process, joining nothing.
-    ChildPlan in_place = plan;
-    in_place.join_fds = nullptr;
-    in_place.join_count = 0;
-    if (place.launcher->run(run_child, &in_place)) {
+    if (place.launcher->run(run_child, &placed)) {
       pid = place.launcher->pid();
       out.placement = Placement::launcher;
     }
@@ -422,10 +423,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   if (pid < 0 && place.cgroup_dir_fd >= 0 && clone3_usable) {
-    ChildPlan born_in = plan;
-    born_in.join_fds = nullptr;
-    born_in.join_count = 0;
-    long r = clone_into_cgroup(place.cgroup_dir_fd, &born_in);
+    long r = clone_into_cgroup(place.cgroup_dir_fd, &placed);
     if (r > 0) {
       pid = static_cast<pid_t>(r);
       out.placement = Placement::clone_into_cgroup;

@@ -41,67 +41,73 @@ void exec_child(void* p) {
   _exit(c->exit_code_if_exec_fails);
 }
 
-// Waits (the loop running) until `pid` has been reaped through `reaper`.
-int reaped_status(LoopScratch& s, Reaper& reaper, pid_t pid) {
-  int status = -1;
-  bool done = false;
-  reaper.watch(pid, [&](const ExitInfo& e) {
-    status = e.wait_status;
-    done = true;
-  });
-  s.run_until([&] {
-    reaper.reap();
-    return done;
-  });
-  return status;
-}
+// A loop, a started reaper, and the descriptors open before the test.
+struct Rig {
+  LoopScratch s;
+  Reaper reaper{&s.loop};
+  int fds_before = open_fds();
+  Rig() { reaper.start(); }
+  ~Rig() { reaper.stop(); }
+  std::unique_ptr<Launcher> start(const std::vector<int>& join_fds = {}) {
+    std::string error;
+    auto l = Launcher::start(reaper, join_fds, nullptr, 0, error);
+    REQUIRE_MESSAGE(l, error);
+    return l;
+  }
+  // Waits (the loop running) until `pid` has been reaped through the reaper.
+  int reaped_status(pid_t pid) {
+    int status = -1;
+    bool done = false;
+    reaper.watch(pid, [&](const ExitInfo& e) {
+      status = e.wait_status;
+      done = true;
+    });
+    s.run_until([&] {
+      reaper.reap();
+      return done;
+    });
+    return status;
+  }
+  // Reaps until the descriptors are back to where they were.
+  bool no_descriptor_left() {
+    s.run_until([&] {
+      reaper.reap();
+      return open_fds() == fds_before;
+    });
+    return open_fds() == fds_before;
+  }
+};
 
 }  // namespace
 
 TEST_CASE("a launcher becomes the process it is given, with its pid, and leaves no descriptor") {
-  LoopScratch s;
-  Reaper reaper(&s.loop);
-  reaper.start();
-  int before = open_fds();
-  std::string error;
-  auto l = Launcher::start(reaper, {}, nullptr, 0, error);
-  REQUIRE_MESSAGE(l, error);
+  Rig rig;
+  auto l = rig.start();
   CHECK(l->wait_joined(1000));
   pid_t pid = l->pid();
   Child c{"/bin/sh", 127};
   REQUIRE(l->run(exec_child, &c));
-  int status = reaped_status(s, reaper, pid);
+  int status = rig.reaped_status(pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 7);
   l.reset();
-  CHECK(open_fds() == before);
-  reaper.stop();
+  CHECK(open_fds() == rig.fds_before);
 }
 
 TEST_CASE("a child that fails in a launcher exits 127 and is still the launcher's pid") {
-  LoopScratch s;
-  Reaper reaper(&s.loop);
-  reaper.start();
-  std::string error;
-  auto l = Launcher::start(reaper, {}, nullptr, 0, error);
-  REQUIRE(l);
+  Rig rig;
+  auto l = rig.start();
   pid_t pid = l->pid();
   Child c{"/nonexistent/sh", 127};
   REQUIRE(l->run(exec_child, &c));
-  int status = reaped_status(s, reaper, pid);
+  int status = rig.reaped_status(pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 127);
-  reaper.stop();
 }
 
 TEST_CASE("a launcher killed before it is used says so, and what it held is closed once it is reaped") {
-  LoopScratch s;
-  Reaper reaper(&s.loop);
-  reaper.start();
-  int before = open_fds();
-  std::string error;
-  auto l = Launcher::start(reaper, {}, nullptr, 0, error);
-  REQUIRE(l);
+  Rig rig;
+  auto l = rig.start();
   REQUIRE(l->wait_joined(1000));
   kill(l->pid(), SIGKILL);
   CHECK(l->wait_gone(2000));
@@ -109,51 +115,32 @@ TEST_CASE("a launcher killed before it is used says so, and what it held is clos
   Child c{"/bin/sh", 127};
   CHECK_FALSE(l->run(exec_child, &c));  // nothing ran: the caller starts the process another way
   l.reset();
-  s.run_until([&] {
-    reaper.reap();
-    return open_fds() == before;
-  });
-  CHECK(open_fds() == before);
-  reaper.stop();
+  CHECK(rig.no_descriptor_left());
 }
 
 TEST_CASE("a retired launcher exits and leaves no descriptor") {
-  LoopScratch s;
-  Reaper reaper(&s.loop);
-  reaper.start();
-  int before = open_fds();
-  std::string error;
-  auto l = Launcher::start(reaper, {}, nullptr, 0, error);
-  REQUIRE(l);
+  Rig rig;
+  auto l = rig.start();
   pid_t pid = l->pid();
   l->retire();
   CHECK(l->wait_gone(2000));
-  int status = reaped_status(s, reaper, pid);
+  int status = rig.reaped_status(pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   l.reset();
-  CHECK(open_fds() == before);
-  reaper.stop();
+  CHECK(open_fds() == rig.fds_before);
 }
 
 TEST_CASE("joining a cgroup.procs that refuses makes the launcher of no use") {
-  LoopScratch s;
-  Reaper reaper(&s.loop);
-  reaper.start();
+  Rig rig;
   int p[2];
   REQUIRE(pipe(p) == 0);
   close(p[0]);  // a write to it fails (EPIPE; SIGPIPE is blocked in the launcher)
-  std::string error;
-  auto l = Launcher::start(reaper, {p[1]}, nullptr, 0, error);
-  REQUIRE(l);
+  auto l = rig.start({p[1]});
   CHECK_FALSE(l->wait_joined(2000));
   CHECK(l->failed());
   CHECK(l->wait_gone(2000));
   close(p[1]);
   l.reset();
-  s.run_until([&] {
-    reaper.reap();
-    return true;
-  });
-  reaper.stop();
+  CHECK(rig.no_descriptor_left());
 }
