@@ -481,6 +481,15 @@ def spares(ex) -> list[int]:
     return MACHINE.call("spare_pids", ex.pid)
 
 
+def wait_spares(ex, n: int, what: str) -> list[int]:
+    """Waits until exactly `n` launchers wait; returns their pids (one scan
+    per poll)."""
+    def ready():
+        pids = spares(ex)
+        return pids if len(pids) == n else None
+    return wait_until(ready, 5 * SLOW, what=what)
+
+
 def activity(ex) -> dict:
     st, js = ex.json("GET", "/activity")
     assert st == 200, js
@@ -499,7 +508,7 @@ def test_a_command_after_a_pause_starts_in_its_cgroup_without_joining_it(cg_exec
     daemon_adj = own_oom_score_adj(ex.pid)
     assert ex.run("true", exact=True).terminal["exit_code"] == 0  # spares are made from the first command on
     if v1:
-        waiting = wait_until(lambda: len(spares(ex)) == 2 and spares(ex), 5 * SLOW, what="two spare launchers")
+        waiting = wait_spares(ex, 2, "two spare launchers")
         assert activity(ex)["spare_launchers"] == 2
     before = activity(ex)["starts"]
     for _ in range(3):
@@ -512,7 +521,7 @@ def test_a_command_after_a_pause_starts_in_its_cgroup_without_joining_it(cg_exec
         assert adj == "500", "a command gets the OOM killer's attention before execd"
         if v1:
             assert int(pid) in waiting, ("the command is the launcher that waited in its cgroup", pid, waiting)
-            waiting = wait_until(lambda: len(spares(ex)) == 2 and spares(ex), 5 * SLOW, what="spares armed again")
+            waiting = wait_spares(ex, 2, "spares armed again")
         # The kernel gives one score to processes sharing memory: execd's own is put back.
         assert own_oom_score_adj(ex.pid) == daemon_adj
     after = activity(ex)["starts"]
@@ -525,7 +534,7 @@ def test_spare_launchers_are_no_commands_and_do_not_outlive_execd(cg_execd, exec
     # (on v2, launchers serve where clone3 cannot: EXECD_NO_CLONE3 says so)
     ex = cg_execd("--cgroup-spares", "3", env=dict(os.environ, EXECD_NO_CLONE3="1"))
     assert ex.run("true", exact=True).terminal["exit_code"] == 0
-    waiting = wait_until(lambda: len(spares(ex)) == 3 and spares(ex), 5 * SLOW, what="three spare launchers")
+    waiting = wait_spares(ex, 3, "three spare launchers")
     # Idle: nothing runs, nothing is left over, and a freeze counts no process.
     js = activity(ex)
     assert js["verdict"] in ("idle", "busy") and js["leftover_process_groups"] == 0
@@ -538,12 +547,12 @@ def test_spare_launchers_are_no_commands_and_do_not_outlive_execd(cg_execd, exec
     for _ in range(4):
         r = ex.run("grep -c cmd- /proc/self/cgroup", exact=True)
         assert r.terminal["exit_code"] == 0 and int(r.stdout) >= 1, r.stdout
-    wait_until(lambda: len(spares(ex)) == 3, 5 * SLOW, what="three spare launchers again")
+    wait_spares(ex, 3, "three spare launchers again")
     # SIGKILL of execd: its launchers go with it (they would wait forever on
     # a descriptor table they share with no one left to write to it).
     dead = execd_factory(env=dict(os.environ, EXECD_NO_CLONE3="1"))
     assert dead.run("true", exact=True).terminal["exit_code"] == 0
-    left = wait_until(lambda: len(spares(dead)) == 2 and spares(dead), 5 * SLOW, what="spares of the second execd")
+    left = wait_spares(dead, 2, "spares of the second execd")
     dead.proc.send_signal(signal.SIGKILL)
     dead.proc.wait()
     wait_until(lambda: not any(process_alive(p) for p in left), 5 * SLOW, what="its launchers to die with it")
@@ -555,7 +564,7 @@ def test_a_command_started_by_a_launcher_outlives_a_sigkilled_execd_as_any_comma
         pytest.skip("no usable cgroups on this machine (execd reports process-group)")
     assert ex.run("true", exact=True).terminal["exit_code"] == 0
     if mode(ex) == "cgroup-v1":
-        wait_until(lambda: len(spares(ex)) == 2, 5 * SLOW, what="two spare launchers")
+        wait_spares(ex, 2, "two spare launchers")
     n = unique()
     st, _, _ = ex.request("POST", "/command", {"command": f"exec sleep {n}", "background": True})
     assert st == 200
