@@ -174,6 +174,7 @@ void IsolatedRegistry::end(std::shared_ptr<IsolatedSession> s) {
   // The kernel kills every process of the session with its PID 1.
   if (s->holder_alive) kill(s->holder, SIGKILL);
   pty::close_namespaces(s->entry);
+  if (s->mount) watches_.end_namespace(s->mount.get());
   s->mount.reset();
   if (closed_) return;
   struct Sweep {
@@ -868,24 +869,21 @@ void start_foreground(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, p
       });
 }
 
-// Why `root` cannot be tracked from the host, or nullptr. Changes are seen
-// by inotify on the host's files, so a root must be the same directory on
-// both sides: inside a `rw` workspace or overlay entry, a writable bind
-// mounted at its own path, or an extra_writable path. An `overlay`'s
-// changes land in its upper directory (GET .../diff lists them); a `ro`
-// one has none.
+// Why `root` cannot be tracked, or nullptr. The watch is made inside the
+// session's mount namespace, so a root is a path as the session sees it and
+// the kernel reports changes made through its overlays and binds alike.
+// Only a root in a read-only mount is refused: nothing can change there,
+// and an empty list would read as "nothing changed".
 const char* untrackable_root(const IsolatedSession& s, const std::string& root) {
   auto beneath = [&root](const std::string& dir) {
     return root == dir || (root.size() > dir.size() && root.compare(0, dir.size(), dir) == 0 &&
                            (dir == "/" || root[dir.size()] == '/'));
   };
   for (const auto& o : s.spec.overlays)
-    if (beneath(o.path)) return o.mode == "rw" ? nullptr : "it lies in an overlay or read-only mount (see GET .../diff)";
+    if (beneath(o.path) && o.mode == "ro") return "it lies in a read-only mount";
   for (const auto& b : s.spec.binds)
-    if (beneath(b.target())) return !b.readonly && b.target() == b.source ? nullptr : "it lies in a read-only or moved bind";
-  for (const auto& w : s.spec.extra_writable)
-    if (beneath(w)) return nullptr;
-  return "only a rw workspace, a writable bind at its own path or an extra_writable path can be tracked";
+    if (beneath(b.target()) && b.readonly) return "it lies in a read-only bind";
+  return nullptr;
 }
 
 struct IsolatedTrackWait : Awaitable {};
@@ -924,7 +922,8 @@ void handle_run(IsolatedRegistry& reg, Exchange& ex) {
                               IsolatedSession* s = reg.find(id);
                               if (!s) return ex->respond_error(404, kSessionNotFound, "session " + id + " not found");
                               dispatch_run(reg, *s, *ex, *req, std::move(t));
-                            });
+                            },
+                            s->mount);
 }
 
 // A run of this session, or a 404 already sent.

@@ -3,11 +3,12 @@
 
 #include "fs/pool_job.h"
 #include "fs/watch_scan.h"
+#include "pty/namespaces.h"
 
 namespace execd::exec {
 
-ChangeTracker::ChangeTracker(watch::Hub& hub, TrackLimits limits)
-    : hub_(hub), limits_(limits), set_(limits.max_entries) {}
+ChangeTracker::ChangeTracker(watch::Hub& hub, TrackLimits limits, watch::MountRef mount)
+    : hub_(hub), limits_(limits), mount_(std::move(mount)), set_(limits.max_entries) {}
 
 ChangeTracker::~ChangeTracker() {
   for (watch::Watch* w : watches_) {
@@ -16,7 +17,8 @@ ChangeTracker::~ChangeTracker() {
   }
 }
 
-void ChangeTracker::open(watch::Hub& hub, std::vector<std::string> roots, TrackLimits limits, Ready ready) {
+void ChangeTracker::open(watch::Hub& hub, std::vector<std::string> roots, TrackLimits limits, Ready ready,
+                         watch::MountRef mount) {
   struct Opening {
     std::unique_ptr<ChangeTracker> tracker;
     size_t waiting = 0;
@@ -24,26 +26,25 @@ void ChangeTracker::open(watch::Hub& hub, std::vector<std::string> roots, TrackL
     Ready ready;
   };
   auto state = std::make_shared<Opening>();
-  state->tracker.reset(new ChangeTracker(hub, limits));
+  state->tracker.reset(new ChangeTracker(hub, limits, mount));
   state->ready = std::move(ready);
   state->tracker->roots_ = roots;
   state->waiting = roots.size();
-  for (const auto& root : roots) {
-    hub.open(root, true, [state](watch::Watch* w, std::optional<protocol::ApiError> err) {
-      if (w) {
-        state->tracker->watches_.push_back(w);
-        w->tap(state->tracker.get());
-      } else if (!state->error) {
-        state->error = std::move(err);
-      }
-      if (--state->waiting > 0) return;
-      if (state->error) {
-        state->tracker.reset();  // lets go of the watches it got
-        return state->ready(nullptr, std::move(state->error));
-      }
-      state->ready(std::move(state->tracker), std::nullopt);
-    });
-  }
+  auto opened = [state](watch::Watch* w, std::optional<protocol::ApiError> err) {
+    if (w) {
+      state->tracker->watches_.push_back(w);
+      w->tap(state->tracker.get());
+    } else if (!state->error) {
+      state->error = std::move(err);
+    }
+    if (--state->waiting > 0) return;
+    if (state->error) {
+      state->tracker.reset();  // lets go of the watches it got
+      return state->ready(nullptr, std::move(state->error));
+    }
+    state->ready(std::move(state->tracker), std::nullopt);
+  };
+  for (const auto& root : roots) hub.open(root, true, opened, mount);
 }
 
 void ChangeTracker::begin(const std::string& self) {
@@ -81,6 +82,7 @@ void ChangeTracker::settled() {
     std::weak_ptr<int> alive;
     ChangeTracker* tracker;
     uint64_t hash_max;
+    watch::MountRef mount;
     std::shared_ptr<protocol::ChangeSummary> summary;
   };
   auto summary = std::make_shared<protocol::ChangeSummary>();
@@ -91,8 +93,10 @@ void ChangeTracker::settled() {
   summary->error = set_.error();
   summary->concurrent_runs.assign(others_.begin(), others_.end());
   fs::queue_job<LookJob>(
-      hub_.loop(), std::make_unique<LookJob>(LookJob{alive_, this, limits_.hash_max_bytes, std::move(summary)}),
+      hub_.loop(), std::make_unique<LookJob>(LookJob{alive_, this, limits_.hash_max_bytes, mount_, std::move(summary)}),
       [](LookJob& j) {
+        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        if (scope.error()) return;  // the entries keep no stat (the session is gone)
         for (auto& c : j.summary->entries) {
           if (c.op == protocol::ChangeOp::removed) continue;
           c.stat = fs::stat_for_watch(c.path);

@@ -44,8 +44,10 @@ class ChangeTracker final : public watch::Tap {
  public:
   using Ready = std::function<void(std::unique_ptr<ChangeTracker>, std::optional<protocol::ApiError>)>;
   // Opens a recursive watch on every root (at most kMaxRoots), then calls
-  // `ready` on the loop with the tracker, or the first error.
-  static void open(watch::Hub& hub, std::vector<std::string> roots, TrackLimits limits, Ready ready);
+  // `ready` on the loop with the tracker, or the first error. With `mount`
+  // (an isolated session's), the roots and every path are the session's.
+  static void open(watch::Hub& hub, std::vector<std::string> roots, TrackLimits limits, Ready ready,
+                   watch::MountRef mount = nullptr);
   static constexpr size_t kMaxRoots = 16;
 
   ~ChangeTracker() override;
@@ -62,11 +64,12 @@ class ChangeTracker final : public watch::Tap {
   void on_event(const protocol::WatchEvent& e, const watch::Actors& actors) override;
 
  private:
-  ChangeTracker(watch::Hub& hub, TrackLimits limits);
+  ChangeTracker(watch::Hub& hub, TrackLimits limits, watch::MountRef mount);
   void settled();
 
   watch::Hub& hub_;
   TrackLimits limits_;
+  watch::MountRef mount_;
   std::vector<std::string> roots_;
   std::vector<watch::Watch*> watches_;  // leased
   protocol::ChangeSet set_;

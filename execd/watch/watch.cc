@@ -13,6 +13,7 @@
 #include "execd/context.h"
 #include "fs/paths.h"
 #include "fs/pool_job.h"
+#include "pty/namespaces.h"
 
 namespace execd::watch {
 
@@ -36,8 +37,9 @@ constexpr uint64_t kWatchSweepMs = 1000;
 // ---------------------------------------------------------------------------
 // Watch
 
-Watch::Watch(Hub& hub, std::string root, bool recursive, uint64_t start_seq)
-    : hub_(hub), root_(std::move(root)), recursive_(recursive), start_seq_(start_seq), floor_(start_seq),
+Watch::Watch(Hub& hub, std::string root, bool recursive, uint64_t start_seq, MountRef mount)
+    : hub_(hub), root_(std::move(root)), recursive_(recursive), mount_(std::move(mount)), start_seq_(start_seq),
+      floor_(start_seq),
       last_seq_(start_seq) {
   epoch_at_last_read_ = hub_.activity().epoch();
 }
@@ -71,14 +73,20 @@ void Watch::start_scan(std::function<void(std::optional<protocol::ApiError>)> do
     std::string root;
     bool recursive;
     size_t max_dirs;
+    MountRef mount;
     fs::TreeScan scan;
     std::function<void(std::optional<protocol::ApiError>)> done;
   };
   job_ = true;
   fs::queue_job<ScanJob>(
       hub_.loop(),
-      std::make_unique<ScanJob>(ScanJob{this, fd_, root_, recursive_, hub_.settings().max_dirs, {}, std::move(done)}),
-      [](ScanJob& j) { j.scan = fs::watch_tree(j.fd, j.root, kMask, j.recursive, j.max_dirs, false, 0); },
+      std::make_unique<ScanJob>(
+          ScanJob{this, fd_, root_, recursive_, hub_.settings().max_dirs, mount_, {}, std::move(done)}),
+      [](ScanJob& j) {
+        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        if ((j.scan.error = scope.error())) return;
+        j.scan = fs::watch_tree(j.fd, j.root, kMask, j.recursive, j.max_dirs, false, 0);
+      },
       [](ScanJob& j, int) {
         Watch* w = j.watch;
         w->job_ = false;
@@ -425,17 +433,22 @@ void Watch::start_job() {
     Watch* watch;
     int fd;
     size_t budget;
+    MountRef mount;
     std::vector<Change> batch;
   };
   job_ = true;
   size_t budget = hub_.settings().max_dirs > dirs_.size() ? hub_.settings().max_dirs - dirs_.size() : 0;
-  auto job = std::make_unique<Job>(Job{this, fd_, budget, std::move(batch_)});
+  auto job = std::make_unique<Job>(Job{this, fd_, budget, mount_, std::move(batch_)});
   batch_.clear();
   for (auto& c : job->batch)
     if (c.kind == WatchKind::gap && c.scan) job->budget = hub_.settings().max_dirs;  // a rescan counts all anew
   fs::queue_job<Job>(
       hub_.loop(), std::move(job),
       [](Job& j) {
+        // A namespace that cannot be entered (never seen: the session keeps
+        // it) leaves each change unlooked-at, as if its entry had gone.
+        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        if (scope.error()) return;
         for (auto& c : j.batch) {
           if (c.scan) {
             c.scanned = fs::watch_tree(j.fd, c.path, kMask, true, j.budget, c.list, kMaxListed);
@@ -616,15 +629,25 @@ struct Hub::OpenJob {
   std::string given;
   bool recursive;
   Opened done;
+  MountRef mount;
   fs::ResolvedRoot root;
 };
 
-void Hub::open(const std::string& path, bool recursive, Opened done) {
+void Hub::open(const std::string& path, bool recursive, Opened done, MountRef mount) {
   if (closed_) return done(nullptr, protocol::ApiError{503, std::string(codes::kRuntimeError), "execd is shutting down"});
   ++opening_;
   fs::queue_job<OpenJob>(
-      loop_, std::make_unique<OpenJob>(OpenJob{this, path, recursive, std::move(done), {}}),
-      [](OpenJob& j) { j.root = fs::resolve_watch_root(j.given); }, [](OpenJob& j, int) { j.hub->opened(j); });
+      loop_, std::make_unique<OpenJob>(OpenJob{this, path, recursive, std::move(done), std::move(mount), {}}),
+      [](OpenJob& j) {
+        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        if (int e = scope.error()) {
+          j.root.status = 500;
+          j.root.error = std::string("cannot enter the session's mount namespace: ") + strerror(e);
+          return;
+        }
+        j.root = fs::resolve_watch_root(j.given);
+      },
+      [](OpenJob& j, int) { j.hub->opened(j); });
 }
 
 void Hub::opened(OpenJob& j) {
@@ -636,7 +659,7 @@ void Hub::opened(OpenJob& j) {
                                                    : codes::kInvalidRequestBody;
     return j.done(nullptr, protocol::ApiError{j.root.status, std::string(code), j.root.error});
   }
-  auto key = std::make_pair(j.root.path, j.recursive);
+  auto key = std::make_tuple(j.mount.get(), j.root.path, j.recursive);
   Opened done = std::move(j.done);
   auto on_ready = [](Watch* w, Opened done) {
     return [w, done = std::move(done)](std::optional<protocol::ApiError> err) {
@@ -660,7 +683,7 @@ void Hub::opened(OpenJob& j) {
     return done(nullptr, protocol::ApiError{429, "LIMIT_REACHED",
                                             "execd already keeps " + std::to_string(settings_.max_watches) +
                                                 " watches (--max-watches); close a feed or wait for one to expire"});
-  auto w = std::make_unique<Watch>(*this, j.root.path, j.recursive, seq_);
+  auto w = std::make_unique<Watch>(*this, j.root.path, j.recursive, seq_, std::move(j.mount));
   if (int rc = w->open_inotify(); rc != 0) {
     std::string why = rc == -EMFILE ? " (the inotify instances of this user are used up: "
                                       "/proc/sys/fs/inotify/max_user_instances)"
@@ -696,6 +719,21 @@ void Hub::detach(Watch* w) {
       by_key_.erase(it);
       return;
     }
+}
+
+void Hub::end_namespace(const pty::MountNamespace* mount) {
+  std::vector<Watch*> theirs;
+  for (const auto& w : watches_)
+    if (w->mount_.get() == mount && !w->closing_) theirs.push_back(w.get());
+  for (Watch* w : theirs) {
+    detach(w);
+    if (w->leases_ == 0 || w->state_ != Watch::State::ready) {
+      w->close();  // its followers and waiters hear it; the lessees let go
+    } else {
+      w->end_watch("session ended");
+      w->pump();
+    }
+  }
 }
 
 void Hub::forget(Watch* w) {

@@ -23,6 +23,12 @@
 // rescans its tree for directories it missed. The root going away ends the
 // watch with a `gone` event.
 //
+// A watch may be made inside an isolated session's mount namespace: then
+// every path of it is the session's (its pool work runs in a
+// pty::MountScope), and the kernel reports changes made through the
+// session's overlays and binds as they happen there. Such a watch keeps the
+// namespace alive; Hub::end_namespace ends its watches when the session goes.
+//
 // Ownership: the Hub owns watches (unique_ptr). Feeds and trackers hold a
 // lease (acquire/release); a leased watch is never freed. A watch with a
 // job on the pool finishes closing when the job is back. Loop thread only.
@@ -38,6 +44,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -46,7 +53,13 @@
 #include "protocol/errors.h"
 #include "protocol/watch.h"
 
+namespace execd::pty {
+struct MountNamespace;
+}
+
 namespace execd::watch {
+
+using MountRef = std::shared_ptr<const pty::MountNamespace>;
 
 struct Settings {
   size_t max_watches = 32;
@@ -77,7 +90,7 @@ class Hub;
 
 class Watch {
  public:
-  Watch(Hub& hub, std::string root, bool recursive, uint64_t start_seq);
+  Watch(Hub& hub, std::string root, bool recursive, uint64_t start_seq, MountRef mount);
   ~Watch();
   Watch(const Watch&) = delete;
   Watch& operator=(const Watch&) = delete;
@@ -178,6 +191,7 @@ class Watch {
   Hub& hub_;
   std::string root_;
   bool recursive_;
+  MountRef mount_;  // null: execd's own namespace
   State state_ = State::scanning;
   int fd_ = -1;
   int root_wd_ = -1;
@@ -224,9 +238,12 @@ class Hub {
   // Finds or makes the watch of `path` (resolved on the pool: `$VAR`, `~`,
   // symlinks) and calls `done` on the loop: with the watch, acquired for
   // the caller (who releases it), once its first scan is done; or with the
-  // error (the limit on watches is checked before anything is made).
+  // error (the limit on watches is checked before anything is made). With
+  // `mount`, `path` is resolved and watched inside that mount namespace.
   using Opened = std::function<void(Watch*, std::optional<protocol::ApiError>)>;
-  void open(const std::string& path, bool recursive, Opened done);
+  void open(const std::string& path, bool recursive, Opened done, MountRef mount = nullptr);
+  // The namespace's session ended: its watches end (`gone`) and let go of it.
+  void end_namespace(const pty::MountNamespace* mount);
 
   uint64_t next_seq() { return ++seq_; }
   uint64_t current_seq() const { return seq_; }
@@ -250,7 +267,7 @@ class Hub {
   Settings settings_;
   Activity& activity_;
   uint64_t seq_;
-  std::map<std::pair<std::string, bool>, Watch*> by_key_;
+  std::map<std::tuple<const pty::MountNamespace*, std::string, bool>, Watch*> by_key_;
   std::vector<std::unique_ptr<Watch>> watches_;
   uv_timer_t sweep_timer_{};
   bool closed_ = false;

@@ -8,6 +8,7 @@ commit) and for the hostile clients."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -586,22 +587,16 @@ def test_async_adapter(iso, tmp_path):
 
 def test_runs_in_a_rw_workspace_list_what_they_changed(iso, tmp_path):
     """track_changes on isolated runs (issue 29): foreground and background
-    runs list what they changed in a rw workspace; roots whose changes the
-    host cannot see (an overlay, outside the session's writable mounts) are
-    refused, not answered with an empty list."""
+    runs list what they changed in a rw workspace; a root in a read-only
+    mount is refused, not answered with an empty list."""
     svc = service(iso)
     req, ws = workspace(tmp_path, "rw")
     sid = svc.create(req).session_id
-    overlay_req, overlay_ws = workspace(tmp_path, "overlay")
-    oid = svc.create(overlay_req).session_id
+    ro_req, ro_ws = workspace(tmp_path, "ro")
+    rid = svc.create(ro_req).session_id
     try:
-        def run(session, body):
-            st, _, raw = iso.request("POST", f"/v1/isolated/session/{session}/run", body,
-                                     headers={"Accept": "application/x-ndjson"})
-            return st, [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
-
-        st, events = run(sid, {"code": f"cd {ws} && echo made > made.txt && rm base.txt",
-                               "track_changes": [str(ws)]})
+        st, events = isolated_run(iso, sid, {"code": f"cd {ws} && echo made > made.txt && rm base.txt",
+                                             "track_changes": [str(ws)]})
         assert st == 200, events
         changes = events[-1]["changes"]
         by_path = {e["path"]: e for e in changes["entries"]}
@@ -616,10 +611,62 @@ def test_runs_in_a_rw_workspace_list_what_they_changed(iso, tmp_path):
                    "the background run")
         st, status = iso.json("GET", f"/command/status/{run_id}")
         assert [e["path"] for e in status["changes"]["entries"]] == [str(ws / "bg.txt")]
-        for session, root in ((oid, overlay_ws), (sid, tmp_path / "elsewhere")):
-            st, js = iso.json("POST", f"/v1/isolated/session/{session}/run",
-                              {"code": "true", "track_changes": [str(root)]})
-            assert st == 400 and "cannot track" in js["message"], js
+        st, js = iso.json("POST", f"/v1/isolated/session/{rid}/run", {"code": "true", "track_changes": [str(ro_ws)]})
+        assert st == 400 and "cannot track" in js["message"], js
     finally:
-        for session in (sid, oid):
+        for session in (sid, rid):
             assert iso.request("DELETE", f"/v1/isolated/session/{session}")[0] == 200
+
+
+def isolated_run(ex, session, body):
+    st, _, raw = ex.request("POST", f"/v1/isolated/session/{session}/run", body,
+                            headers={"Accept": "application/x-ndjson"})
+    return st, [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("persist", [True, False], ids=["persistent", "ephemeral"])
+def test_runs_in_an_overlay_list_what_they_changed_as_the_session_sees_it(iso, tmp_path, persist):
+    """A root in an overlay (persistent or tmpfs-backed) is watched inside
+    the session's mount namespace: the list names the session's paths and
+    says created / modified / removed as the session saw them, while the
+    host's lower directory stays as it was. Ending the session lets go of
+    its watch at once (no --watch-retention wait)."""
+    ws = tmp_path / "ws-overlay"
+    (ws / "src").mkdir(parents=True)
+    (ws / "base.txt").write_text("from the host\n")
+    (ws / "old.txt").write_text("old\n")
+    (ws / "src" / "keep.c").write_text("int x;\n")
+    watches_before = iso.json("GET", "/activity")[1]["watches"]["open"]
+    sid = service(iso).create(CreateIsolatedSessionRequest(
+        overlays=[{"path": str(ws), "mode": "overlay", "persist": persist}])).session_id
+    deleted = False
+    try:
+        script = (f"cd {ws} && echo made > new.txt && echo more >> base.txt && rm old.txt"
+                  f" && mv src/keep.c src/moved.c && mkdir -p deep/er && echo x > deep/er/f")
+        st, events = isolated_run(iso, sid, {"code": script, "track_changes": [str(ws)]})
+        assert st == 200, events
+        assert events[-1]["type"] == "execution_complete" and events[-1]["exit_code"] == 0, events
+        by_path = {e["path"]: e for e in events[-1]["changes"]["entries"]}
+        assert by_path[str(ws / "new.txt")]["change"] == "created"
+        assert by_path[str(ws / "new.txt")]["sha256"] == hashlib.sha256(b"made\n").hexdigest()
+        assert by_path[str(ws / "base.txt")]["change"] == "modified"
+        assert by_path[str(ws / "base.txt")]["size"] == len("from the host\nmore\n")
+        assert by_path[str(ws / "old.txt")]["change"] == "removed"
+        assert by_path[str(ws / "deep/er/f")]["change"] == "created"
+        assert by_path[str(ws / "src/moved.c")]["change"] == "renamed", by_path
+        assert by_path[str(ws / "src/moved.c")]["from"] == str(ws / "src/keep.c")
+        # The host's tree is the lower: untouched.
+        assert sorted(p.name for p in ws.iterdir()) == ["base.txt", "old.txt", "src"]
+        assert (ws / "base.txt").read_text() == "from the host\n"
+        # A second run lists only its own changes.
+        st, events = isolated_run(iso, sid, {"code": f"rm {ws}/new.txt", "track_changes": [str(ws)]})
+        assert [(e["path"], e["change"]) for e in events[-1]["changes"]["entries"]] == \
+            [(str(ws / "new.txt"), "removed")]
+        assert iso.json("GET", "/activity")[1]["watches"]["open"] == watches_before + 1
+        assert iso.request("DELETE", f"/v1/isolated/session/{sid}")[0] == 200
+        deleted = True
+        wait_until(lambda: iso.json("GET", "/activity")[1]["watches"]["open"] == watches_before, 10 * SLOW, 0.02,
+                   "the session's watch to close")
+    finally:
+        if not deleted:
+            iso.request("DELETE", f"/v1/isolated/session/{sid}")
