@@ -97,6 +97,7 @@ void encode_watch_event(std::string& out, const WatchEvent& e) {
       out += ",\"exists\":false";
     }
     if (e.moved) out += ",\"moved\":true";
+    if (e.root) out += ",\"root\":true";
   }
   if (!e.reason.empty()) {
     out += ",\"reason\":";

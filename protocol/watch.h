@@ -62,6 +62,7 @@ struct WatchEvent {
   EntryType entry = EntryType::unknown;  // what the kernel said (dir or not) when not stat'd
   EntryStat stat;
   bool moved = false;                    // create/remove: moved into/out of the watched tree
+  bool root = false;                     // rename: of the watched root itself
   std::string reason;                    // gap, gone
   int64_t ts_ms = 0;
 };

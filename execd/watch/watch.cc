@@ -1,6 +1,8 @@
 // execd/watch: see header.
 #include "execd/watch/watch.h"
 
+#include <fcntl.h>
+#include <limits.h>
 #include <sys/inotify.h>
 #include <unistd.h>
 
@@ -32,6 +34,50 @@ constexpr size_t kMaxPending = 4096;
 // Entries reported for what one new directory already held.
 constexpr size_t kMaxListed = 65536;
 constexpr uint64_t kWatchSweepMs = 1000;
+
+// A file handle of the directory at `path` (empty if the filesystem gives
+// none). Unlike a descriptor it pins nothing: the directory's removal is
+// still reported at once, and its mount can still be unmounted.
+std::string handle_of(const std::string& path) {
+  union {
+    file_handle h;
+    char bytes[sizeof(file_handle) + MAX_HANDLE_SZ];
+  } buf{};
+  buf.h.handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (name_to_handle_at(AT_FDCWD, path.c_str(), &buf.h, &mount_id, 0) != 0) return {};
+  return std::string(buf.bytes, sizeof(file_handle) + buf.h.handle_bytes);
+}
+
+// Where the directory with file handle `handle`, renamed away from `old`,
+// is now, as this thread names paths; empty when that cannot be told (no
+// CAP_DAC_READ_SEARCH for open_by_handle_at, removed since, out of this
+// thread's root). Inside a session (a MountScope: the thread has its own
+// working directory, and /proc there is the session's) through getcwd;
+// else through /proc.
+std::string where_is(const std::string& handle, const std::string& old, bool in_session) {
+  std::string parent = old.substr(0, old.find_last_of('/'));
+  int mount_fd = ::open(parent.empty() ? "/" : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // not O_PATH: refused there
+  if (mount_fd < 0) return {};
+  std::string copy = handle;  // open_by_handle_at takes it non-const
+  int fd = open_by_handle_at(mount_fd, reinterpret_cast<file_handle*>(copy.data()), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ::close(mount_fd);
+  if (fd < 0) return {};
+  char buf[PATH_MAX];
+  std::string path;
+  if (in_session) {
+    if (fchdir(fd) == 0 && getcwd(buf, sizeof buf) && buf[0] == '/') path = buf;
+  } else {
+    std::string link = "/proc/self/fd/" + std::to_string(fd);
+    ssize_t n = readlink(link.c_str(), buf, sizeof buf);
+    if (n > 0 && n < static_cast<ssize_t>(sizeof buf) && buf[0] == '/') path.assign(buf, static_cast<size_t>(n));
+    constexpr std::string_view kDeleted = " (deleted)";
+    if (path.size() > kDeleted.size() && path.compare(path.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0)
+      path.clear();
+  }
+  ::close(fd);
+  return path;
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -75,21 +121,24 @@ void Watch::start_scan(std::function<void(std::optional<protocol::ApiError>)> do
     size_t max_dirs;
     MountRef mount;
     fs::TreeScan scan;
+    std::string root_handle;
     std::function<void(std::optional<protocol::ApiError>)> done;
   };
   job_ = true;
   fs::queue_job<ScanJob>(
       hub_.loop(),
       std::make_unique<ScanJob>(
-          ScanJob{this, fd_, root_, recursive_, hub_.settings().max_dirs, mount_, {}, std::move(done)}),
+          ScanJob{this, fd_, root_, recursive_, hub_.settings().max_dirs, mount_, {}, {}, std::move(done)}),
       [](ScanJob& j) {
         pty::MountScope scope(j.mount ? j.mount->fd : -1);
         if ((j.scan.error = scope.error())) return;
         j.scan = fs::watch_tree(j.fd, j.root, kMask, j.recursive, j.max_dirs, false, 0);
+        if (!j.scan.error) j.root_handle = handle_of(j.root);
       },
       [](ScanJob& j, int) {
         Watch* w = j.watch;
         w->job_ = false;
+        w->root_handle_ = std::move(j.root_handle);  // empty: a renamed root ends the watch
         std::optional<protocol::ApiError> err;
         if (w->closing_) err = protocol::ApiError{503, std::string(codes::kRuntimeError), "execd is shutting down"};
         else if (j.scan.error)
@@ -262,9 +311,19 @@ void Watch::resolve() {
       continue;
     }
     if (r.mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) {
-      if (r.wd == root_wd_)
+      if (r.wd != root_wd_) continue;  // its parent reports it
+      if (!(r.mask & IN_MOVE_SELF) || root_handle_.empty())
         return end_watch(r.mask & IN_MOVE_SELF ? "moved" : r.mask & IN_UNMOUNT ? "unmounted" : "removed");
-      continue;  // its parent reports it
+      // Followed: later records resolve against the new name, so they wait.
+      flush_due(true);
+      Change c;
+      c.kind = WatchKind::rename;
+      c.path = c.from = root_;
+      c.entry = EntryType::dir;
+      c.root_moved = true;
+      c.actors = r.actors;
+      push_change(std::move(c));
+      return;
     }
     if (r.name.empty()) continue;  // about a watched directory itself: its parent reports it
     std::string path = fs::join_path(dir, r.name);
@@ -376,11 +435,19 @@ void Watch::resolve() {
   }
 }
 
-void Watch::end_watch(const std::string& reason) {
-  if (ending_) return;
+void Watch::stop_reading() {
   ending_ = true;
   resolved_count_ += raw_.size();
   raw_.clear();
+  if (polling_) {
+    uv_poll_stop(&poll_);
+    polling_ = false;
+  }
+}
+
+void Watch::end_watch(const std::string& reason) {
+  if (ending_) return;
+  stop_reading();
   flush_due(true);
   Change c;
   c.kind = WatchKind::gone;
@@ -389,10 +456,6 @@ void Watch::end_watch(const std::string& reason) {
   c.look = false;
   c.actors = std::make_shared<const std::vector<std::string>>();
   push_change(std::move(c));
-  if (polling_) {
-    uv_poll_stop(&poll_);
-    polling_ = false;
-  }
 }
 
 void Watch::pump() {
@@ -432,13 +495,14 @@ void Watch::start_job() {
   struct Job {
     Watch* watch;
     int fd;
+    std::string root_handle;
     size_t budget;
     MountRef mount;
     std::vector<Change> batch;
   };
   job_ = true;
   size_t budget = hub_.settings().max_dirs > dirs_.size() ? hub_.settings().max_dirs - dirs_.size() : 0;
-  auto job = std::make_unique<Job>(Job{this, fd_, budget, mount_, std::move(batch_)});
+  auto job = std::make_unique<Job>(Job{this, fd_, root_handle_, budget, mount_, std::move(batch_)});
   batch_.clear();
   for (auto& c : job->batch)
     if (c.kind == WatchKind::gap && c.scan) job->budget = hub_.settings().max_dirs;  // a rescan counts all anew
@@ -450,13 +514,14 @@ void Watch::start_job() {
         pty::MountScope scope(j.mount ? j.mount->fd : -1);
         if (scope.error()) return;
         for (auto& c : j.batch) {
+          if (c.root_moved) c.path = where_is(j.root_handle, c.from, j.mount != nullptr);
           if (c.scan) {
             c.scanned = fs::watch_tree(j.fd, c.path, kMask, true, j.budget, c.list, kMaxListed);
             j.budget -= std::min(j.budget, c.scanned.dirs.size());
             c.listed.reserve(c.scanned.entries.size());
             for (const auto& [path, type] : c.scanned.entries) c.listed.push_back(fs::stat_for_watch(path));
           }
-          if (c.look) c.st = fs::stat_for_watch(c.path);
+          if (c.look && !c.path.empty()) c.st = fs::stat_for_watch(c.path);
         }
       },
       [](Job& j, int) { j.watch->job_done(j.batch); });
@@ -473,8 +538,25 @@ void Watch::job_done(std::vector<Change>& batch) {
         wds_[d.path] = d.wd;
       }
     }
+    if (c.root_moved) {
+      if (c.path.empty()) {  // moved where it has no name (out of reach, or removed since)
+        stop_reading();
+        c.kind = WatchKind::gone;
+        c.path = c.from;
+        c.from.clear();
+        c.reason = "moved";
+        c.st = {};
+      } else if (c.path == c.from) {
+        continue;  // moved again before it was looked for: the first record already found it
+      } else {
+        rekey_subtree(c.from, c.path);
+        root_ = c.path;
+        hub_.rekey(this);
+      }
+    }
     protocol::WatchEvent e;
     e.kind = c.kind;
+    e.root = c.root_moved && c.kind == WatchKind::rename;
     e.path = c.kind == WatchKind::gap ? std::string() : c.path;
     e.from = std::move(c.from);
     e.entry = c.entry;
@@ -734,6 +816,11 @@ void Hub::end_namespace(const pty::MountNamespace* mount) {
       w->pump();
     }
   }
+}
+
+void Hub::rekey(Watch* w) {
+  detach(w);
+  by_key_.emplace(std::make_tuple(w->mount_.get(), w->root_, w->recursive_), w);  // unless one is there already
 }
 
 void Hub::forget(Watch* w) {

@@ -20,8 +20,12 @@
 //
 // Kernel overflow (IN_Q_OVERFLOW), or more raw records waiting than execd
 // keeps, becomes a `gap` event with its own seq, and a recursive watch then
-// rescans its tree for directories it missed. The root going away ends the
-// watch with a `gone` event.
+// rescans its tree for directories it missed. The root moved elsewhere is
+// followed: a pool job finds where it is now (through its file handle),
+// one `rename` event with `root` says so, and every later path carries the
+// new name (the watch is found under it from then on). The root removed or
+// unmounted, or moved where it cannot be named, ends the watch with a
+// `gone` event.
 //
 // A watch may be made inside an isolated session's mount namespace: then
 // every path of it is the session's (its pool work runs in a
@@ -146,6 +150,7 @@ class Watch {
     bool look = true;          // lstat it on the pool
     bool scan = false;         // a new directory (recursive): watch it and what is below
     bool list = false;         // ... and report what it already holds
+    bool root_moved = false;   // the root was renamed: find where it is now
     std::string reason;
     Actors actors;
     // pool results
@@ -185,6 +190,7 @@ class Watch {
   void arm_timer();
   void check_settled();
   void end_watch(const std::string& reason);
+  void stop_reading();
   void finish_close();
   Actors merge_actors(const std::set<std::string>& names) const;
 
@@ -195,6 +201,7 @@ class Watch {
   State state_ = State::scanning;
   int fd_ = -1;
   int root_wd_ = -1;
+  std::string root_handle_;  // the root's file handle: where it is after a rename
   uv_poll_t poll_{};
   uv_timer_t timer_{};
   bool handles_open_ = false, polling_ = false, closing_ = false, job_ = false;
@@ -260,6 +267,7 @@ class Hub {
   void opened(OpenJob& job);
   void forget(Watch* w);   // the watch's handles are closed: free it
   void detach(Watch* w);   // off the key map (gone or failed): new opens make a new one
+  void rekey(Watch* w);    // its root was renamed: found under the new name
   void sweep();
   bool evict_one();
 

@@ -181,6 +181,38 @@ def test_the_root_going_away_ends_the_feed(execd, root):
     f.close()
 
 
+def test_a_renamed_root_is_followed(execd, root, tmp_path):
+    """Renaming the watched root does not end the feed: one `rename` event
+    with `root` names where it went, later events carry the new paths (in
+    subdirectories too), a feed of the new name resumes the same watch by
+    seq, and a new feed of the old name is a new watch (404 while nothing is
+    there). Removing it from its new place then ends the feed."""
+    (root / "sub").mkdir()
+    f = Feed(execd, root)
+    (root / "before").write_text("1")
+    f.until(lambda e: e["type"] == "create" and e["path"] == str(root / "before"))
+    moved = tmp_path / "elsewhere"
+    os.rename(root, moved)
+    ev = f.until(lambda e: e["type"] == "rename", 20, "the root's rename")
+    assert ev["root"] is True and ev["path"] == str(moved) and ev["from"] == str(root), ev
+    assert ev["entry"] == "dir"
+    (moved / "after").write_text("2")
+    (moved / "sub" / "deeper").write_text("3")
+    f.until(lambda e: e["type"] == "create" and e["path"] == str(moved / "after"), 20, "a create under the new name")
+    f.until(lambda e: e["type"] == "create" and e["path"] == str(moved / "sub" / "deeper"), 20,
+            "a create in a subdirectory under the new name")
+    assert Feed(execd, root).status == 404
+    g = Feed(execd, moved, since=ev["seq"] - 1)
+    assert g.hello["path"] == str(moved)
+    again = g.until(lambda e: e["type"] == "rename", 20, "the rename, replayed by seq")
+    assert again["seq"] == ev["seq"]
+    g.close()
+    subprocess.run(["rm", "-rf", str(moved)], check=True)
+    gone = f.until(lambda e: e["type"] == "gone", 20)
+    assert gone["path"] == str(moved) and gone["reason"] == "removed", gone
+    f.close()
+
+
 def test_limits_are_refused_before_an_inotify_instance_is_taken(execd_factory, tmp_path):
     ex = execd_factory("--max-watches", "1", "--watch-max-dirs", "5")
     a, b, big = tmp_path / "a", tmp_path / "b", tmp_path / "big"
