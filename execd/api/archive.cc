@@ -51,7 +51,14 @@ using http::Exchange;
 
 namespace {
 
-constexpr size_t kPiece = 1u << 20;        // archive bytes one pool job produces
+// Archive bytes one pool job produces. A piece overshoots its target by at
+// most one read block of libarchive's (64 KiB plus alignment) or one
+// 64 KiB run of zeros, so a buffer of exactly 1 MiB is never outgrown: it
+// stays below the mmap threshold and the write queue keeps it for reuse,
+// where a buffer that grew past it was mapped, faulted in page by page and
+// unmapped again for every piece.
+constexpr size_t kPieceBuffer = 1u << 20;
+constexpr size_t kPiece = kPieceBuffer - (192u << 10);
 constexpr size_t kSpoolChunk = 1u << 20;   // body bytes handed to one write job
 constexpr size_t kSpoolPauseAbove = 4u << 20;   // waiting for the disk: stop reading the socket
 constexpr size_t kSpoolResumeBelow = 1u << 20;
@@ -74,6 +81,9 @@ struct PieceJob {
   Link<ArchiveSender> sender;
 };
 
+// At most one piece is being produced and one held while the client is
+// behind (besides what the connection's write queue holds): the next piece
+// is made while the last one is sent, and memory stays flat.
 class ArchiveSender final : public http::Source {
  public:
   ArchiveSender(Exchange& ex, WorkGate& gate, uv_loop_t* loop, std::unique_ptr<fs::DirArchiver> a, std::string what)
@@ -81,12 +91,13 @@ class ArchiveSender final : public http::Source {
   Link<PieceJob> job;
 
   void next() {
-    if (job || !archiver_ || waiting_) return;
+    if (job || !archiver_ || archiver_->finished() || !held_.empty()) return;
     auto* j = new PieceJob;
     j->work.req.data = j;
     j->archiver = std::move(archiver_);
     j->piece = ex_.take_buffer();
     j->piece.clear();
+    j->piece.reserve(kPieceBuffer);
     link(*j, j->sender, *this, job);
     int rc = gate_.queue(
         loop_, j->work,
@@ -109,7 +120,7 @@ class ArchiveSender final : public http::Source {
   }
   void proceed() override {
     waiting_ = false;
-    next();
+    deliver();
   }
 
  private:
@@ -120,12 +131,19 @@ class ArchiveSender final : public http::Source {
       spdlog::warn("archive of {} aborted after {} entries: {}", what_, archiver_->entries(), j.error->message);
       return ex_.connection().close();
     }
-    bool more = j.piece.empty() || ex_.send(std::move(j.piece));
-    if (archiver_->finished()) return ex_.end();
-    if (!more) {
-      waiting_ = true;
-      return;
+    held_ = std::move(j.piece);
+    deliver();
+  }
+
+  // Sends the held piece unless the client is behind, ends the response
+  // after the last one, and starts the next piece either way.
+  void deliver() {
+    if (!held_.empty()) {
+      if (waiting_) return;
+      if (!ex_.send(std::move(held_))) waiting_ = true;
+      held_ = std::string();
     }
+    if (archiver_ && archiver_->finished()) return ex_.end();
     next();
   }
 
@@ -134,6 +152,7 @@ class ArchiveSender final : public http::Source {
   uv_loop_t* loop_;
   std::unique_ptr<fs::DirArchiver> archiver_;  // with the job while one is out
   std::string what_;
+  std::string held_;  // a produced piece waiting for the client
   bool waiting_ = false;
 };
 
