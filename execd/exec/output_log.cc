@@ -199,6 +199,19 @@ OutputLog::Writer& OutputLog::writer_for_new_bytes() {
 
 void OutputLog::roll_over() { segments_.push_back({next_k_++, index_.end(), 0}); }
 
+// Waiting bytes reach the budget plus one read (the producer pauses after
+// the append that passes it). Doubling would take a buffer from 1 MiB to
+// 2 MiB, where malloc maps it, and a streaming command would then map,
+// fault in and unmap that buffer every time the writer caught up: grown in
+// one step to what the budget needs instead, it stays on the heap and is
+// reused.
+void OutputLog::grow_for(std::string& buf, size_t more) {
+  size_t need = buf.size() + more;
+  if (need <= buf.capacity()) return;
+  constexpr size_t kCap = kPendingBudget + (512u << 10);
+  buf.reserve(std::max(need, std::min(buf.capacity() * 2, kCap)));
+}
+
 void OutputLog::append(uint8_t channel, const uint8_t* data, size_t len) {
   if (sealed_ || failed_ || removed_) return;
   while (len > 0) {
@@ -222,6 +235,7 @@ void OutputLog::append(uint8_t channel, const uint8_t* data, size_t len) {
       w.open_entry = w.index.size();
       w.index += protocol::OutputIndex::encode_entry(channel, take);
     }
+    grow_for(w.data, static_cast<size_t>(take));
     w.data.append(reinterpret_cast<const char*>(data), static_cast<size_t>(take));
     index_.add(channel, take);
     segments_.back().size += take;

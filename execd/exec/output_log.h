@@ -115,6 +115,7 @@ class OutputLog {
   struct WriteJob;
   struct ReadJob;
 
+  static void grow_for(std::string& buf, size_t more);
   std::string data_path(uint32_t k) const;
   std::string index_path(uint32_t k) const;
   uint64_t retained() const { return index_.end() - index_.first(); }

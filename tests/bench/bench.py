@@ -17,6 +17,11 @@ Measures, against a release execd:
   * the cost of the per-command cgroup: the same round trip with cgroups and
     with --no-cgroups (the floor), alternating daemons over 5 rounds, medians;
     and execd's own CPU per command in both (all threads, and the loop's);
+  * execd's own CPU (all threads) per byte streamed in exact framing for
+    `head -c 256M /dev/zero | base64` (the headline streaming figure; the
+    client verifies every byte and the SHA-256), against the CPU of `cat`
+    relaying the same bytes from a pipe to a TCP socket plus `openssl dgst
+    -sha256` of them; medians of 5, interleaved;
   * stdout throughput in exact framing for `head -c 256M /dev/zero | base64`,
     decoded and verified by build/stream_client (offsets, and SHA-256 against
     the terminal event), next to the floor
@@ -265,6 +270,78 @@ def bench_throughput(binary, size_spec, client, rounds=5):
             "execd_mb_s": (payload or 0) / execd_s / 1e6, "floor_mb_s": (payload or 0) / floor_s / 1e6}
 
 
+def relay_floor_cpu(cmd):
+    """CPU seconds of the floor for streaming `cmd`'s output: `cat` relaying
+    it from a pipe to a TCP socket (a reader in this process drains the
+    other end), plus `openssl dgst -sha256` of the same bytes (execd hashes
+    what it streams). The producers' CPU is in neither side."""
+    def cpu_of(argv, stdin, stdout):
+        p = subprocess.Popen(argv, stdin=stdin, stdout=stdout)
+        return p
+
+    def waited(p):
+        _, _, ru = os.wait4(p.pid, 0)
+        p.returncode = 0
+        return ru.ru_utime + ru.ru_stime
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    out = socket.create_connection(srv.getsockname())
+    conn, _ = srv.accept()
+    drained = [0]
+
+    def drain():
+        while True:
+            b = conn.recv(1 << 20)
+            if not b:
+                break
+            drained[0] += len(b)
+
+    t = threading.Thread(target=drain)
+    t.start()
+    producer = subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE)
+    cat = cpu_of(["cat"], producer.stdout, out.fileno())
+    producer.stdout.close()
+    out.close()
+    cat_cpu = waited(cat)
+    producer.wait()
+    t.join()
+    conn.close()
+    srv.close()
+    producer = subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE)
+    dgst = cpu_of(["openssl", "dgst", "-sha256"], producer.stdout, subprocess.DEVNULL)
+    producer.stdout.close()
+    dgst_cpu = waited(dgst)
+    producer.wait()
+    return cat_cpu + dgst_cpu, cat_cpu, dgst_cpu, drained[0]
+
+
+def bench_stream_cpu(binary, size_spec, client, rounds=5):
+    """execd's own CPU (every thread) per streamed byte in exact framing,
+    the client verifying every byte and the SHA-256, against the relay
+    floor (relay_floor_cpu); rounds interleaved, medians."""
+    cmd = f"head -c {size_spec} /dev/zero | base64"
+    d = Daemon(binary)
+    ex, fl, cats, dgsts, payload, ok = [], [], [], [], None, True
+    try:
+        for _ in range(rounds):
+            total, cat_cpu, dgst_cpu, n = relay_floor_cpu(cmd)
+            fl.append(total)
+            cats.append(cat_cpu)
+            dgsts.append(dgst_cpu)
+            before = cpu_seconds(d.proc.pid)[0]
+            r = json.loads(subprocess.check_output([client, str(d.port), d.token, cmd]))
+            ex.append(cpu_seconds(d.proc.pid)[0] - before)
+            ok = ok and r["ok"] and r["stdout_bytes"] == n
+            payload = r["stdout_bytes"]
+    finally:
+        d.stop()
+    med = statistics.median
+    return {"execd_cpu_s": med(ex), "floor_cpu_s": med(fl), "cat_cpu_s": med(cats), "dgst_cpu_s": med(dgsts),
+            "stdout_bytes": payload, "verified": ok, "execd_rounds": ex, "floor_rounds": fl}
+
+
 # ---------------------------------------------------------------- idle RSS / start-up
 def ping_once(port):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -477,7 +554,7 @@ def main():
     ap.add_argument("--client", default="build/stream_client")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--only", default="",
-                    help="comma list: rtt,think,cgroup,throughput,rss,startup,concurrent,burst,output,idleconns")
+                    help="comma list: rtt,think,cgroup,streamcpu,throughput,rss,startup,concurrent,burst,output,idleconns")
     ap.add_argument("--static", default="", help="also measure idle RSS and start-up of this (static) binary")
     a = ap.parse_args()
     binary = os.path.abspath(a.execd)
@@ -524,6 +601,13 @@ def main():
                      f"{cg['plain_cpu_us']:.0f}", f"{cg['cgroup_cpu_us'] / cg['plain_cpu_us']:.2f}x", "-", None))
         rows.append(("  of it on the loop thread (us)", f"{cg['cgroup_loop_cpu_us']:.0f}",
                      f"{cg['plain_loop_cpu_us']:.0f}", "-", "-", None))
+    if want("streamcpu"):
+        sc = bench_stream_cpu(binary, size, client)
+        print(f"stream CPU ({size} zero | base64, verified): {json.dumps(sc)}", flush=True)
+        ratio = sc["execd_cpu_s"] / sc["floor_cpu_s"]
+        rows.append((f"stdout CPU-s per {sc['stdout_bytes'] / 1e6:.0f} MB (exact, verified; floor cat to TCP + "
+                     f"openssl sha256)", f"{sc['execd_cpu_s']:.3f}", f"{sc['floor_cpu_s']:.3f}", f"{ratio:.2f}x",
+                     "<= 1.10x floor", ratio <= 1.10 and sc["verified"]))
     if want("throughput"):
         tp = bench_throughput(binary, size, client)
         print(f"throughput ({size} zero | base64, verified): {json.dumps(tp)}", flush=True)
