@@ -312,15 +312,42 @@ WireMessage make_request(std::string_view msg_type, std::string_view msg_id, std
   return m;
 }
 
-std::string execute_request_content(std::string_view code) {
+std::string execute_request_content(std::string_view code, bool silent) {
   ojson c;
   c["code"] = code;
-  c["silent"] = false;
-  c["store_history"] = true;
+  c["silent"] = silent;
+  c["store_history"] = !silent;
   c["user_expressions"] = json::object();
   c["allow_stdin"] = false;
-  c["stop_on_error"] = true;
+  c["stop_on_error"] = !silent;  // a failing helper must not abort the code queued after it
   return c.dump(-1, ' ', false, kReplace);
+}
+
+EnvScript python_env_script(const std::map<std::string, std::string>& vars) {
+  // A JSON object of strings is a Python dict literal.
+  ojson d = ojson::object();
+  for (const auto& [k, v] : vars) d[k] = v;
+  std::string literal = d.dump(-1, ' ', false, kReplace);  // raw UTF-8: an escaped pair is two surrogates to Python
+  EnvScript s;
+  s.apply =
+      "def _execd_env_apply(new):\n"
+      "    import os\n"
+      "    saved = {k: os.environ.get(k) for k in new}\n"
+      "    os.environ.update(new)\n"
+      "    return saved\n"
+      "_execd_env_saved = _execd_env_apply(" + literal + ")\n"
+      "del _execd_env_apply\n";
+  s.restore =
+      "def _execd_env_restore(saved):\n"
+      "    import os\n"
+      "    for k, v in saved.items():\n"
+      "        if v is None:\n"
+      "            os.environ.pop(k, None)\n"
+      "        else:\n"
+      "            os.environ[k] = v\n"
+      "_execd_env_restore(globals().pop('_execd_env_saved', {}))\n"
+      "del _execd_env_restore\n";
+  return s;
 }
 
 // ---------------------------------------------------------------------------

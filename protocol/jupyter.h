@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -98,7 +99,16 @@ WireMessage make_request(std::string_view msg_type, std::string_view msg_id, std
 
 // execute_request content; allow_stdin is false, so input() in user code
 // raises at once in the kernel instead of waiting for an answer nobody gives.
-std::string execute_request_content(std::string_view code);
+// Silent: a helper of execd's (no execute_input, no history, no count).
+std::string execute_request_content(std::string_view code, bool silent = false);
+
+// Python code that sets environment variables in a kernel for one run and
+// code that puts back what they were (E2B's run_code(envs=...)); each is
+// sent as a silent execute request, around the run's own.
+struct EnvScript {
+  std::string apply, restore;
+};
+EnvScript python_env_script(const std::map<std::string, std::string>& vars);
 
 // ---------------------------------------------------------------------------
 // /code requests

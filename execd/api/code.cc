@@ -85,6 +85,7 @@ class CodeRun final : public exec::Runner {
   exec::RunSink& sink;
   Link<CodeContext> context;
   std::string code;
+  std::optional<jp::EnvScript> env;  // E2B's env_vars: applied before the code, restored after
   std::string msg_id;
   int64_t started_ms = 0;
   bool sent = false, reply_seen = false, idle_seen = false, error_sent = false;
@@ -498,8 +499,17 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
     run_->msg_id = random_uuid();
     run_->sent = true;
     run_->started_ms = unix_ms();
+    // The kernel runs shell requests in order: the variables are set before
+    // the code starts. Replies to the helper are not the run's (another
+    // parent msg_id) and are ignored.
+    if (run_->env) send_silent(run_->env->apply);
     channels_->send(KernelChannel::shell,
                     jp::make_request("execute_request", run_->msg_id, session_, jp::execute_request_content(run_->code)));
+  }
+
+  void send_silent(const std::string& code) {
+    channels_->send(KernelChannel::shell,
+                    jp::make_request("execute_request", random_uuid(), session_, jp::execute_request_content(code, true)));
   }
 
   // False: a large print is held back until its output has reached the
@@ -603,6 +613,10 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
     CodeRun* run = run_.get();
     if (!run) return;
     run_.cut();
+    // Put the environment back once the code is done (not queued behind it:
+    // a failing run would have the kernel abort it). Before any next run's
+    // request, which comes after this on the same channel.
+    if (run->env && run->sent && channels_ && state_ == State::ready) send_silent(run->env->restore);
     big_content_ = nullptr;  // (its frames go with the channel's next message)
     protocol::ExecutionResult r;
     r.status = status;
@@ -847,7 +861,8 @@ struct CodeTrackWait : Awaitable {};
 // is looked up again after).
 void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex, const std::string& context_id,
                     std::string code, std::vector<std::string> track, std::unique_ptr<exec::ChangeTracker> tracker,
-                    std::unique_ptr<exec::StreamFormat> format = nullptr) {
+                    std::unique_ptr<exec::StreamFormat> format = nullptr,
+                    std::optional<jp::EnvScript> env = std::nullopt) {
   CodeContext* c = reg.find(context_id);
   if (!c) return context_not_found(ex, context_id);
   if (c->busy())
@@ -879,6 +894,7 @@ void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Excha
       reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
   if (tracker) e.track(std::move(tracker));
   auto run = std::make_unique<CodeRun>(e, std::move(code));
+  run->env = std::move(env);
   if (!format) format = exec::envelope_format(framing_for(reg.ctx, ex), false);
   ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original, std::move(format), 0,
                                                     0, std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
@@ -975,12 +991,6 @@ void handle_e2b_execute(CodeRegistryImpl& reg, CommandService& commands, http::E
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded)) return e2b_text(ex, 422, err->message);
   auto& req = std::get<e2b::ExecuteRequest>(decoded);
   if (req.context_id && req.language) return e2b_text(ex, 400, "Only one of context_id or language can be provided");
-  // Refused rather than ignored: code that reads the variables would
-  // otherwise run against the wrong environment and nobody would know.
-  if (!req.env_vars.empty())
-    return e2b_text(ex, 501,
-                    "env_vars (run_code's envs) is not supported by execd's code interpreter: set them in the code, "
-                    "or in the environment of a command");
   if (!reg.executions.accepting()) return e2b_text(ex, 503, "execd is shutting down");
   CodeContext* c = nullptr;
   if (req.context_id) {
@@ -994,7 +1004,18 @@ void handle_e2b_execute(CodeRegistryImpl& reg, CommandService& commands, http::E
   }
   if (c->busy()) return e2b_text(ex, 409, "context " + c->id() + " is already running code");
   if (auto r = reg.run_refusal()) return e2b_text(ex, r->status, r->message);
-  start_code_run(reg, commands, ex, c->id(), std::move(req.code), {}, nullptr, std::make_unique<E2BCodeFormat>());
+  std::optional<jp::EnvScript> env;
+  if (!req.env_vars.empty()) {
+    // Refused rather than ignored where execd cannot set them: code that
+    // reads the variables would otherwise run in the wrong environment.
+    if (c->language() != "python")
+      return e2b_text(ex, 501,
+                      "env_vars (run_code's envs) is supported in python contexts only, not " + c->language() +
+                          ": set them in the code");
+    env = jp::python_env_script(req.env_vars);
+  }
+  start_code_run(reg, commands, ex, c->id(), std::move(req.code), {}, nullptr, std::make_unique<E2BCodeFormat>(),
+                 std::move(env));
 }
 
 void handle_e2b_create(CodeRegistryImpl& reg, http::Exchange& ex) {

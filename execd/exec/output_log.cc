@@ -310,8 +310,11 @@ void OutputLog::pump() {
       return;
     }
     // Caught up. A writer that takes no more appends closes its files; the
-    // current one keeps them (and gives back its buffers' memory).
+    // current one keeps them, and gives back its buffers' memory unless
+    // output is streaming (its last write was large): a stream would
+    // otherwise grow both buffers again, copying, after every catch-up.
     bool current = !sealed_ && !segments_.empty() && segments_.back().k == w.k;
+    if (current && w.last_write >= kStreamingWrite) return;
     std::string().swap(w.data_inflight);
     std::string().swap(w.index_inflight);
     if (current) {
@@ -333,6 +336,7 @@ void OutputLog::on_write_done(WriteJob& job) {
     w.index_fd = job.index_fd;
   }
   inflight_ -= w.data_inflight.size();
+  w.last_write = w.data_inflight.size();
   if (job.err) {
     // Not durable: the bytes of this write and everything after it. The
     // file may hold part of them; readers never look past the durable end.

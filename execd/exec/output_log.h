@@ -40,6 +40,10 @@ class OutputLog {
  public:
   // Bytes waiting for the disk past which the producer is paused.
   static constexpr size_t kPendingBudget = 1 << 20;
+  // A write at least this large means output is streaming: the writer keeps
+  // its buffers (at most ~3 MiB) when it catches up, until a smaller write
+  // or the seal.
+  static constexpr size_t kStreamingWrite = 64 << 10;
 
   // `base`: "<state dir>/<id>"; `limit`: bytes retained at most.
   OutputLog(uv_loop_t* loop, std::string base, uint64_t limit);
@@ -106,6 +110,7 @@ class OutputLog {
     size_t open_entry = std::string::npos;     // the last entry in `index`, still growing
     std::string data_inflight, index_inflight;  // in the write out
     uint64_t data_durable = 0, index_durable = 0;
+    size_t last_write = 0;  // bytes of the last completed write
     void drop_waiting() {
       data.clear();
       index.clear();

@@ -95,10 +95,34 @@ def test_port_49999_without_sandbox_url(ci, monkeypatch):
     assert '"text":"42"' in r.text and '"is_main_result":true' in r.text
     r = httpx.post(f"{ci_url}/execute", json={"code": "1", "context_id": "x", "language": "python"})
     assert r.status_code == 400
-    # envs are not applied, so they are refused, not dropped.
-    r = httpx.post(f"{ci_url}/execute", json={"code": "import os; os.environ.get('K')", "env_vars": {"K": "v"}},
-                   timeout=30 * SLOW)
-    assert r.status_code == 501 and "env_vars" in r.text
+
+
+def test_run_code_envs_hold_for_that_run_only(ci, monkeypatch):
+    """run_code(envs=...) sets the variables for that run (its subprocesses
+    see them too) and puts back what was there after, also when the code
+    fails; a variable the kernel already had gets its value back."""
+    ex, url, _ = ci
+    point_sdk_at(monkeypatch, url)
+    sbx = Sandbox.create()
+    ctx = sbx.create_code_context()
+    sbx.run_code("import os, subprocess; os.environ['KEEP'] = 'before'", context=ctx)
+    envs = {"EXECD_CI_VAR": "v1 'quoted' \"double\" \\ é 😀", "KEEP": "during"}
+    e = sbx.run_code("import os, subprocess\n"
+                     "print(os.environ['EXECD_CI_VAR'])\n"
+                     "print(subprocess.run(['sh', '-c', 'echo $KEEP'], capture_output=True, text=True).stdout, end='')\n"
+                     "os.environ['KEEP']", context=ctx, envs=envs)
+    assert e.error is None, e.error
+    assert "".join(e.logs.stdout) == envs["EXECD_CI_VAR"] + "\nduring\n" and e.text == "during"
+    after = sbx.run_code("(os.environ.get('EXECD_CI_VAR'), os.environ.get('KEEP'))", context=ctx)
+    assert after.text == "(None, 'before')"
+    # The code fails: the variables are put back all the same.
+    e = sbx.run_code("raise RuntimeError(os.environ['EXECD_CI_VAR'])", context=ctx, envs={"EXECD_CI_VAR": "x"})
+    assert e.error.name == "RuntimeError" and e.error.value == "x"
+    assert sbx.run_code("os.environ.get('EXECD_CI_VAR')", context=ctx).text in ("", None)
+    # The helpers leave nothing behind in the namespace, nor in the count of runs.
+    names = sbx.run_code("[n for n in dir() if n.startswith('_execd')]", context=ctx).text
+    assert names == "[]"
+    sbx.remove_code_context(ctx)
 
 
 def test_context_limit_refuses_before_a_kernel_starts(tmp_path):

@@ -86,6 +86,25 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: written in order, read across segmen
   CHECK(files_in(dir) == 0);
 }
 
+TEST_CASE_FIXTURE(LoopScratch, "output log: a streaming writer keeps its buffers when it catches up, a quiet one does not") {
+  OutputLog log(&loop, path, 64 << 20);
+  // A large write (streaming): caught up, the buffers stay for the next one.
+  append(log, 0, pattern(256 * 1024, 1));
+  run_until([&] { return !log.busy(); });
+  CHECK(log.buffer_capacity() >= 256 * 1024);
+  // Then a small one: caught up, they go.
+  append(log, 0, pattern(100, 2));
+  run_until([&] { return !log.busy(); });
+  append(log, 0, pattern(100, 3));  // written after the small write completed
+  run_until([&] { return !log.busy(); });
+  CHECK(log.buffer_capacity() < 4096);
+  log.seal();
+  run_until([&] { return log.settled(); });
+  CHECK(log.buffer_capacity() == 0);
+  log.remove();
+  run_until([&] { return !log.busy(); });
+}
+
 TEST_CASE_FIXTURE(LoopScratch, "output log: the newest bytes are kept, in segments of a quarter of the limit") {
   OutputLog log(&loop, path, 4000);
   std::string all;
