@@ -54,7 +54,7 @@ uint64_t OutputIndex::locate(int s, uint64_t off) const {
   if (off >= stored_[s]) return end_;
   if (off < first_.stream_at[s]) return first_.at;
   // The last segment of channel s that starts at or before `off`: a walk
-  // from the back, where readers resume (the deque holds a few runs per
+  // from the back, where readers resume (the list holds a few runs per
   // retained stretch of interleaved output).
   for (auto it = segs_.rbegin(); it != segs_.rend(); ++it)
     if (it->stream == s && it->stream_at <= off) return it->at + (off - it->stream_at);
@@ -94,7 +94,8 @@ void OutputIndex::drop_before(uint64_t at) {
   if (at <= first_.at) return;
   if (at > end_) at = end_;
   first_ = position_at(at);
-  while (!segs_.empty() && segs_.front().at + segs_.front().len <= at) segs_.pop_front();
+  auto keep = std::find_if(segs_.begin(), segs_.end(), [at](const Segment& g) { return g.at + g.len > at; });
+  segs_.erase(segs_.begin(), keep);
   if (!segs_.empty() && segs_.front().at < at) {
     Segment& g = segs_.front();
     uint64_t cut = at - g.at;

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,7 +63,7 @@ class OutputIndex {
   uint64_t start(int s) const { return first_.stream_at[s]; }
   uint64_t stored(int s) const { return stored_[s]; }
   Position position() const;  // at end()
-  const std::deque<Segment>& segments() const { return segs_; }
+  const std::vector<Segment>& segments() const { return segs_; }
   // Combined offset of channel `s`'s byte `off`: first() when it lies before
   // what is retained, end() when it is not stored (yet).
   uint64_t locate(int s, uint64_t off) const;
@@ -89,7 +88,7 @@ class OutputIndex {
   static OutputIndex decode(std::string_view bytes, uint64_t max_end);
 
  private:
-  std::deque<Segment> segs_;
+  std::vector<Segment> segs_;  // a deque would allocate ~600 bytes even empty, per kept log
   Position first_;
   uint64_t end_ = 0;
   uint64_t stored_[kChannels] = {};

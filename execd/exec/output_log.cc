@@ -255,7 +255,7 @@ void OutputLog::trim() {
 
 void OutputLog::drop_oldest() {
   Segment s = segments_.front();
-  segments_.pop_front();
+  segments_.erase(segments_.begin());
   index_.drop_before(segments_.empty() ? index_.end() : segments_.front().start);
   for (auto it = writers_.begin(); it != writers_.end(); ++it) {
     if ((*it)->k != s.k) continue;
@@ -323,7 +323,7 @@ void OutputLog::pump() {
       return;
     }
     close_writer(w);
-    writers_.pop_front();
+    writers_.erase(writers_.begin());
   }
 }
 

@@ -26,7 +26,6 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -139,8 +138,10 @@ class OutputLog {
   std::string base_;
   uint64_t limit_, segment_bytes_;
   protocol::OutputIndex index_;
-  std::deque<Segment> segments_;
-  std::deque<std::unique_ptr<Writer>> writers_;  // oldest first; the last one takes appends
+  // Vectors, not deques: a handful of entries each, and a deque allocates
+  // ~600 bytes even when empty, per finished execution kept.
+  std::vector<Segment> segments_;
+  std::vector<std::unique_ptr<Writer>> writers_;  // oldest first; the last one takes appends
   uint32_t next_k_ = 0;
   uint64_t waiting_ = 0, inflight_ = 0;  // data bytes not on disk yet
   bool writing_ = false, sealed_ = false, failed_ = false, removed_ = false;
