@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "fs/paths.h"
+#include "fs/xattrs.h"
 
 namespace execd::fs {
 namespace {
@@ -196,6 +197,11 @@ Status AtomicFile::write(const char* data, size_t size) {
     bytes_written_ += static_cast<uint64_t>(n);
   }
   return Status::success();
+}
+
+Status AtomicFile::write_xattrs(std::string_view prefix, const std::map<std::string, std::string>& values) {
+  if (fd_ < 0) return Error{ErrorKind::internal, "temp file for " + target_path_ + " is not open"};
+  return fs::write_xattrs(fd_, target_path_, prefix, values);
 }
 
 Status AtomicFile::flush() {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +59,10 @@ class AtomicFile {
   Status flush();
   // rename over the target, fsync the directory (best effort).
   Status publish();
+
+  // Extended attributes `prefix + key` on the temp file, so the file is
+  // published with them (before flush(), which closes it).
+  Status write_xattrs(std::string_view prefix, const std::map<std::string, std::string>& values);
 
   // Unlinks the temp file; target untouched. Idempotent.
   void abort();

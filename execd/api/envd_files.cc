@@ -46,6 +46,17 @@ std::optional<std::string> refuse_file_access(const Context& ctx, const http::Ex
   return std::nullopt;
 }
 
+constexpr std::string_view kMetadataHeader = "x-metadata-";
+// ext4 keeps every xattr of a file in one 4 KiB block; past that the
+// write fails and says so. The count bound keeps a header flood cheap.
+constexpr size_t kMaxMetadataKeys = 64;
+
+bool printable_ascii(std::string_view v) {
+  for (char c : v)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
 std::string query_or_empty(const http::Exchange& ex, std::string_view name) {
   const std::string* v = protocol::query_value(ex.query, name);
   return v ? *v : std::string();
@@ -81,7 +92,7 @@ std::string envd_file_signature(const std::string& path, const std::string& oper
   return "v1_" + b64;
 }
 
-std::string envd_upload_reply(const std::vector<std::string>& paths) {
+std::string envd_upload_reply(const std::vector<std::string>& paths, const std::map<std::string, std::string>& metadata) {
   std::string out = "[";
   for (size_t i = 0; i < paths.size(); ++i) {
     if (i) out += ',';
@@ -89,6 +100,18 @@ std::string envd_upload_reply(const std::vector<std::string>& paths) {
     protocol::append_json_string_lossy(out, fs::base_name(fs::clean_path(paths[i])));
     out += ",\"type\":\"file\",\"path\":";
     protocol::append_json_string_lossy(out, paths[i]);
+    if (!metadata.empty()) {
+      out += ",\"metadata\":{";
+      bool first = true;
+      for (const auto& [k, v] : metadata) {
+        if (!first) out += ',';
+        first = false;
+        protocol::append_json_string_lossy(out, k);
+        out += ':';
+        protocol::append_json_string_lossy(out, v);
+      }
+      out += '}';
+    }
     out += '}';
   }
   out += ']';
@@ -123,17 +146,25 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
           };
           return;
         }
-        // envd keeps X-Metadata-* as the file's user.e2b.* xattrs; execd
-        // does not, and a file written without what was asked is refused.
-        for (const auto& [name, value] : ex.request().headers)
-          if (name.rfind("x-metadata-", 0) == 0) {
-            ex.on_complete = [n = name](http::Exchange& x) {
-              x.respond_error(501, codes::kInvalidFile,
-                              "file metadata (" + n + ") is not supported by execd; upload without metadata");
-            };
+        // X-Metadata-<key>: the file's user.e2b.<key> xattr, as envd keeps
+        // it (header names arrive lower-cased, the keys envd stores).
+        std::map<std::string, std::string> metadata;
+        for (const auto& [name, value] : ex.request().headers) {
+          if (name.rfind(impl::kMetadataHeader, 0) != 0) continue;
+          std::string key = name.substr(impl::kMetadataHeader.size());
+          std::optional<std::string> bad;
+          if (key.empty()) bad = "an X-Metadata- header without a key";
+          else if (!impl::printable_ascii(value)) bad = "metadata " + key + ": values must be printable US-ASCII";
+          else if (metadata.size() >= impl::kMaxMetadataKeys)
+            bad = "more than " + std::to_string(impl::kMaxMetadataKeys) + " metadata keys";
+          if (bad) {
+            ex.on_complete = [why = *bad](http::Exchange& x) { x.respond_error(400, codes::kInvalidFileMetadata, why); };
             return;
           }
-        envd_upload_head(files, ex, path ? std::optional<std::string>(*path) : std::nullopt, user);
+          metadata[key] = value;
+        }
+        envd_upload_head(files, ex, path ? std::optional<std::string>(*path) : std::nullopt, user,
+                         std::move(metadata));
       },
       [](http::Exchange&) {});
   routes.add("GET", "/envs", [&files](http::Exchange& ex) {

@@ -12,8 +12,10 @@
 // request is let in (the listener is loopback-only then).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "execd/api/file_jobs.h"
@@ -26,9 +28,14 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
 
 // Shared with api/download and api/upload.
 void envd_download(FileService& svc, http::Exchange& ex, std::string path, std::string user);
-void envd_upload_head(FileService& svc, http::Exchange& ex, std::optional<std::string> path, std::string user);
-// [{"name":"x.txt","type":"file","path":"/home/user/x.txt"}, ...]
-std::string envd_upload_reply(const std::vector<std::string>& paths);
+// `metadata`: X-Metadata-* (keys lower-cased), set on every file written as
+// its user.e2b.* extended attributes.
+void envd_upload_head(FileService& svc, http::Exchange& ex, std::optional<std::string> path, std::string user,
+                      std::map<std::string, std::string> metadata);
+// [{"name":"x.txt","type":"file","path":"/home/user/x.txt"[,"metadata":{...}]}, ...]
+std::string envd_upload_reply(const std::vector<std::string>& paths, const std::map<std::string, std::string>& metadata);
+// The xattr namespace of E2B's file metadata.
+inline constexpr std::string_view kE2BMetadataPrefix = "user.e2b.";
 
 // "v1_..." for `path`, `operation`, `user` under `token`, expiring at
 // `expiration` (Unix seconds) if given. Exposed for tests.

@@ -8,6 +8,7 @@
 
 #include "execd/api/awaiter.h"
 #include "execd/api/connect_rpc.h"
+#include "execd/api/envd_files.h"
 #include "execd/context.h"
 #include "execd/http/connection.h"
 #include "execd/runners/command_spawn.h"
@@ -15,6 +16,7 @@
 #include "fs/file_info.h"
 #include "fs/ops.h"
 #include "fs/pool_job.h"
+#include "fs/xattrs.h"
 
 namespace execd::api {
 
@@ -83,6 +85,7 @@ envd::EntryInfo entry_info(const fs::Entry& e, fs::OwnerNames& names) {
   out.owner = names.user(e.st.st_uid);
   out.group = names.group(e.st.st_gid);
   out.modified = e.st.st_mtim;
+  out.metadata = fs::read_xattrs(e.path, kE2BMetadataPrefix);  // envd reports user.e2b.* however set
   return out;
 }
 

@@ -39,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -124,6 +125,7 @@ struct WriteOp {
   std::string path;          // open: target as given
   fs::PermissionSpec spec;   // open
   std::optional<std::string> e2b_user;  // open, E2B: path against this user's home, owned by the user
+  std::map<std::string, std::string> e2b_metadata;  // open, E2B: user.e2b.* xattrs of the file
   Chunk data;                // write
 
   static WriteOp make(Kind kind, size_t index = 0) {
@@ -218,6 +220,11 @@ struct DiskState {
       return void(error = FileReply::from(file.error()));
     }
     entry.file.emplace(std::move(file.value()));
+    // On the temp file: the file appears with its metadata or not at all.
+    if (auto s = entry.file->write_xattrs(kE2BMetadataPrefix, op.e2b_metadata); !s) {
+      entries.push_back(std::move(entry));
+      return void(error = FileReply::from(s.error()));
+    }
     entry.file->enable_direct_io();
     entries.push_back(std::move(entry));
   }
@@ -268,6 +275,7 @@ class Upload final : public http::Source {
   struct E2B {
     std::optional<std::string> path;
     std::string user;
+    std::map<std::string, std::string> metadata;  // X-Metadata-*: every file gets it
   };
 
   Upload(const FileService& svc, Exchange& ex, std::optional<E2B> e2b = std::nullopt)
@@ -412,6 +420,7 @@ class Upload final : public http::Source {
     WriteOp op = WriteOp::make(WriteOp::open, current_);
     op.path = path;
     op.e2b_user = e2b_->user;
+    op.e2b_metadata = e2b_->metadata;
     journal_paths.push_back(path);
     enqueue(std::move(op));
   }
@@ -523,7 +532,7 @@ class Upload final : public http::Source {
     if (e2b_ && !failure_) {
       std::vector<std::string> written;
       for (const auto& e : disk_->entries) written.push_back(e.shown_path);
-      return send_reply(ex_, FileReply{200, "application/json", envd_upload_reply(written), {}});
+      return send_reply(ex_, FileReply{200, "application/json", envd_upload_reply(written, e2b_->metadata), {}});
     }
     send_reply(ex_, failure_ ? *failure_ : FileReply::empty());
   }
@@ -557,8 +566,9 @@ void upload_head(FileService& svc, Exchange& ex) {
 
 }  // namespace
 
-void envd_upload_head(FileService& svc, Exchange& ex, std::optional<std::string> path, std::string user) {
-  auto up = std::make_unique<Upload>(svc, ex, Upload::E2B{std::move(path), std::move(user)});
+void envd_upload_head(FileService& svc, Exchange& ex, std::optional<std::string> path, std::string user,
+                      std::map<std::string, std::string> metadata) {
+  auto up = std::make_unique<Upload>(svc, ex, Upload::E2B{std::move(path), std::move(user), std::move(metadata)});
   Upload& u = *up;
   ex.attach(std::move(up));
   ex.on_complete = [&u](Exchange&) { u.body_complete(); };

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import time
 
 import httpx
@@ -197,6 +198,29 @@ def test_files_read_write(sbx, tmp_path):
     # What the SDK wrote is what the OpenSandbox download gives.
     st, _, body = sbx.execd.request("GET", f"/files/download?path={d}/bin.dat")
     assert st == 200 and hashlib.sha256(body).digest() == hashlib.sha256(binary).digest()
+
+
+def test_files_metadata_as_user_e2b_xattrs(sbx, tmp_path):
+    """files.write(metadata=...) keeps the map as the file's user.e2b.*
+    xattrs (keys lower-cased), says so in the WriteInfo, and every later
+    entry info (get_info, list, rename) reports them, also ones set outside
+    the SDK; a new write without metadata drops them (the file is replaced)."""
+    d = str(tmp_path)
+    info = sbx.files.write(f"{d}/tagged.txt", "x", metadata={"Owner": "agent-7", "stage": "draft"})
+    assert info.metadata == {"owner": "agent-7", "stage": "draft"}
+    assert os.getxattr(f"{d}/tagged.txt", "user.e2b.owner") == b"agent-7"
+    os.setxattr(f"{d}/tagged.txt", "user.e2b.outside", b"set by hand")
+    os.setxattr(f"{d}/tagged.txt", "user.other", b"not e2b's")
+    want = {"owner": "agent-7", "stage": "draft", "outside": "set by hand"}
+    assert sbx.files.get_info(f"{d}/tagged.txt").metadata == want
+    assert {e.name: e.metadata for e in sbx.files.list(d)}["tagged.txt"] == want
+    assert sbx.files.rename(f"{d}/tagged.txt", f"{d}/moved.txt").metadata == want
+    many = sbx.files.write_files([WriteEntry(path=f"{d}/a.txt", data="1"), WriteEntry(path=f"{d}/b.txt", data="2")],
+                                 metadata={"batch": "1"})
+    assert [w.metadata for w in many] == [{"batch": "1"}, {"batch": "1"}]
+    assert sbx.files.get_info(f"{d}/b.txt").metadata == {"batch": "1"}
+    sbx.files.write(f"{d}/moved.txt", "y")
+    assert sbx.files.get_info(f"{d}/moved.txt").metadata is None
 
 
 def test_files_list_exists_info_dirs(sbx, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -456,10 +457,23 @@ def test_gzip_upload_is_refused_not_stored(envd, tmp_path):
     assert status == 415 and b"Content-Encoding gzip" in body and not target.exists()
 
 
-def test_upload_with_metadata_is_refused_not_stored_without_it(envd, tmp_path):
+def test_upload_metadata_is_checked_before_anything_is_written(envd, tmp_path):
+    """X-Metadata-* values must be printable ASCII and at most 64 keys; a
+    value too large for the filesystem's xattrs fails the upload whole: no
+    file, no temp file."""
+    def upload(target, headers):
+        with socket.create_connection(host_port(envd.envd), timeout=TIMEOUT) as s:
+            s.sendall(request_bytes(envd.envd, f"/files?path={target}", b"plain", "application/octet-stream",
+                                    headers=headers))
+            return read_response(s, TIMEOUT)
     target = tmp_path / "meta.txt"
-    with socket.create_connection(host_port(envd.envd), timeout=TIMEOUT) as s:
-        s.sendall(request_bytes(envd.envd, f"/files?path={target}", b"plain", "application/octet-stream",
-                                headers={"X-Metadata-Owner": "me"}))
-        status, _, body = read_response(s, TIMEOUT)
-    assert status == 501 and b"x-metadata-owner" in body and not target.exists()
+    status, _, body = upload(target, {"X-Metadata-Owner": "caf\xe9".encode("latin-1").decode("latin-1")})
+    assert status == 400 and b"printable" in body and not target.exists()
+    status, _, body = upload(target, {f"X-Metadata-K{i}": "v" for i in range(65)})
+    assert status == 400 and b"64" in body and not target.exists()
+    status, _, body = upload(target, {"X-Metadata-Big": "x" * 8000})  # past ext4's one block of xattrs
+    assert status == 400 and b"extended attributes" in body, body
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    status, _, body = upload(target, {"X-Metadata-Owner": "me"})
+    assert status == 200 and json.loads(body)[0]["metadata"] == {"owner": "me"}
+    assert os.getxattr(target, "user.e2b.owner") == b"me"
