@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include "fs/ops.h"
 #include "fs/paths.h"
 #include "fs/permissions.h"
+#include "fs/xattrs.h"
 
 using namespace execd::fs;
 
@@ -863,4 +865,25 @@ TEST_CASE("file system errors map to HTTP statuses and envelope codes") {
   CHECK(file_error_status(ErrorKind::no_space).status == 507);
   CHECK(file_error_status(ErrorKind::conflict).status == 500);
   CHECK(file_error_status(ErrorKind::internal).code == "RUNTIME_ERROR");
+}
+
+TEST_CASE("xattrs: an atomic file is published with its user.e2b.* attributes; reading filters by prefix") {
+  TempDir dir;
+  std::string target = dir / "tagged.txt";
+  auto file = AtomicFile::open(target);
+  REQUIRE(file);
+  REQUIRE(file.value().write("x"));
+  REQUIRE(file.value().write_xattrs("user.e2b.", {{"owner", "agent"}, {"stage", "draft"}}));
+  CHECK(read_xattrs(target, "user.e2b.").empty());  // not there before the rename
+  REQUIRE(file.value().commit());
+  REQUIRE(setxattr(target.c_str(), "user.other", "o", 1, 0) == 0);
+  auto got = read_xattrs(target, "user.e2b.");
+  CHECK(got == std::map<std::string, std::string>{{"owner", "agent"}, {"stage", "draft"}});
+  CHECK(read_xattrs(dir / "missing", "user.e2b.").empty());
+  // Too large for the filesystem: an error that says so, not a silent drop.
+  auto big = AtomicFile::open(dir / "big.txt");
+  REQUIRE(big);
+  auto st = big.value().write_xattrs("user.e2b.", {{"big", std::string(64 * 1024 + 1, 'x')}});
+  CHECK_FALSE(st);
+  if (!st) CHECK(st.error().kind == ErrorKind::bad_request);
 }
