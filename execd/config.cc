@@ -97,7 +97,7 @@ const char* const kUsage =
     "  --track-max-entries N           paths listed per run with track_changes (default 1000)\n"
     "  --track-hash-max-bytes BYTES    changed files up to this size get a SHA-256 (default 16777216)\n"
     "  --archive-max-entries N         entries one archive extraction may create (default 100000)\n"
-    "  --archive-max-bytes BYTES       bytes one archive extraction may write (default 4294967296)\n"
+    "  --archive-max-bytes BYTES       bytes one archive extraction, or one gzip upload, may write (default 4294967296)\n"
     "  --freeze-timeout D              POST /freeze gives up and thaws after this (default 5s)\n"
     "  --idle-after D                  GET /activity says idle after this long quiet (default 1m)\n"
     "  --journal-event-max-bytes BYTES one event of POST /journal/events (default 65536)\n"

@@ -8,6 +8,7 @@
 #include "fs/paths.h"
 #include "protocol/base64.h"
 #include "protocol/errors.h"
+#include "protocol/gunzip.h"
 #include "protocol/json_text.h"
 #include "protocol/query_values.h"
 #include "protocol/sha.h"
@@ -137,9 +138,10 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
           // Before any byte of the body is taken; the connection closes.
           return ex.respond_error(401, codes::kUnauthorized, *why);
         }
-        // envd takes gzip bodies; execd does not decompress, and writing the
-        // compressed bytes as the file would be silent corruption.
-        if (const std::string* enc = ex.header("content-encoding"); enc && !enc->empty() && *enc != "identity") {
+        // gzip is inflated as it arrives (api/upload); writing any other
+        // coding's bytes as the file would be silent corruption.
+        if (const std::string* enc = ex.header("content-encoding");
+            protocol::content_coding(enc) == protocol::ContentCoding::unsupported) {
           ex.on_complete = [e = *enc](http::Exchange& x) {
             x.respond_error(415, codes::kInvalidFile,
                             "Content-Encoding " + e + " is not supported; send the file as it is");

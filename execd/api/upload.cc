@@ -21,6 +21,14 @@
 //   parts each to its file name (or to `?path=`), resolved against the home
 //   of `?username=` and owned by that user, as envd writes them; answered
 //   with envd's [{"name","type","path"}].
+// * E2B's `Content-Encoding: gzip` (the SDKs' gzip=True): the body is
+//   inflated (protocol/gunzip) in front of the same pipeline, a 64 KiB piece
+//   at a time, and only while the writer keeps up: while the upload is
+//   paused, compressed bytes already read wait (one socket read at most) and
+//   zlib holds the rest, so a bomb costs no more memory than a plain upload.
+//   What the body inflates to counts against --archive-max-bytes (413, as an
+//   archive extraction); a corrupt or cut stream is 400. Either fails the
+//   upload like any other failure: nothing is left behind.
 //
 // Ownership: the Upload is the exchange's Source and goes with it. What the
 // pool touches (the files being written, DiskState) travels with each write
@@ -55,6 +63,7 @@
 #include "fs/permissions.h"
 #include "protocol/errors.h"
 #include "protocol/file_requests.h"
+#include "protocol/gunzip.h"
 #include "protocol/multipart.h"
 #include "pty/namespaces.h"
 
@@ -71,6 +80,7 @@ constexpr size_t kPauseAbove = 3u << 20;     // waiting for the writer: stop rea
 constexpr size_t kResumeBelow = 1u << 20;    // ... and read again
 constexpr size_t kSpareChunks = 4;           // recycled write buffers kept per upload
 constexpr size_t kMaxMetadataBytes = 64 * 1024;
+constexpr size_t kInflatePiece = 64 * 1024;  // gzip bodies: inflated this much at a time
 
 // Directories that do not exist yet on the way to `file_path`, deepest first.
 std::vector<std::string> missing_ancestors(const std::string& file_path) {
@@ -287,11 +297,16 @@ class Upload final : public http::Source {
   }
   std::vector<std::string> journal_paths;  // as given
 
-  void on_body(const char* data, size_t len) override { body(data, len); }
+  void on_body(const char* data, size_t len) override {
+    if (gunzip_) return gzip_body(data, len);
+    body(data, len);
+  }
   void stop() override { job_.cut(); }
 
   void begin(const HttpRequest& req) {
     const std::string* type = req.header("content-type");
+    if (e2b_ && protocol::content_coding(req.header("content-encoding")) == protocol::ContentCoding::gzip)
+      gunzip_ = std::make_unique<protocol::Gunzip>(static_cast<uint64_t>(svc_.ctx.config.archive_max_bytes));
     if (e2b_ && (!type || type->rfind("multipart/", 0) != 0)) {
       // A raw body is the one file, at ?path=.
       if (!e2b_->path)
@@ -322,8 +337,61 @@ class Upload final : public http::Source {
     if (!parser_->feed(data, len) && !failure_) parser_failed();
   }
 
-  // The whole body has arrived.
+  // The whole body has arrived (a gzip body may still have bytes to inflate).
   void body_complete() {
+    if (!gunzip_) return decoded_body_complete();
+    body_ended_ = true;
+    inflate_held();
+  }
+
+ private:
+  enum class Part { none, metadata, file, ignored };
+
+  // Gzip: inflate what the writer has room for; keep the rest of `data`.
+  void gzip_body(const char* data, size_t len) {
+    if (failure_) return;  // rejected: read and discard the rest
+    if (!held_.empty()) {
+      held_.append(data, len);
+      return inflate_held();
+    }
+    size_t used = inflate_some(std::string_view(data, len));
+    if (!failure_ && used < len) held_.assign(data + used, len - used);
+  }
+
+  // Inflates until the input is used up, the writer is behind (paused_) or
+  // the stream fails; returns the input bytes taken.
+  size_t inflate_some(std::string_view in) {
+    if (!inflated_) inflated_ = std::make_unique<char[]>(kInflatePiece);
+    size_t used = 0;
+    while (!failure_ && !paused_) {
+      protocol::Gunzip::Step step = gunzip_->inflate(in.substr(used), inflated_.get(), kInflatePiece);
+      used += step.consumed;
+      if (gunzip_->failed()) {
+        if (gunzip_->too_large()) fail(FileReply::error(413, codes::kPayloadTooLarge, gunzip_->error()));
+        else fail(FileReply::error(400, codes::kInvalidFileContent, gunzip_->error()));
+        break;
+      }
+      if (step.produced) body(inflated_.get(), step.produced);
+      // Less than a full piece with all input taken: zlib holds nothing more.
+      if (step.produced < kInflatePiece && used == in.size()) break;
+    }
+    return used;
+  }
+
+  // What was held back, once the writer caught up or the body ended; then,
+  // at the end of the body, the end of the stream.
+  void inflate_held() {
+    if (!failure_) held_.erase(0, inflate_some(held_));
+    if (!body_ended_ || gzip_finished_) return;
+    if (!failure_ && paused_) return;  // the writer is behind; job_done comes back here
+    gzip_finished_ = true;
+    held_.clear();
+    if (!failure_ && !gunzip_->complete())
+      fail(FileReply::error(400, codes::kInvalidFileContent, "invalid gzip data: the body ended inside the stream"));
+    decoded_body_complete();
+  }
+
+  void decoded_body_complete() {
     body_done_ = true;
     if (raw_ && !failure_) part_end();
     if (!failure_ && parser_ && !parser_->finish()) parser_failed();
@@ -342,9 +410,6 @@ class Upload final : public http::Source {
     if (!failure_) enqueue(WriteOp::make(WriteOp::commit));
     maybe_respond();
   }
-
- private:
-  enum class Part { none, metadata, file, ignored };
 
   void part_begin(const protocol::PartHeaders& h) {
     if (e2b_) {
@@ -521,6 +586,9 @@ class Upload final : public http::Source {
       paused_ = false;
       ex_.resume_body();
     }
+    // Gzip: output zlib held back, bytes read meanwhile, or (after a
+    // failure or at the body's end) finishing the stream.
+    if (gunzip_) inflate_held();
     kick();
     maybe_respond();
   }
@@ -542,6 +610,10 @@ class Upload final : public http::Source {
   std::optional<E2B> e2b_;
   bool raw_ = false;  // E2B: the body is the file
   std::unique_ptr<protocol::MultipartParser> parser_;
+  std::unique_ptr<protocol::Gunzip> gunzip_;  // E2B, Content-Encoding: gzip
+  std::unique_ptr<char[]> inflated_;          // kInflatePiece
+  std::string held_;                          // compressed bytes read while the writer was behind
+  bool body_ended_ = false, gzip_finished_ = false;
   std::optional<FileReply> failure_;
   Part part_ = Part::none;
   std::string metadata_text_;

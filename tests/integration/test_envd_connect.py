@@ -447,16 +447,6 @@ def test_rest_routes_health_envs_metrics(envd):
     assert abs(m["ts"] - time.time()) < 60 and m["mem_total_mib"] == m["mem_total"] // MiB
 
 
-def test_gzip_upload_is_refused_not_stored(envd, tmp_path):
-    import gzip
-    target = tmp_path / "gz.txt"
-    with socket.create_connection(host_port(envd.envd), timeout=TIMEOUT) as s:
-        s.sendall(request_bytes(envd.envd, f"/files?path={target}", gzip.compress(b"plain"),
-                                "application/octet-stream", headers={"Content-Encoding": "gzip"}))
-        status, _, body = read_response(s, TIMEOUT)
-    assert status == 415 and b"Content-Encoding gzip" in body and not target.exists()
-
-
 def test_upload_metadata_is_checked_before_anything_is_written(envd, tmp_path):
     """X-Metadata-* values must be printable ASCII and at most 64 keys; a
     value too large for the filesystem's xattrs fails the upload whole: no
