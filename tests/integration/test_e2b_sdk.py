@@ -221,6 +221,10 @@ def test_files_metadata_as_user_e2b_xattrs(sbx, tmp_path):
     assert sbx.files.get_info(f"{d}/b.txt").metadata == {"batch": "1"}
     sbx.files.write(f"{d}/moved.txt", "y")
     assert sbx.files.get_info(f"{d}/moved.txt").metadata is None
+    # With a gzip body too: the metadata and the inflated content.
+    assert sbx.files.write(f"{d}/gz.txt", "zipped " * 100, metadata={"k": "v"}, gzip=True).metadata == {"k": "v"}
+    assert sbx.files.read(f"{d}/gz.txt") == "zipped " * 100
+    assert sbx.files.get_info(f"{d}/gz.txt").metadata == {"k": "v"}
 
 
 def test_files_list_exists_info_dirs(sbx, tmp_path):
