@@ -508,8 +508,8 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
   }
 
   void send_silent(const std::string& code) {
-    channels_->send(KernelChannel::shell,
-                    jp::make_request("execute_request", random_uuid(), session_, jp::execute_request_content(code, true)));
+    channels_->send(KernelChannel::shell, jp::make_request("execute_request", random_uuid(), session_,
+                                                           jp::execute_request_content(code, true)));
   }
 
   // False: a large print is held back until its output has reached the

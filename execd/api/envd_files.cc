@@ -93,7 +93,8 @@ std::string envd_file_signature(const std::string& path, const std::string& oper
   return "v1_" + b64;
 }
 
-std::string envd_upload_reply(const std::vector<std::string>& paths, const std::map<std::string, std::string>& metadata) {
+std::string envd_upload_reply(const std::vector<std::string>& paths,
+                              const std::map<std::string, std::string>& metadata) {
   std::string out = "[";
   for (size_t i = 0; i < paths.size(); ++i) {
     if (i) out += ',';
@@ -160,7 +161,9 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
           else if (metadata.size() >= impl::kMaxMetadataKeys)
             bad = "more than " + std::to_string(impl::kMaxMetadataKeys) + " metadata keys";
           if (bad) {
-            ex.on_complete = [why = *bad](http::Exchange& x) { x.respond_error(400, codes::kInvalidFileMetadata, why); };
+            ex.on_complete = [why = *bad](http::Exchange& x) {
+              x.respond_error(400, codes::kInvalidFileMetadata, why);
+            };
             return;
           }
           metadata[key] = value;

@@ -33,7 +33,8 @@ void envd_download(FileService& svc, http::Exchange& ex, std::string path, std::
 void envd_upload_head(FileService& svc, http::Exchange& ex, std::optional<std::string> path, std::string user,
                       std::map<std::string, std::string> metadata);
 // [{"name":"x.txt","type":"file","path":"/home/user/x.txt"[,"metadata":{...}]}, ...]
-std::string envd_upload_reply(const std::vector<std::string>& paths, const std::map<std::string, std::string>& metadata);
+std::string envd_upload_reply(const std::vector<std::string>& paths,
+                              const std::map<std::string, std::string>& metadata);
 // The xattr namespace of E2B's file metadata.
 inline constexpr std::string_view kE2BMetadataPrefix = "user.e2b.";
 

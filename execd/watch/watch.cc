@@ -57,7 +57,8 @@ std::string handle_of(const std::string& path) {
 // else through /proc.
 std::string where_is(const std::string& handle, const std::string& old, bool in_session) {
   std::string parent = old.substr(0, old.find_last_of('/'));
-  int mount_fd = ::open(parent.empty() ? "/" : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // not O_PATH: refused there
+  // Not O_PATH: open_by_handle_at refuses a mount descriptor opened so.
+  int mount_fd = ::open(parent.empty() ? "/" : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (mount_fd < 0) return {};
   std::string copy = handle;  // open_by_handle_at takes it non-const
   int fd = open_by_handle_at(mount_fd, reinterpret_cast<file_handle*>(copy.data()), O_PATH | O_DIRECTORY | O_CLOEXEC);

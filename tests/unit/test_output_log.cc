@@ -86,7 +86,7 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: written in order, read across segmen
   CHECK(files_in(dir) == 0);
 }
 
-TEST_CASE_FIXTURE(LoopScratch, "output log: a streaming writer keeps its buffers when it catches up, a quiet one does not") {
+TEST_CASE_FIXTURE(LoopScratch, "output log: a streaming writer keeps its buffers when it catches up, a quiet one not") {
   OutputLog log(&loop, path, 64 << 20);
   // A large write (streaming): caught up, the buffers stay for the next one.
   append(log, 0, pattern(256 * 1024, 1));
