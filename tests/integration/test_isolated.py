@@ -670,3 +670,22 @@ def test_runs_in_an_overlay_list_what_they_changed_as_the_session_sees_it(iso, t
     finally:
         if not deleted:
             iso.request("DELETE", f"/v1/isolated/session/{sid}")
+
+
+def test_a_tracked_root_renamed_inside_a_session_is_followed(iso, tmp_path):
+    """The root of a tracked run renamed by the run itself, inside the
+    session: the watch finds its new name as the session names it (the
+    pool job looks from inside the session's mount namespace), and what the
+    run did afterwards is listed under that name."""
+    req, ws = workspace(tmp_path, "rw")
+    (ws / "sub").mkdir()
+    sid = service(iso).create(req).session_id
+    try:
+        st, events = isolated_run(iso, sid, {"code": f"cd {ws} && mv sub renamed && echo after > renamed/f",
+                                             "track_changes": [str(ws / "sub")]})
+        assert st == 200, events
+        entries = events[-1]["changes"]["entries"]
+        assert str(ws / "renamed" / "f") in [e["path"] for e in entries], entries
+        assert (ws / "renamed" / "f").read_text() == "after\n"
+    finally:
+        assert iso.request("DELETE", f"/v1/isolated/session/{sid}")[0] == 200
