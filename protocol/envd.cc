@@ -543,6 +543,19 @@ std::string_view event_type_name(EventType t) {
   return "EVENT_TYPE_UNSPECIFIED";
 }
 
+void append_metadata(std::string& out, const std::map<std::string, std::string>& metadata) {
+  out += '{';
+  bool first = true;
+  for (const auto& [k, v] : metadata) {
+    if (!first) out += ',';
+    first = false;
+    str(out, k);
+    out += ':';
+    str(out, v);
+  }
+  out += '}';
+}
+
 void append_entry_info(std::string& out, const EntryInfo& e) {
   out += '{';
   Fields f{out};
@@ -590,16 +603,7 @@ void append_entry_info(std::string& out, const EntryInfo& e) {
   }
   if (!e.metadata.empty()) {
     f.name("metadata");
-    out += '{';
-    bool first = true;
-    for (const auto& [k, v] : e.metadata) {
-      if (!first) out += ',';
-      first = false;
-      str(out, k);
-      out += ':';
-      str(out, v);
-    }
-    out += '}';
+    append_metadata(out, e.metadata);
   }
   if (e.is_symlink) {
     f.name("isSymlink");

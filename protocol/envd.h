@@ -181,6 +181,9 @@ struct EntryInfo {
 };
 
 void append_entry_info(std::string& out, const EntryInfo& e);
+// A file's metadata (EntryInfo.metadata, an upload answer's "metadata"):
+// a JSON object of strings.
+void append_metadata(std::string& out, const std::map<std::string, std::string>& metadata);
 // {"entry":{...}}: StatResponse, MakeDirResponse, MoveResponse.
 std::string entry_response(const EntryInfo& e);
 // {"entries":[...]}

@@ -7,6 +7,7 @@
 #include "execd/context.h"
 #include "fs/paths.h"
 #include "protocol/base64.h"
+#include "protocol/envd.h"
 #include "protocol/errors.h"
 #include "protocol/gunzip.h"
 #include "protocol/json_text.h"
@@ -103,16 +104,8 @@ std::string envd_upload_reply(const std::vector<std::string>& paths,
     out += ",\"type\":\"file\",\"path\":";
     protocol::append_json_string_lossy(out, paths[i]);
     if (!metadata.empty()) {
-      out += ",\"metadata\":{";
-      bool first = true;
-      for (const auto& [k, v] : metadata) {
-        if (!first) out += ',';
-        first = false;
-        protocol::append_json_string_lossy(out, k);
-        out += ':';
-        protocol::append_json_string_lossy(out, v);
-      }
-      out += '}';
+      out += ",\"metadata\":";
+      protocol::envd::append_metadata(out, metadata);
     }
     out += '}';
   }

@@ -875,14 +875,10 @@ void start_foreground(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, p
 // Only a root in a read-only mount is refused: nothing can change there,
 // and an empty list would read as "nothing changed".
 const char* untrackable_root(const IsolatedSession& s, const std::string& root) {
-  auto beneath = [&root](const std::string& dir) {
-    return root == dir || (root.size() > dir.size() && root.compare(0, dir.size(), dir) == 0 &&
-                           (dir == "/" || root[dir.size()] == '/'));
-  };
   for (const auto& o : s.spec.overlays)
-    if (beneath(o.path) && o.mode == "ro") return "it lies in a read-only mount";
+    if (beneath(root, o.path) && o.mode == "ro") return "it lies in a read-only mount";
   for (const auto& b : s.spec.binds)
-    if (beneath(b.target()) && b.readonly) return "it lies in a read-only bind";
+    if (beneath(root, b.target()) && b.readonly) return "it lies in a read-only bind";
   return nullptr;
 }
 
