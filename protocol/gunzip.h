@@ -54,8 +54,6 @@ class Gunzip {
   bool too_large() const { return too_large_; }
   const std::string& error() const { return error_; }
   bool complete() const { return !failed() && members_ > 0 && between_members_; }
-  uint64_t total_out() const { return total_out_; }
-  uint64_t max_output() const { return max_output_; }
 
  private:
   void fail(std::string why);

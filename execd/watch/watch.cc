@@ -546,7 +546,6 @@ void Watch::job_done(std::vector<Change>& batch) {
         c.path = c.from;
         c.from.clear();
         c.reason = "moved";
-        c.st = {};
       } else if (c.path == c.from) {
         continue;  // moved again before it was looked for: the first record already found it
       } else {

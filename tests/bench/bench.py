@@ -275,10 +275,6 @@ def relay_floor_cpu(cmd):
     it from a pipe to a TCP socket (a reader in this process drains the
     other end), plus `openssl dgst -sha256` of the same bytes (execd hashes
     what it streams). The producers' CPU is in neither side."""
-    def cpu_of(argv, stdin, stdout):
-        p = subprocess.Popen(argv, stdin=stdin, stdout=stdout)
-        return p
-
     def waited(p):
         _, _, ru = os.wait4(p.pid, 0)
         p.returncode = 0
@@ -301,7 +297,7 @@ def relay_floor_cpu(cmd):
     t = threading.Thread(target=drain)
     t.start()
     producer = subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE)
-    cat = cpu_of(["cat"], producer.stdout, out.fileno())
+    cat = subprocess.Popen(["cat"], stdin=producer.stdout, stdout=out.fileno())
     producer.stdout.close()
     out.close()
     cat_cpu = waited(cat)
@@ -310,7 +306,7 @@ def relay_floor_cpu(cmd):
     conn.close()
     srv.close()
     producer = subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE)
-    dgst = cpu_of(["openssl", "dgst", "-sha256"], producer.stdout, subprocess.DEVNULL)
+    dgst = subprocess.Popen(["openssl", "dgst", "-sha256"], stdin=producer.stdout, stdout=subprocess.DEVNULL)
     producer.stdout.close()
     dgst_cpu = waited(dgst)
     producer.wait()
