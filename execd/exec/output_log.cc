@@ -32,13 +32,20 @@ int pwrite_all(int fd, const char* data, size_t len, uint64_t offset) {
 
 // Closing a file can wait on the disk, so it goes to the pool, and so do
 // unlinks (a burst of commands ends hundreds of logs at once).
-void close_on_pool(uv_loop_t* loop, int fd) {
+// `truncate_to` >= 0 cuts the file there first (a reused file's old tail).
+void close_on_pool(uv_loop_t* loop, int fd, int64_t truncate_to = -1) {
   if (fd < 0) return;
   struct CloseJob {
     int fd;
+    int64_t truncate_to;
   };
   fs::queue_job<CloseJob>(
-      loop, std::make_unique<CloseJob>(CloseJob{fd}), [](CloseJob& j) { ::close(j.fd); }, [](CloseJob&, int) {});
+      loop, std::make_unique<CloseJob>(CloseJob{fd, truncate_to}),
+      [](CloseJob& j) {
+        if (j.truncate_to >= 0) (void)::ftruncate(j.fd, static_cast<off_t>(j.truncate_to));
+        ::close(j.fd);
+      },
+      [](CloseJob&, int) {});
 }
 
 void unlink_on_pool(uv_loop_t* loop, std::vector<std::string> paths) {
@@ -63,12 +70,22 @@ struct OutputLog::WriteJob {
   std::string data_path, index_path;
   int data_fd, index_fd;
   bool create;
+  std::string reuse_path;  // a dropped segment's data file to take over, or ""
   int err = 0;
+  bool reused = false;
 
   static void run(WriteJob& j) {
     Writer& w = *j.writer;
     if (j.create) {
-      j.data_fd = ::open(j.data_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (!j.reuse_path.empty()) {
+        if (::rename(j.reuse_path.c_str(), j.data_path.c_str()) == 0) {
+          j.data_fd = ::open(j.data_path.c_str(), O_RDWR | O_CLOEXEC);
+          j.reused = j.data_fd >= 0;
+        } else {
+          ::unlink(j.reuse_path.c_str());
+        }
+      }
+      if (j.data_fd < 0) j.data_fd = ::open(j.data_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (j.data_fd < 0) return void(j.err = errno);
       j.index_fd = ::open(j.index_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (j.index_fd < 0) return void(j.err = errno);
@@ -122,6 +139,7 @@ struct OutputLog::ReadJob {
   static void done(ReadJob& r, int) {
     OutputLog& log = *r.log;
     --log.ops_;
+    --log.reads_;
     r.fn(r.err, r.err ? std::string() : std::move(r.buf));
     if (log.removed_) log.remove();
     else log.pump();
@@ -164,7 +182,9 @@ bool OutputLog::adopt(const std::vector<std::string>& names) {
   for (uint32_t k : ks) {
     struct stat st {};
     std::string data = data_path(k);
-    if (broken || stat(data.c_str(), &st) != 0) {
+    struct stat index_st {};
+    // A data file without its index is a dropped segment kept for reuse.
+    if (broken || stat(data.c_str(), &st) != 0 || stat(index_path(k).c_str(), &index_st) != 0) {
       stray.push_back(data);
       stray.push_back(index_path(k));
       continue;
@@ -270,19 +290,36 @@ void OutputLog::drop_oldest() {
     writers_.erase(it);
     break;
   }
+  // Kept for the next segment instead of unlinked: overwriting a file's
+  // cached pages costs a quarter of what a new file's do (its pages and
+  // blocks are allocated already, and nothing frees them). Unless a read by
+  // path may still be out: it must find the old bytes or no file.
+  if (!sealed_ && !has_spare_ && reads_ == 0) {
+    has_spare_ = true;
+    spare_k_ = s.k;
+    unlink_on_pool(loop_, {index_path(s.k)});
+    return;
+  }
   unlink_segment(s.k);
 }
 
 void OutputLog::unlink_segment(uint32_t k) { unlink_on_pool(loop_, {data_path(k), index_path(k)}); }
 
+void OutputLog::drop_spare() {
+  if (!has_spare_) return;
+  has_spare_ = false;
+  unlink_on_pool(loop_, {data_path(spare_k_)});
+}
+
 void OutputLog::close_writer(Writer& w) {
-  close_on_pool(loop_, w.data_fd);
+  close_on_pool(loop_, w.data_fd, w.reused ? static_cast<int64_t>(w.data_durable) : -1);
   close_on_pool(loop_, w.index_fd);
   w.data_fd = w.index_fd = -1;
 }
 
 void OutputLog::seal() {
   sealed_ = true;
+  drop_spare();
   pump();
 }
 
@@ -302,19 +339,22 @@ void OutputLog::pump() {
       ++ops_;
       bool create = !w.created;
       w.created = true;
-      fs::queue_job<WriteJob>(loop_,
-                              std::make_unique<WriteJob>(WriteJob{this, &w, create ? data_path(w.k) : std::string(),
-                                                                  create ? index_path(w.k) : std::string(), w.data_fd,
-                                                                  w.index_fd, create}),
-                              WriteJob::run, WriteJob::done);
+      auto job = std::make_unique<WriteJob>(WriteJob{this, &w, create ? data_path(w.k) : std::string(),
+                                                     create ? index_path(w.k) : std::string(), w.data_fd, w.index_fd,
+                                                     create, {}});
+      if (create && has_spare_) {
+        job->reuse_path = data_path(spare_k_);
+        has_spare_ = false;
+      }
+      fs::queue_job<WriteJob>(loop_, std::move(job), WriteJob::run, WriteJob::done);
       return;
     }
     // Caught up. A writer that takes no more appends closes its files; the
     // current one keeps them, and gives back its buffers' memory unless
-    // output is streaming (its last write was large): a stream would
+    // output is streaming (its last writes were large): a stream would
     // otherwise grow both buffers again, copying, after every catch-up.
     bool current = !sealed_ && !segments_.empty() && segments_.back().k == w.k;
-    if (current && w.last_write >= kStreamingWrite) return;
+    if (current && w.last_writes[0] + w.last_writes[1] >= kStreamingWrite) return;
     std::string().swap(w.data_inflight);
     std::string().swap(w.index_inflight);
     if (current) {
@@ -334,9 +374,11 @@ void OutputLog::on_write_done(WriteJob& job) {
   if (job.create) {
     w.data_fd = job.data_fd;
     w.index_fd = job.index_fd;
+    w.reused = job.reused;
   }
   inflight_ -= w.data_inflight.size();
-  w.last_write = w.data_inflight.size();
+  w.last_writes[0] = w.last_writes[1];
+  w.last_writes[1] = w.data_inflight.size();
   if (job.err) {
     // Not durable: the bytes of this write and everything after it. The
     // file may hold part of them; readers never look past the durable end.
@@ -408,6 +450,7 @@ void OutputLog::read_now(uint64_t offset, size_t max, ReadFn fn) {
   }
   if (pieces.empty()) return fn(0, {});
   ++ops_;
+  ++reads_;
   fs::queue_job<ReadJob>(loop_, std::make_unique<ReadJob>(ReadJob{this, std::move(pieces), {}, std::move(fn)}),
                          ReadJob::run, ReadJob::done);
 }
@@ -435,6 +478,7 @@ void OutputLog::remove() {
   waiting_ = 0;
   run_waiting_reads();
   if (ops_ > 0) return;  // finished by the last completion
+  drop_spare();
   std::vector<std::string> paths;
   for (auto& w : writers_) close_writer(*w);
   writers_.clear();

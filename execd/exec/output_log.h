@@ -9,6 +9,10 @@
 // would pass the limit the oldest segment goes, unless the owner's drop guard
 // says a reader still needs it (the owner then pauses its producer, see
 // exec/execution). What a reader asked for and the log let go is a gap.
+// A dropped segment's data file (its index unlinked at once, so a restart
+// never adopts it) is renamed to the next segment and overwritten: a long
+// stream then rewrites cached pages instead of allocating, and freeing,
+// a new file's.
 //
 // Writing: one pool job at a time writes the data and its index entries
 // (appends arriving meanwhile wait in memory, and what waits is part of the
@@ -39,9 +43,10 @@ class OutputLog {
  public:
   // Bytes waiting for the disk past which the producer is paused.
   static constexpr size_t kPendingBudget = 1 << 20;
-  // A write at least this large means output is streaming: the writer keeps
-  // its buffers (at most ~3 MiB) when it catches up, until a smaller write
-  // or the seal.
+  // The last two writes at least this large together mean output is
+  // streaming: the writer keeps its buffers (at most ~3 MiB) when it catches
+  // up, until smaller writes or the seal. Two, because a fast disk takes a
+  // stream in writes of a few pipe reads each (32 KiB typical).
   static constexpr size_t kStreamingWrite = 64 << 10;
 
   // `base`: "<state dir>/<id>"; `limit`: bytes retained at most.
@@ -105,11 +110,12 @@ class OutputLog {
     uint32_t k;
     int data_fd = -1, index_fd = -1;
     bool created = false;
+    bool reused = false;  // a dropped segment's file: its old tail is cut at the close
     std::string data, index;                   // waiting
     size_t open_entry = std::string::npos;     // the last entry in `index`, still growing
     std::string data_inflight, index_inflight;  // in the write out
     uint64_t data_durable = 0, index_durable = 0;
-    size_t last_write = 0;  // bytes of the last completed write
+    size_t last_writes[2] = {0, 0};  // bytes of the last two completed writes
     void drop_waiting() {
       data.clear();
       index.clear();
@@ -133,6 +139,7 @@ class OutputLog {
   void run_waiting_reads();
   uint64_t durable_end() const { return index_.end() - waiting_ - inflight_; }
   void unlink_segment(uint32_t k);
+  void drop_spare();
 
   uv_loop_t* loop_;
   std::string base_;
@@ -146,7 +153,11 @@ class OutputLog {
   uint64_t waiting_ = 0, inflight_ = 0;  // data bytes not on disk yet
   bool writing_ = false, sealed_ = false, failed_ = false, removed_ = false;
   uint64_t failed_at_ = 0;
-  int ops_ = 0;
+  int ops_ = 0, reads_ = 0;  // pool jobs out; of them, reads
+  // A dropped segment's data file (its index is gone), kept for the next
+  // segment to overwrite.
+  bool has_spare_ = false;
+  uint32_t spare_k_ = 0;
   DropGuard guard_;
   std::function<void()> on_written_;
   struct WaitingRead {

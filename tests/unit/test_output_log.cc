@@ -4,11 +4,13 @@
 // still needs, a failing disk that stores nothing it cannot, and a log that
 // has caught up with the disk holding no descriptor and no buffer.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,12 +94,18 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: a streaming writer keeps its buffers
   append(log, 0, pattern(256 * 1024, 1));
   run_until([&] { return !log.busy(); });
   CHECK(log.buffer_capacity() >= 256 * 1024);
-  // Then a small one: caught up, they go.
+  // Then small ones: once the last two writes are small, caught up, they go.
   append(log, 0, pattern(100, 2));
   run_until([&] { return !log.busy(); });
   append(log, 0, pattern(100, 3));  // written after the small write completed
   run_until([&] { return !log.busy(); });
   CHECK(log.buffer_capacity() < 4096);
+  // A stream the disk takes in 32 KiB writes is streaming too.
+  for (int i = 0; i < 3; ++i) {
+    append(log, 0, pattern(32 * 1024, 4 + i));
+    run_until([&] { return !log.busy(); });
+  }
+  CHECK(log.buffer_capacity() >= 64 * 1024);
   log.seal();
   run_until([&] { return log.settled(); });
   CHECK(log.buffer_capacity() == 0);
@@ -136,6 +144,115 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: the newest bytes are kept, in segmen
   CHECK(again.first() == log.first());
   CHECK(again.end() == log.end());
   CHECK(read_all(*this, again, again.first()) == all.substr(again.first()));
+  log.remove();
+  run_until([&] { return !log.busy(); });
+}
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: a dropped segment's file is overwritten by the next, its old tail cut") {
+  OutputLog log(&loop, path, 4000);  // segments of 1000 bytes
+  std::string all;
+  // A file is known by its inode and birth time (a new file may get an
+  // unlinked one's inode number, not its birth time).
+  std::set<std::pair<uint64_t, int64_t>> files;
+  size_t files_made = 0;
+  bool birth_times = true;
+  for (int i = 0; i < 40; ++i) {
+    std::string piece = pattern(i % 7 == 6 ? 180 : 500, i);  // segments that do not end on a piece
+    all += piece;
+    append(log, i % 2, piece);
+    run_until([&] { return !log.busy(); });  // each write lands before the next drop
+    for (int k = 0; k < 64; ++k) {
+      struct statx stx {};
+      if (statx(AT_FDCWD, (dir + "/f.output." + std::to_string(k)).c_str(), 0, STATX_INO | STATX_BTIME, &stx) != 0)
+        continue;
+      birth_times = birth_times && (stx.stx_mask & STATX_BTIME);
+      int64_t born = static_cast<int64_t>(stx.stx_btime.tv_sec) * 1000000000 + stx.stx_btime.tv_nsec;
+      files_made += files.insert({stx.stx_ino, born}).second;
+    }
+  }
+  CHECK(log.end() - log.first() <= 4000);
+  CHECK(read_all(*this, log, log.first()) == all.substr(log.first()));
+  // A read out while its segment goes finds the old bytes or none, never the
+  // new ones written over a reused file.
+  uint64_t old_first = log.first();
+  std::string got;
+  bool done = false;
+  log.read(old_first, 1 << 20, [&](int err, std::string data) {
+    CHECK(err == 0);
+    got = std::move(data);
+    done = true;
+  });
+  for (int i = 0; i < 8; ++i) {
+    std::string piece = pattern(500, 100 + i);
+    all += piece;
+    append(log, 0, piece);
+  }
+  run_until([&] { return done; });
+  CHECK(all.compare(old_first, got.size(), got) == 0);
+  log.seal();
+  run_until([&] { return log.settled(); });
+  uv_run(&loop, UV_RUN_DEFAULT);
+  // Dozens of segments, a handful of files: each dropped one's was taken over.
+  if (birth_times) CHECK(files_made <= 6);
+  // What is on disk is the retained bytes exactly (no old tails), and a
+  // restart reads them back.
+  std::vector<std::string> names;
+  uint64_t on_disk = 0;
+  for (int k = -1; k < 64; ++k) {
+    std::string stem = std::string("f.output") + (k < 0 ? "" : "." + std::to_string(k));
+    struct stat st {};
+    if (stat((dir + "/" + stem).c_str(), &st) == 0) {
+      names.push_back(stem);
+      on_disk += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  CHECK(on_disk == log.end() - log.first());
+  OutputLog again(&loop, path, 4000);
+  REQUIRE(again.adopt(names));
+  CHECK(again.first() == log.first());
+  CHECK(read_all(*this, again, again.first()) == all.substr(again.first()));
+  log.remove();
+  run_until([&] { return !log.busy(); });
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(files_in(dir) == 0);
+}
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: a restart does not adopt a data file without its index (a kept, dropped segment)") {
+  OutputLog log(&loop, path, 4000);
+  // A reader holds every segment until trim() lets them go, so the first
+  // dropped one's file waits for a next segment that does not come.
+  uint64_t reader_at = 0;
+  log.set_drop_guard([&](uint64_t upto) { return reader_at >= upto; });
+  std::string all;
+  for (int i = 0; i < 12; ++i) {
+    std::string piece = pattern(500, i);
+    all += piece;
+    append(log, 0, piece);
+    run_until([&] { return !log.busy(); });
+  }
+  reader_at = all.size();
+  log.trim();
+  uv_run(&loop, UV_RUN_DEFAULT);
+  // As a crash would leave it: the segments, and a dropped one's data file
+  // kept for reuse (its index unlinked).
+  std::vector<std::string> names;
+  size_t data_files = 0, index_files = 0;
+  for (int k = -1; k < 64; ++k) {
+    std::string suffix = k < 0 ? "" : "." + std::to_string(k);
+    struct stat st {};
+    if (stat((dir + "/f.output" + suffix).c_str(), &st) == 0) {
+      names.push_back("f.output" + suffix);
+      ++data_files;
+    }
+    index_files += stat((dir + "/f.index" + suffix).c_str(), &st) == 0;
+  }
+  CHECK(data_files == index_files + 1);
+  OutputLog again(&loop, path, 4000);
+  REQUIRE(again.adopt(names));
+  CHECK(again.first() == log.first());
+  CHECK(again.end() == log.end());
+  CHECK(read_all(*this, again, again.first()) == all.substr(again.first()));
+  CHECK(files_in(dir) == 2 * index_files);  // the kept file was let go
   log.remove();
   run_until([&] { return !log.busy(); });
 }
