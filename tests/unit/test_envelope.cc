@@ -156,6 +156,19 @@ TEST_CASE("json strings escape every control byte and the Unicode line separator
   CHECK(nlohmann::json::parse(out).get<std::string>() == s);
 }
 
+TEST_CASE("json strings: output that outgrows the room sized for few escapes is written whole") {
+  // Every byte becomes six (\u0001) or two (\n): the writer sizes for few
+  // escapes and must grow, mid-string, behind text already in `out`.
+  for (const std::string unit : {std::string("\x01"), std::string("\n"), std::string("\xE2\x80\xA8"), std::string("a\x01")}) {
+    std::string s;
+    while (s.size() < 100000) s += unit;
+    std::string out = "{\"k\":";
+    append_json_string(out, s);
+    out += "}";
+    CHECK(nlohmann::json::parse(out)["k"].get<std::string>() == s);
+  }
+}
+
 TEST_CASE("utf8 helpers") {
   auto u = [](const char* s) { return reinterpret_cast<const uint8_t*>(s); };
   CHECK(utf8_valid_prefix(u("abc\xC3\xA9"), 5) == 5);
