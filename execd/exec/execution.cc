@@ -44,7 +44,8 @@ void set_signal(protocol::ExecutionResult& r, int signal) {
 Execution::Execution(Registry& registry, ExecutionSpec spec, uint64_t log_limit)
     : registry_(registry), spec_(std::move(spec)) {
   started_ns_ = unix_ns();
-  log_ = std::make_unique<OutputLog>(registry_.loop(), registry_.state_dir() + "/" + spec_.id, log_limit);
+  log_ = std::make_unique<OutputLog>(registry_.loop(), registry_.state_dir() + "/" + spec_.id, log_limit,
+                                     &registry_.write_delay());
   log_->set_on_written([this] { update_pause(); });
   log_->set_drop_guard([this](uint64_t upto) { return may_drop(upto); });
 }

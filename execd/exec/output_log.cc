@@ -146,10 +146,50 @@ struct OutputLog::ReadJob {
   }
 };
 
-OutputLog::OutputLog(uv_loop_t* loop, std::string base, uint64_t limit)
-    : loop_(loop), base_(std::move(base)), limit_(limit), segment_bytes_(std::max<uint64_t>(1, limit / 4 + (limit % 4 != 0))) {}
+WriteDelay::WriteDelay(uv_loop_t* loop, uint64_t period_ms) : period_ms_(period_ms) {
+  uv_timer_init(loop, &timer_);
+  timer_.data = this;
+}
+
+bool WriteDelay::add(OutputLog& log) {
+  if (closed_) return false;
+  logs_.push_back(&log);
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&timer_)))
+    uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<WriteDelay*>(t->data)->fire(); }, period_ms_, 0);
+  return true;
+}
+
+void WriteDelay::remove(OutputLog& log) {
+  auto it = std::find(logs_.begin(), logs_.end(), &log);
+  if (it != logs_.end()) logs_.erase(it);
+}
+
+void WriteDelay::fire() {
+  std::vector<OutputLog*> due;
+  due.swap(logs_);
+  for (OutputLog* log : due) {
+    log->delayed_ = false;
+    log->write_due_ = true;
+    log->pump();
+  }
+}
+
+void WriteDelay::close() {
+  if (closed_) return;
+  closed_ = true;
+  fire();
+  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+}
+
+OutputLog::OutputLog(uv_loop_t* loop, std::string base, uint64_t limit, WriteDelay* delay)
+    : loop_(loop),
+      base_(std::move(base)),
+      limit_(limit),
+      segment_bytes_(std::max<uint64_t>(1, limit / 4 + (limit % 4 != 0))),
+      delay_(delay) {}
 
 OutputLog::~OutputLog() {
+  cancel_delay();
   for (auto& w : writers_) {
     if (w->data_fd >= 0) ::close(w->data_fd);
     if (w->index_fd >= 0) ::close(w->index_fd);
@@ -323,11 +363,30 @@ void OutputLog::seal() {
   pump();
 }
 
+// A few waiting bytes of a running log's one open segment wait for the
+// delay; the first write (it makes the files), a second writer, a waiting
+// read, the seal and a delay that ran out do not.
+bool OutputLog::delay_write() {
+  if (!delay_ || write_due_ || sealed_ || !waiting_reads_.empty() || waiting_ >= kWriteBatch || writers_.size() != 1)
+    return false;
+  const Writer& w = *writers_.front();
+  if (!w.created || w.data.empty()) return false;
+  if (!delayed_) delayed_ = delay_->add(*this);
+  return delayed_;
+}
+
+void OutputLog::cancel_delay() {
+  if (delayed_) delay_->remove(*this);
+  delayed_ = false;
+}
+
 void OutputLog::pump() {
-  if (writing_ || removed_) return;
+  if (writing_ || removed_ || delay_write()) return;
   while (!writers_.empty()) {
     Writer& w = *writers_.front();
     if (!w.data.empty() || (!w.created && !w.index.empty())) {
+      cancel_delay();
+      write_due_ = false;
       w.data_inflight.swap(w.data);
       w.index_inflight.swap(w.index);
       w.data.clear();
@@ -422,6 +481,7 @@ void OutputLog::on_write_done(WriteJob& job) {
 void OutputLog::read(uint64_t offset, size_t max, ReadFn fn) {
   if (!removed_ && !failed_ && durable_end() < index_.end()) {
     waiting_reads_.push_back({index_.end(), offset, max, std::move(fn)});
+    pump();  // bytes waiting for the delay go now
     return;
   }
   read_now(offset, max, std::move(fn));
@@ -472,6 +532,7 @@ size_t OutputLog::buffer_capacity() const {
 
 void OutputLog::remove() {
   removed_ = true;
+  cancel_delay();
   on_written_ = nullptr;
   guard_ = nullptr;
   for (auto& w : writers_) w->drop_waiting();

@@ -21,6 +21,13 @@
 // was durable before it, and says from where it failed; the index in memory
 // is cut back to match.
 //
+// Batching: a running log whose waiting bytes are fewer than kWriteBatch
+// writes them within a WriteDelay's period instead of at once (a stream
+// read in 8-32 KiB pieces otherwise made a pool job per piece, and each job
+// costs two cross-thread wake-ups); a read, the seal and the delay's close
+// write at once. What a SIGKILL can lose is the newest bytes of that
+// period, as it could lose those of the write in flight before.
+//
 // Ownership: the execution owns its log. Pool jobs in flight point at it, so
 // the owner must not destroy it while busy(); remove() unlinks every file
 // with requests that need nothing of the log. A sealed, settled log holds no
@@ -39,6 +46,31 @@
 
 namespace execd::exec {
 
+class OutputLog;
+
+// One timer for every log's delayed writes (the registry owns it; it must
+// outlive its logs).
+class WriteDelay {
+ public:
+  WriteDelay(uv_loop_t* loop, uint64_t period_ms);
+  WriteDelay(const WriteDelay&) = delete;
+  WriteDelay& operator=(const WriteDelay&) = delete;
+  // False once closed: the log writes at once.
+  bool add(OutputLog& log);
+  void remove(OutputLog& log);
+  // Writes every delayed log now, and from now on delays nothing (daemon
+  // exit: the loop runs dry after this, and the timer is closed).
+  void close();
+
+ private:
+  void fire();
+
+  uv_timer_t timer_;
+  uint64_t period_ms_;
+  std::vector<OutputLog*> logs_;
+  bool closed_ = false;
+};
+
 class OutputLog {
  public:
   // Bytes waiting for the disk past which the producer is paused.
@@ -48,9 +80,12 @@ class OutputLog {
   // up, until smaller writes or the seal. Two, because a fast disk takes a
   // stream in writes of a few pipe reads each (32 KiB typical).
   static constexpr size_t kStreamingWrite = 64 << 10;
+  // Fewer waiting bytes than this wait for the delay (when there is one).
+  static constexpr size_t kWriteBatch = 128 << 10;
 
-  // `base`: "<state dir>/<id>"; `limit`: bytes retained at most.
-  OutputLog(uv_loop_t* loop, std::string base, uint64_t limit);
+  // `base`: "<state dir>/<id>"; `limit`: bytes retained at most; `delay`:
+  // where small writes wait (none: every write goes at once).
+  OutputLog(uv_loop_t* loop, std::string base, uint64_t limit, WriteDelay* delay = nullptr);
   ~OutputLog();
   OutputLog(const OutputLog&) = delete;
   OutputLog& operator=(const OutputLog&) = delete;
@@ -132,6 +167,8 @@ class OutputLog {
   Writer& writer_for_new_bytes();
   void roll_over();
   void pump();
+  bool delay_write();
+  void cancel_delay();
   void on_write_done(WriteJob& job);
   void drop_oldest();
   void close_writer(Writer& w);
@@ -159,6 +196,10 @@ class OutputLog {
   bool has_spare_ = false;
   uint32_t spare_k_ = 0;
   DropGuard guard_;
+  WriteDelay* delay_;
+  bool delayed_ = false;    // waiting in delay_
+  bool write_due_ = false;  // the delay ran out: the next pump writes whatever waits
+  friend class WriteDelay;
   std::function<void()> on_written_;
   struct WaitingRead {
     uint64_t needed;

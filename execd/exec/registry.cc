@@ -18,7 +18,8 @@ Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& jou
         std::set<std::string> ids;
         for (const auto& [id, e] : executions_) ids.insert(id);
         return ids;
-      }) {
+      }),
+      write_delay_(loop, kLogWriteDelayMs) {
   uv_timer_init(loop, &sweep_timer_);
   sweep_timer_.data = this;
   sweep_period_ = static_cast<uint64_t>(std::clamp<int64_t>(settings_.retention_ms / 4, 100, 10000));
@@ -107,6 +108,7 @@ void Registry::close() {
   // The files stay: a restarted execd answers for them. Runners let go of
   // their processes (left to be reaped as orphans) and handles.
   for (auto& [id, e] : executions_) e->close();
+  write_delay_.close();
   records_.close();
 }
 

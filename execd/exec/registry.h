@@ -34,6 +34,10 @@ struct RegistrySettings {
 
 class Registry {
  public:
+  // How long a running command's last few output bytes may wait for the
+  // disk (OutputLog's batching).
+  static constexpr uint64_t kLogWriteDelayMs = 10;
+
   // Loads the records the state directory holds as finished executions.
   Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal, Activity& activity);
   ~Registry();
@@ -70,6 +74,7 @@ class Registry {
   const std::string& state_dir() const { return settings_.state_dir; }
   const std::string& boot_id() const { return records_.boot_id(); }
   RecordStore& records() { return records_; }
+  WriteDelay& write_delay() { return write_delay_; }
   void journal_append(const nlohmann::ordered_json& entry);
   Activity& activity() { return activity_; }
   void started(Execution& e);
@@ -85,6 +90,8 @@ class Registry {
   api::Journal& journal_;
   Activity& activity_;
   RecordStore records_;
+  // Before the executions: their logs leave it as they go.
+  WriteDelay write_delay_;
   std::map<std::string, std::unique_ptr<Execution>> executions_;
   // Finished executions, oldest first, for the sweep (pointers: only the
   // sweep erases a finished execution, from the front).

@@ -257,6 +257,92 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: a restart does not adopt a data file
   run_until([&] { return !log.busy(); });
 }
 
+namespace {
+uint64_t file_size(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+}  // namespace
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: a few bytes wait for the delay; a read, a batch, the seal and the delay's close write at once") {
+  execd::exec::WriteDelay delay(&loop, 60 * 1000);  // never runs out here
+  {
+    OutputLog log(&loop, path, 64 << 20, &delay);
+    std::string all = pattern(100, 1);
+    append(log, 0, all);  // the first write makes the files: at once
+    run_until([&] { return !log.busy(); });
+    CHECK(file_size(path + ".output") == 100);
+    std::string more = pattern(200, 2);
+    all += more;
+    append(log, 1, more);
+    for (int i = 0; i < 10; ++i) uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK_FALSE(log.busy());
+    CHECK(file_size(path + ".output") == 100);  // waiting for the delay
+    CHECK(read_all(*this, log, 0) == all);     // a read does not wait for it
+    CHECK(file_size(path + ".output") == 300);
+    std::string batch = pattern(OutputLog::kWriteBatch, 3);
+    all += pattern(50, 4) + batch;
+    append(log, 0, pattern(50, 4));
+    append(log, 0, batch);  // a batch's worth waits for nothing
+    run_until([&] { return !log.busy(); });
+    CHECK(file_size(path + ".output") == all.size());
+    std::string tail = pattern(70, 5);
+    all += tail;
+    append(log, 1, tail);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK(file_size(path + ".output") == all.size() - 70);
+    log.seal();  // the seal does not wait either
+    run_until([&] { return log.settled(); });
+    CHECK(file_size(path + ".output") == all.size());
+    CHECK(read_all(*this, log, 0) == all);
+    log.remove();
+    run_until([&] { return !log.busy(); });
+  }
+  {
+    // The delay's close writes what waits, and later writes go at once.
+    OutputLog log(&loop, path, 64 << 20, &delay);
+    append(log, 0, pattern(10, 6));
+    run_until([&] { return !log.busy(); });
+    append(log, 0, pattern(10, 7));
+    uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK(file_size(path + ".output") == 10);
+    delay.close();
+    run_until([&] { return !log.busy(); });
+    CHECK(file_size(path + ".output") == 20);
+    append(log, 0, pattern(10, 8));
+    run_until([&] { return !log.busy(); });
+    CHECK(file_size(path + ".output") == 30);
+    log.remove();
+    run_until([&] { return !log.busy(); });
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);  // the delay's timer is closed before it goes
+}
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: the delay runs out and writes; a log that goes first leaves it") {
+  execd::exec::WriteDelay delay(&loop, 1);
+  {
+    OutputLog log(&loop, path, 64 << 20, &delay);
+    append(log, 0, pattern(10, 1));
+    run_until([&] { return !log.busy(); });
+    append(log, 0, pattern(10, 2));
+    run_until([&] { return file_size(path + ".output") == 20; });
+    CHECK(file_size(path + ".output") == 20);
+    append(log, 0, pattern(10, 3));  // delayed, and then the log goes
+    log.remove();
+    run_until([&] { return !log.busy(); });
+  }
+  // The timer runs out with nothing left to write (ASan: nothing freed is touched).
+  uv_timer_t wait;
+  uv_timer_init(&loop, &wait);
+  bool waited = false;
+  wait.data = &waited;
+  uv_timer_start(&wait, [](uv_timer_t* t) { *static_cast<bool*>(t->data) = true; }, 5, 0);
+  run_until([&] { return waited; });
+  uv_close(reinterpret_cast<uv_handle_t*>(&wait), nullptr);
+  delay.close();
+  uv_run(&loop, UV_RUN_DEFAULT);  // the handles are closed before they go
+}
+
 TEST_CASE_FIXTURE(LoopScratch, "output log: a drop guard keeps what a reader needs; trim() lets it go later") {
   OutputLog log(&loop, path, 1000);
   uint64_t reader_at = 0;
