@@ -251,6 +251,18 @@ OutputLog::Writer& OutputLog::writer_for_new_bytes() {
   if (writers_.empty() || writers_.back()->k != k) {
     auto w = std::make_unique<Writer>();
     w->k = k;
+    // A stream rolling over: the next segment's buffers start at the size
+    // the last one's reached, not grown again (copying) from nothing.
+    if (!writers_.empty()) {
+      const Writer& last = *writers_.back();
+      w->last_writes[0] = last.last_writes[0];
+      w->last_writes[1] = last.last_writes[1];
+      if (last.last_writes[0] + last.last_writes[1] >= kStreamingWrite) {
+        size_t cap = std::max(last.data.capacity(), last.data_inflight.capacity());
+        w->data.reserve(cap);
+        w->data_inflight.reserve(cap);
+      }
+    }
     w->index = protocol::OutputIndex::encode_header(index_.position());
     writers_.push_back(std::move(w));
   }
