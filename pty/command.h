@@ -29,13 +29,13 @@
 #include <string>
 
 #include "pty/cgroup.h"
+#include "pty/pump.h"
 #include "pty/reaper.h"
 #include "pty/runtime.h"
 #include "pty/spawn.h"
 
 namespace execd::pty {
 
-class OutputPump;
 
 enum class Stream : uint8_t { out = 0, err = 1 };
 
@@ -56,6 +56,8 @@ class CommandSink {
  public:
   virtual ~CommandSink() = default;
   virtual void on_output(Stream s, const uint8_t* data, size_t len) = 0;
+  // Where the next output of `s` may be read into (OutputPump::set_room).
+  virtual ReadRoom output_room(Stream s) { return {}; }
   virtual void on_finished(const Outcome& outcome) = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace execd::pty {
@@ -54,12 +55,14 @@ void OutputPump::on_poll(uv_poll_t* h, int status, int events) {
 size_t OutputPump::read_some(int max_reads) {
   size_t delivered = 0;
   for (int i = 0; i < max_reads && !paused_ && !eof_ && !closing_; ++i) {
-    ssize_t n = ::read(fd_, g_read_buffer, kReadSize);
+    ReadRoom room = room_ ? room_() : ReadRoom{};
+    if (!room.data || room.len == 0) room = {g_read_buffer, kReadSize};
+    ssize_t n = ::read(fd_, room.data, std::min(room.len, kReadSize));
     if (n > 0) {
       bytes_ += static_cast<uint64_t>(n);
       delivered += static_cast<size_t>(n);
-      on_data_(g_read_buffer, static_cast<size_t>(n));
-      if (short_read_drains_ && static_cast<size_t>(n) < kReadSize) break;
+      on_data_(room.data, static_cast<size_t>(n));
+      if (short_read_drains_ && static_cast<size_t>(n) < std::min(room.len, kReadSize)) break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -12,15 +12,25 @@
 
 namespace execd::pty {
 
+// Where the owner wants the next bytes read (its own buffer, so that it
+// need not copy them); empty: the pump's shared buffer.
+struct ReadRoom {
+  uint8_t* data = nullptr;
+  size_t len = 0;
+};
+
 class OutputPump {
  public:
   using DataFn = std::function<void(const uint8_t* data, size_t len)>;
+  using RoomFn = std::function<ReadRoom()>;
   using EofFn = std::function<void()>;
 
   // Takes ownership of `fd` (non-blocking). The pump frees itself after
   // close(); callbacks stop before close() returns.
   static OutputPump* open(uv_loop_t* loop, int fd, DataFn on_data, EofFn on_eof);
 
+  // Asked before each read; the bytes then reach on_data where they lie.
+  void set_room(RoomFn fn) { room_ = std::move(fn); }
   void pause();
   void resume();
   bool paused() const { return paused_; }
@@ -44,6 +54,7 @@ class OutputPump {
   bool short_read_drains_ = false;
   uint64_t bytes_ = 0;
   DataFn on_data_;
+  RoomFn room_;
   EofFn on_eof_;
 };
 

@@ -149,6 +149,11 @@ void Execution::output(Channel c, const uint8_t* data, size_t len) {
   if (log_ && (log_->over_budget() || log_->over_limit() || paused_)) update_pause();
 }
 
+OutputRoom Execution::output_room(Channel c) {
+  if (!log_ || c == kEvents || done() || settling_) return {};
+  return log_->room();
+}
+
 void Execution::event(std::string_view json_object) {
   std::string line;
   line.reserve(json_object.size() + 1);

@@ -181,6 +181,31 @@ void WriteDelay::close() {
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
 }
 
+void OutputLog::Bytes::reserve(size_t n) {
+  if (n <= cap_) return;
+  std::unique_ptr<char[]> grown(new char[n]);  // not zeroed: only [0, size) is ever read
+  if (size_) std::memcpy(grown.get(), bytes_.get(), size_);
+  bytes_ = std::move(grown);
+  cap_ = n;
+}
+
+void OutputLog::Bytes::append(const uint8_t* p, size_t n) {
+  reserve(size_ + n);
+  std::memcpy(end(), p, n);
+  size_ += n;
+}
+
+void OutputLog::Bytes::swap(Bytes& o) noexcept {
+  std::swap(bytes_, o.bytes_);
+  std::swap(size_, o.size_);
+  std::swap(cap_, o.cap_);
+}
+
+void OutputLog::Bytes::release() {
+  bytes_.reset();
+  size_ = cap_ = 0;
+}
+
 OutputLog::OutputLog(uv_loop_t* loop, std::string base, uint64_t limit, WriteDelay* delay)
     : loop_(loop),
       base_(std::move(base)),
@@ -277,7 +302,7 @@ void OutputLog::roll_over() { segments_.push_back({next_k_++, index_.end(), 0});
 // fault in and unmap that buffer every time the writer caught up: grown in
 // one step to what the budget needs instead, it stays on the heap and is
 // reused.
-void OutputLog::grow_for(std::string& buf, size_t more) {
+void OutputLog::grow_for(Bytes& buf, size_t more) {
   size_t need = buf.size() + more;
   if (need <= buf.capacity()) return;
   constexpr size_t kCap = kPendingBudget + (512u << 10);
@@ -307,8 +332,12 @@ void OutputLog::append(uint8_t channel, const uint8_t* data, size_t len) {
       w.open_entry = w.index.size();
       w.index += protocol::OutputIndex::encode_entry(channel, take);
     }
-    grow_for(w.data, static_cast<size_t>(take));
-    w.data.append(reinterpret_cast<const char*>(data), static_cast<size_t>(take));
+    if (data == reinterpret_cast<const uint8_t*>(w.data.end()) && take <= w.data.room()) {
+      w.data.commit(static_cast<size_t>(take));  // read into room(): already in place
+    } else {
+      grow_for(w.data, static_cast<size_t>(take));
+      w.data.append(data, static_cast<size_t>(take));
+    }
     index_.add(channel, take);
     segments_.back().size += take;
     waiting_ += take;
@@ -316,6 +345,22 @@ void OutputLog::append(uint8_t channel, const uint8_t* data, size_t len) {
     len -= static_cast<size_t>(take);
   }
   pump();
+}
+
+// Only in the open segment's own writer and only for what the segment still
+// takes, so that bytes read here are appended where they lie (a roll-over
+// or a new writer would copy them).
+OutputRoom OutputLog::room() {
+  if (sealed_ || failed_ || removed_ || segments_.empty() || writers_.empty()) return {};
+  Writer& w = *writers_.back();
+  if (w.k != segments_.back().k) return {};
+  // A quiet log's few bytes are copied: room is kept only while streaming.
+  if (w.last_writes[0] + w.last_writes[1] < kStreamingWrite && w.data.room() < kMinRoom) return {};
+  uint64_t left = segment_bytes_ - std::min(segment_bytes_, segments_.back().size);
+  size_t want = static_cast<size_t>(std::min<uint64_t>(left, kRoomBytes));
+  if (want < kMinRoom) return {};
+  grow_for(w.data, want);
+  return {reinterpret_cast<uint8_t*>(w.data.end()), std::min(want, w.data.room())};
 }
 
 void OutputLog::trim() {
@@ -426,10 +471,10 @@ void OutputLog::pump() {
     // otherwise grow both buffers again, copying, after every catch-up.
     bool current = !sealed_ && !segments_.empty() && segments_.back().k == w.k;
     if (current && w.last_writes[0] + w.last_writes[1] >= kStreamingWrite) return;
-    std::string().swap(w.data_inflight);
+    w.data_inflight.release();
     std::string().swap(w.index_inflight);
     if (current) {
-      std::string().swap(w.data);
+      w.data.release();
       std::string().swap(w.index);
       return;
     }

@@ -48,6 +48,13 @@ namespace execd::exec {
 
 class OutputLog;
 
+// Room at the end of a log's waiting bytes that a pipe read can fill in
+// place (OutputLog::room); empty when there is none.
+struct OutputRoom {
+  uint8_t* data = nullptr;
+  size_t len = 0;
+};
+
 // One timer for every log's delayed writes (the registry owns it; it must
 // outlive its logs).
 class WriteDelay {
@@ -96,7 +103,13 @@ class OutputLog {
   bool adopt(const std::vector<std::string>& names_in_dir);
 
   // Appends `len` bytes of `channel` (0 stdout, 1 stderr, 2 events).
+  // Bytes read into room() are taken where they are, without a copy.
   void append(uint8_t channel, const uint8_t* data, size_t len);
+  // Where the next output bytes may be read into (valid until the next call
+  // on the log): room in the open segment's waiting buffer, or none (the
+  // caller reads elsewhere and append() copies).
+  static constexpr size_t kRoomBytes = 256 << 10, kMinRoom = 16 << 10;
+  OutputRoom room();
   // No more appends: the files close once written.
   void seal();
   const protocol::OutputIndex& index() const { return index_; }
@@ -134,6 +147,28 @@ class OutputLog {
   void remove();
 
  private:
+  // Bytes whose spare capacity can be filled in place and then taken in
+  // (commit): a std::string cannot grow without writing what it grows by.
+  class Bytes {
+   public:
+    char* data() { return bytes_.get(); }
+    const char* data() const { return bytes_.get(); }
+    size_t size() const { return size_; }
+    size_t capacity() const { return cap_; }
+    bool empty() const { return size_ == 0; }
+    char* end() { return bytes_.get() + size_; }
+    size_t room() const { return cap_ - size_; }
+    void reserve(size_t n);
+    void append(const uint8_t* p, size_t n);
+    void commit(size_t n) { size_ += n; }
+    void clear() { size_ = 0; }
+    void swap(Bytes& o) noexcept;
+    void release();
+
+   private:
+    std::unique_ptr<char[]> bytes_;
+    size_t size_ = 0, cap_ = 0;
+  };
   struct Segment {
     uint32_t k;
     uint64_t start;  // combined offset
@@ -146,9 +181,11 @@ class OutputLog {
     int data_fd = -1, index_fd = -1;
     bool created = false;
     bool reused = false;  // a dropped segment's file: its old tail is cut at the close
-    std::string data, index;                   // waiting
+    Bytes data;                                // waiting
+    std::string index;
     size_t open_entry = std::string::npos;     // the last entry in `index`, still growing
-    std::string data_inflight, index_inflight;  // in the write out
+    Bytes data_inflight;                         // in the write out
+    std::string index_inflight;
     uint64_t data_durable = 0, index_durable = 0;
     size_t last_writes[2] = {0, 0};  // bytes of the last two completed writes
     void drop_waiting() {
@@ -160,7 +197,7 @@ class OutputLog {
   struct WriteJob;
   struct ReadJob;
 
-  static void grow_for(std::string& buf, size_t more);
+  static void grow_for(Bytes& buf, size_t more);
   std::string data_path(uint32_t k) const;
   std::string index_path(uint32_t k) const;
   uint64_t retained() const { return index_.end() - index_.first(); }

@@ -45,6 +45,11 @@ void CommandRunner::on_output(pty::Stream s, const uint8_t* data, size_t len) {
   sink_.output(s == pty::Stream::out ? exec::kStdout : exec::kStderr, data, len);
 }
 
+pty::ReadRoom CommandRunner::output_room(pty::Stream s) {
+  exec::OutputRoom r = sink_.output_room(s == pty::Stream::out ? exec::kStdout : exec::kStderr);
+  return {r.data, r.len};
+}
+
 void CommandRunner::on_finished(const pty::Outcome& o) {
   protocol::ExecutionResult r;
   r.exit_code = o.exit_code;

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -257,6 +258,46 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: a restart does not adopt a data file
   run_until([&] { return !log.busy(); });
 }
 
+TEST_CASE_FIXTURE(LoopScratch, "output log: bytes read into room() are taken where they lie, only while streaming") {
+  OutputLog log(&loop, path, 4 << 20);  // segments of 1 MiB
+  CHECK(log.room().data == nullptr);    // nothing written yet: quiet
+  std::string all;
+  for (int i = 0; i < 3; ++i) {  // a stream: large writes
+    std::string piece = pattern(100 * 1024, i);
+    all += piece;
+    append(log, 0, piece);
+    run_until([&] { return !log.busy(); });
+  }
+  // Room in place, never past the open segment (1 MiB, 300 KiB of it used).
+  size_t placed = 0;
+  for (int i = 0; i < 12; ++i) {
+    execd::exec::OutputRoom room = log.room();
+    if (!room.data) break;
+    CHECK(room.len >= OutputLog::kMinRoom);
+    CHECK(room.len <= OutputLog::kRoomBytes);
+    CHECK(log.end() + room.len <= (log.end() / (1 << 20) + 1) * (1 << 20));
+    std::string piece = pattern(std::min<size_t>(room.len, 70000), 10 + i);
+    std::memcpy(room.data, piece.data(), piece.size());  // as a read would
+    log.append(i % 2, room.data, piece.size());
+    all += piece;
+    ++placed;
+    if (i % 3 == 0) run_until([&] { return !log.busy(); });
+  }
+  CHECK(placed >= 8);
+  // Bytes that are not in the room are copied as before.
+  std::string tail = pattern(5000, 99);
+  all += tail;
+  append(log, 1, tail);
+  CHECK(read_all(*this, log, 0) == all);
+  CHECK(log.index().stored(0) + log.index().stored(1) == all.size());
+  log.seal();
+  CHECK(log.room().data == nullptr);
+  run_until([&] { return log.settled(); });
+  CHECK(read_all(*this, log, 0) == all);
+  log.remove();
+  run_until([&] { return !log.busy(); });
+}
+
 namespace {
 uint64_t file_size(const std::string& p) {
   struct stat st {};
@@ -300,18 +341,20 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: a few bytes wait for the delay; a re
   }
   {
     // The delay's close writes what waits, and later writes go at once.
-    OutputLog log(&loop, path, 64 << 20, &delay);
+    // (Another name: the first log's files are unlinked from the pool.)
+    std::string path2 = path + "-2";
+    OutputLog log(&loop, path2, 64 << 20, &delay);
     append(log, 0, pattern(10, 6));
     run_until([&] { return !log.busy(); });
     append(log, 0, pattern(10, 7));
     uv_run(&loop, UV_RUN_NOWAIT);
-    CHECK(file_size(path + ".output") == 10);
+    CHECK(file_size(path2 + ".output") == 10);
     delay.close();
     run_until([&] { return !log.busy(); });
-    CHECK(file_size(path + ".output") == 20);
+    CHECK(file_size(path2 + ".output") == 20);
     append(log, 0, pattern(10, 8));
     run_until([&] { return !log.busy(); });
-    CHECK(file_size(path + ".output") == 30);
+    CHECK(file_size(path2 + ".output") == 30);
     log.remove();
     run_until([&] { return !log.busy(); });
   }
