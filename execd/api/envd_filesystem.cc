@@ -94,12 +94,23 @@ envd::EntryInfo entry_info(const fs::Entry& e, fs::OwnerNames& names) {
 struct User {
   runners::UserIds ids;
   bool named = false;
+  // Who new files belong to: the named user, else execd's own (nullopt).
+  std::optional<uid_t> owner_uid() const { return named ? std::optional<uid_t>(ids.uid) : std::nullopt; }
+  std::optional<gid_t> owner_gid() const { return named ? std::optional<gid_t>(ids.gid) : std::nullopt; }
 };
 std::optional<FileReply> lookup(const std::string& name, User& u) {
   if (!runners::lookup_user(name, u.ids))
     return error_reply(cn::Code::unauthenticated, "error looking up user '" + name + "': unknown user");
   u.named = !name.empty();
   return std::nullopt;
+}
+
+// The EntryInfo answer of Stat, MakeDir and Move: `path` as it is now.
+FileReply entry_reply(const std::string& path) {
+  auto e = fs::stat_entry(path);
+  if (!e) return error_reply(e.error());
+  fs::OwnerNames names;
+  return reply(envd::entry_response(entry_info(e.value(), names)));
 }
 
 template <class T>
@@ -119,10 +130,7 @@ void handle_stat(EnvdFilesystem& svc, http::Exchange& ex, std::string_view m, co
   run_file_job(svc.files, ex, [path = std::get<envd::PathRequest>(d).path, user = info.user]() -> FileReply {
     User u;
     if (auto err = lookup(user, u)) return *err;
-    auto e = fs::stat_entry(fs::resolve_user_path(path, u.ids.home));
-    if (!e) return error_reply(e.error());
-    fs::OwnerNames names;
-    return reply(envd::entry_response(entry_info(e.value(), names)));
+    return entry_reply(fs::resolve_user_path(path, u.ids.home));
   });
 }
 
@@ -138,17 +146,8 @@ void handle_make_dir(EnvdFilesystem& svc, http::Exchange& ex, std::string_view m
       if (S_ISDIR(st.st_mode)) return error_reply(cn::Code::already_exists, "directory already exists: " + dir);
       return error_reply(cn::Code::invalid_argument, "path already exists but it is not a directory: " + dir);
     }
-    std::optional<uid_t> uid;
-    std::optional<gid_t> gid;
-    if (u.named) {
-      uid = u.ids.uid;
-      gid = u.ids.gid;
-    }
-    if (auto s = fs::make_dirs_owned(dir, uid, gid); !s) return error_reply(s.error());
-    auto e = fs::stat_entry(dir);
-    if (!e) return error_reply(e.error());
-    fs::OwnerNames names;
-    return reply(envd::entry_response(entry_info(e.value(), names)));
+    if (auto s = fs::make_dirs_owned(dir, u.owner_uid(), u.owner_gid()); !s) return error_reply(s.error());
+    return entry_reply(dir);
   });
 }
 
@@ -160,17 +159,8 @@ void handle_move(EnvdFilesystem& svc, http::Exchange& ex, std::string_view m, co
     if (auto err = lookup(user, u)) return *err;
     std::string from = fs::resolve_user_path(req.source, u.ids.home);
     std::string to = fs::resolve_user_path(req.destination, u.ids.home);
-    std::optional<uid_t> uid;
-    std::optional<gid_t> gid;
-    if (u.named) {
-      uid = u.ids.uid;
-      gid = u.ids.gid;
-    }
-    if (auto s = fs::rename_replacing(from, to, uid, gid); !s) return error_reply(s.error());
-    auto e = fs::stat_entry(to);
-    if (!e) return error_reply(e.error());
-    fs::OwnerNames names;
-    return reply(envd::entry_response(entry_info(e.value(), names)));
+    if (auto s = fs::rename_replacing(from, to, u.owner_uid(), u.owner_gid()); !s) return error_reply(s.error());
+    return entry_reply(to);
   });
 }
 
