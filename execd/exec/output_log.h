@@ -181,10 +181,10 @@ class OutputLog {
     int data_fd = -1, index_fd = -1;
     bool created = false;
     bool reused = false;  // a dropped segment's file: its old tail is cut at the close
-    Bytes data;                                // waiting
+    Bytes data;           // waiting
     std::string index;
-    size_t open_entry = std::string::npos;     // the last entry in `index`, still growing
-    Bytes data_inflight;                         // in the write out
+    size_t open_entry = std::string::npos;  // the last entry in `index`, still growing
+    Bytes data_inflight;                    // in the write out
     std::string index_inflight;
     uint64_t data_durable = 0, index_durable = 0;
     size_t last_writes[2] = {0, 0};  // bytes of the last two completed writes

@@ -218,7 +218,7 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: a dropped segment's file is overwrit
   CHECK(files_in(dir) == 0);
 }
 
-TEST_CASE_FIXTURE(LoopScratch, "output log: a restart does not adopt a data file without its index (a kept, dropped segment)") {
+TEST_CASE_FIXTURE(LoopScratch, "output log: a restart does not adopt a data file without its index (a kept segment)") {
   OutputLog log(&loop, path, 4000);
   // A reader holds every segment until trim() lets them go, so the first
   // dropped one's file waits for a next segment that does not come.
@@ -305,7 +305,7 @@ uint64_t file_size(const std::string& p) {
 }
 }  // namespace
 
-TEST_CASE_FIXTURE(LoopScratch, "output log: a few bytes wait for the delay; a read, a batch, the seal and the delay's close write at once") {
+TEST_CASE_FIXTURE(LoopScratch, "output log: a few bytes wait for the delay; a read, a batch, the seal, a close do not") {
   execd::exec::WriteDelay delay(&loop, 60 * 1000);  // never runs out here
   {
     OutputLog log(&loop, path, 64 << 20, &delay);
