@@ -85,14 +85,23 @@ bool clean_absolute_path(std::string_view p) {
   return true;
 }
 
-std::variant<IsolatedCreateRequest, DecodeError> decode_isolated_create(std::string_view body) {
+namespace {
+// The request body as a JSON object (valid until the next parse), or why
+// it is not one.
+std::optional<DecodeError> body_object(std::string_view body, simdjson::dom::object& obj) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return DecodeError{"invalid request body: empty body"};
   simdjson::dom::element root;
   if (auto err = isolated_parser().parse(body.data(), body.size()).get(root))
     return DecodeError{std::string("invalid request body: ") + simdjson::error_message(err)};
-  simdjson::dom::object obj;
   if (root.get(obj)) return DecodeError{"invalid request body: expected a JSON object"};
+  return std::nullopt;
+}
+}  // namespace
+
+std::variant<IsolatedCreateRequest, DecodeError> decode_isolated_create(std::string_view body) {
+  simdjson::dom::object obj;
+  if (auto e = body_object(body, obj)) return *e;
   IsolatedCreateRequest req;
   std::optional<IsolatedOverlay> workspace;
   std::vector<IsolatedOverlay> overlays;
@@ -242,13 +251,8 @@ void echo_isolated_create(const IsolatedCreateRequest& req, nlohmann::ordered_js
 }
 
 std::variant<IsolatedRunRequest, DecodeError> decode_isolated_run(std::string_view body) {
-  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
-    return DecodeError{"invalid request body: empty body"};
-  simdjson::dom::element root;
-  if (auto err = isolated_parser().parse(body.data(), body.size()).get(root))
-    return DecodeError{std::string("invalid request body: ") + simdjson::error_message(err)};
   simdjson::dom::object obj;
-  if (root.get(obj)) return DecodeError{"invalid request body: expected a JSON object"};
+  if (auto e = body_object(body, obj)) return *e;
   IsolatedRunRequest req;
   for (auto f : obj) {
     std::string_view key = f.key;
