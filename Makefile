@@ -21,15 +21,21 @@ DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev zlib1g-dev node-llhttp nloh
 
 all: build
 
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+# Installs those of the Debian packages $(1) that are missing ($(2): more
+# apt-get flags); deps, vm-deps and k8s-deps.
+define install_debs
+	@missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; \
+	  apt-get update -qq && apt-get install -y -qq $(2) $$missing >/dev/null; \
 	fi
+endef
+
+deps:
+	$(call install_debs,$(DEB_PACKAGES),)
 
 $(VENV)/.ready: tests/requirements.txt
 	python3 -m venv $(VENV)
@@ -124,14 +130,7 @@ VM_GUEST ?= $(BUILD)/vm
 VHOST_VSOCK ?= $(HOME)/.cache/execd/cargo/bin/vhost-device-vsock
 
 vm-deps:
-	@missing=""; for p in $(VM_DEB_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	fi
+	$(call install_debs,$(VM_DEB_PACKAGES),--no-install-recommends)
 	@if [ ! -x "$(VHOST_VSOCK)" ]; then \
 	  command -v cargo >/dev/null || { echo "test-vm needs cargo for vhost-device-vsock"; exit 1; }; \
 	  echo "cargo install vhost-device-vsock (a few minutes, once)"; \
@@ -152,14 +151,7 @@ K8S_DEB_PACKAGES := containerd runc containernetworking-plugins debootstrap ipro
 
 k8s-deps:
 	@command -v go >/dev/null || { echo "test-k8s needs Go (1.24 or newer) to build Kubernetes"; exit 1; }
-	@missing=""; for p in $(K8S_DEB_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	fi
+	$(call install_debs,$(K8S_DEB_PACKAGES),--no-install-recommends)
 
 k8s-build: k8s-deps
 	JOBS=$(JOBS) tests/k8s/build.sh
