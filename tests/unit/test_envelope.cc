@@ -159,7 +159,7 @@ TEST_CASE("json strings escape every control byte and the Unicode line separator
 TEST_CASE("json strings: output that outgrows the room sized for few escapes is written whole") {
   // Every byte becomes six (\u0001) or two (\n): the writer sizes for few
   // escapes and must grow, mid-string, behind text already in `out`.
-  for (const std::string unit : {std::string("\x01"), std::string("\n"), std::string("\xE2\x80\xA8"), std::string("a\x01")}) {
+  for (const char* unit : {"\x01", "\n", "\xE2\x80\xA8", "a\x01"}) {
     std::string s;
     while (s.size() < 100000) s += unit;
     std::string out = "{\"k\":";
