@@ -114,6 +114,8 @@ class MountScope {
   // On the loop at start-up: execd's own namespace, root and cwd.
   static void remember_home();
   explicit MountScope(int mnt_fd);  // -1: no-op
+  // Null: no-op (work outside any session).
+  explicit MountScope(const MountNamespace* ns) : MountScope(ns ? ns->fd : -1) {}
   ~MountScope();
   MountScope(const MountScope&) = delete;
   MountScope& operator=(const MountScope&) = delete;

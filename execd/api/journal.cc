@@ -580,7 +580,7 @@ void journal_file_change(Journal& journal, std::string op, std::vector<std::stri
   auto job = std::make_unique<FileChangeJob>(
       FileChangeJob{&journal, std::move(op), std::move(paths), std::move(extra), std::move(mount)});
   auto describe = [](FileChangeJob& j) {
-    pty::MountScope scope(j.mount ? j.mount->fd : -1);
+    pty::MountScope scope(j.mount.get());
     if (!scope.error()) describe_files(j);
   };
   fs::queue_job<FileChangeJob>(journal.loop(), std::move(job), describe, [](FileChangeJob& j, int) {

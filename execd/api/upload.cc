@@ -271,7 +271,7 @@ void abort_on_pool(uv_loop_t* loop, std::unique_ptr<DiskState> disk,
   fs::queue_job<AbortJob>(
       loop, std::make_unique<AbortJob>(AbortJob{std::move(disk), std::move(mount)}),
       [](AbortJob& j) {
-        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        pty::MountScope scope(j.mount.get());
         if (scope.error()) return;
         WriteOp op = WriteOp::make(WriteOp::abort);
         j.disk->run(op);

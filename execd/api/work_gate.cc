@@ -29,7 +29,7 @@ int WorkGate::start(Ticket& t) {
 // user's fsuid/fsgid, for this work only.
 void WorkGate::run(uv_work_t* req) {
   Ticket& t = *reinterpret_cast<Ticket*>(req);
-  pty::MountScope scope(t.mount ? t.mount->fd : -1);
+  pty::MountScope scope(t.mount.get());
   if (scope.error()) {
     t.mount_error = scope.error();
     return;

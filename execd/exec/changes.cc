@@ -95,7 +95,7 @@ void ChangeTracker::settled() {
   fs::queue_job<LookJob>(
       hub_.loop(), std::make_unique<LookJob>(LookJob{alive_, this, limits_.hash_max_bytes, mount_, std::move(summary)}),
       [](LookJob& j) {
-        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        pty::MountScope scope(j.mount.get());
         if (scope.error()) return;  // the entries keep no stat (the session is gone)
         for (auto& c : j.summary->entries) {
           if (c.op == protocol::ChangeOp::removed) continue;

@@ -131,7 +131,7 @@ void Watch::start_scan(std::function<void(std::optional<protocol::ApiError>)> do
       std::make_unique<ScanJob>(
           ScanJob{this, fd_, root_, recursive_, hub_.settings().max_dirs, mount_, {}, {}, std::move(done)}),
       [](ScanJob& j) {
-        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        pty::MountScope scope(j.mount.get());
         if ((j.scan.error = scope.error())) return;
         j.scan = fs::watch_tree(j.fd, j.root, kMask, j.recursive, j.max_dirs, false, 0);
         if (!j.scan.error) j.root_handle = handle_of(j.root);
@@ -512,7 +512,7 @@ void Watch::start_job() {
       [](Job& j) {
         // A namespace that cannot be entered (never seen: the session keeps
         // it) leaves each change unlooked-at, as if its entry had gone.
-        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        pty::MountScope scope(j.mount.get());
         if (scope.error()) return;
         for (auto& c : j.batch) {
           if (c.root_moved) c.path = where_is(j.root_handle, c.from, j.mount != nullptr);
@@ -721,7 +721,7 @@ void Hub::open(const std::string& path, bool recursive, Opened done, MountRef mo
   fs::queue_job<OpenJob>(
       loop_, std::make_unique<OpenJob>(OpenJob{this, path, recursive, std::move(done), std::move(mount), {}}),
       [](OpenJob& j) {
-        pty::MountScope scope(j.mount ? j.mount->fd : -1);
+        pty::MountScope scope(j.mount.get());
         if (int e = scope.error()) {
           j.root.status = 500;
           j.root.error = std::string("cannot enter the session's mount namespace: ") + strerror(e);
