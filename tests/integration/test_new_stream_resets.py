@@ -21,7 +21,8 @@ import pytest
 
 from execd_client import SANITIZED, SLOW, vm_rss_kib, wait_until
 from test_client_resets import (MiB, N, N_HEAVY, alternate, assert_alive, assert_serving, body_len, dial, ex,  # noqa: F401
-                                hammer, hang_up, has_head, recv_until, request, status_of, wait_write_pending)
+                                hammer, hammer_without_token, hang_up, has_head, recv_until, request, status_of,
+                                wait_write_pending)
 from watch_helpers import inotify_fds
 
 
@@ -295,19 +296,7 @@ def test_new_routes_without_the_token(ex, tmp_path):
         request(ex, "POST", "/thaw", token=False),
     ]
 
-    def once(i):
-        req = reqs[i % len(reqs)]
-        s = dial(ex)
-        s.sendall(req)
-        if i // len(reqs) % 2 == 0:
-            buf = bytearray()
-            assert recv_until(s, buf, has_head, f"401 to {req[:60]!r}"), (req[:80], bytes(buf))
-            assert status_of(buf) == 401, (req[:200], bytes(buf[:300]))
-            s.close()
-        else:
-            hang_up(s, "reset" if i % 3 else "close")
-
-    hammer(ex, 4 * len(reqs), once, "no token on the new routes", settle=False)
+    hammer_without_token(ex, reqs, "no token on the new routes", settle=False)
     assert inotify_fds(ex.pid) == 0
     assert not (tmp_path / "x").exists()
     st, a = ex.json("GET", "/activity")
