@@ -36,7 +36,6 @@
 
 namespace execd::pty {
 
-
 enum class Stream : uint8_t { out = 0, err = 1 };
 
 struct Outcome {

@@ -57,12 +57,13 @@ size_t OutputPump::read_some(int max_reads) {
   for (int i = 0; i < max_reads && !paused_ && !eof_ && !closing_; ++i) {
     ReadRoom room = room_ ? room_() : ReadRoom{};
     if (!room.data || room.len == 0) room = {g_read_buffer, kReadSize};
-    ssize_t n = ::read(fd_, room.data, std::min(room.len, kReadSize));
+    room.len = std::min(room.len, kReadSize);
+    ssize_t n = ::read(fd_, room.data, room.len);
     if (n > 0) {
       bytes_ += static_cast<uint64_t>(n);
       delivered += static_cast<size_t>(n);
       on_data_(room.data, static_cast<size_t>(n));
-      if (short_read_drains_ && static_cast<size_t>(n) < std::min(room.len, kReadSize)) break;
+      if (short_read_drains_ && static_cast<size_t>(n) < room.len) break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -247,16 +247,16 @@ bool OutputLog::adopt(const std::vector<std::string>& names) {
   for (uint32_t k : ks) {
     struct stat st {};
     std::string data = data_path(k);
-    struct stat index_st {};
     // A data file without its index is a dropped segment kept for reuse.
-    if (broken || stat(data.c_str(), &st) != 0 || stat(index_path(k).c_str(), &index_st) != 0) {
+    std::optional<std::string> idx;
+    if (!broken) idx = fs::read_small_file(index_path(k), SIZE_MAX);
+    if (!idx || stat(data.c_str(), &st) != 0) {
       stray.push_back(data);
       stray.push_back(index_path(k));
       continue;
     }
     uint64_t before = index_.end();
-    std::string idx = fs::read_small_file(index_path(k), SIZE_MAX).value_or(std::string());
-    if (!index_.decode_segment(idx, static_cast<uint64_t>(st.st_size))) {
+    if (!index_.decode_segment(*idx, static_cast<uint64_t>(st.st_size))) {
       broken = true;  // a hole: what follows cannot be placed
       stray.push_back(data);
       stray.push_back(index_path(k));
@@ -282,7 +282,7 @@ OutputLog::Writer& OutputLog::writer_for_new_bytes() {
       const Writer& last = *writers_.back();
       w->last_writes[0] = last.last_writes[0];
       w->last_writes[1] = last.last_writes[1];
-      if (last.last_writes[0] + last.last_writes[1] >= kStreamingWrite) {
+      if (last.streaming()) {
         size_t cap = std::max(last.data.capacity(), last.data_inflight.capacity());
         w->data.reserve(cap);
         w->data_inflight.reserve(cap);
@@ -355,12 +355,12 @@ OutputRoom OutputLog::room() {
   Writer& w = *writers_.back();
   if (w.k != segments_.back().k) return {};
   // A quiet log's few bytes are copied: room is kept only while streaming.
-  if (w.last_writes[0] + w.last_writes[1] < kStreamingWrite && w.data.room() < kMinRoom) return {};
+  if (!w.streaming() && w.data.room() < kMinRoom) return {};
   uint64_t left = segment_bytes_ - std::min(segment_bytes_, segments_.back().size);
   size_t want = static_cast<size_t>(std::min<uint64_t>(left, kRoomBytes));
   if (want < kMinRoom) return {};
   grow_for(w.data, want);
-  return {reinterpret_cast<uint8_t*>(w.data.end()), std::min(want, w.data.room())};
+  return {reinterpret_cast<uint8_t*>(w.data.end()), want};
 }
 
 void OutputLog::trim() {
@@ -391,9 +391,8 @@ void OutputLog::drop_oldest() {
   // cached pages costs a quarter of what a new file's do (its pages and
   // blocks are allocated already, and nothing frees them). Unless a read by
   // path may still be out: it must find the old bytes or no file.
-  if (!sealed_ && !has_spare_ && reads_ == 0) {
-    has_spare_ = true;
-    spare_k_ = s.k;
+  if (!sealed_ && !spare_ && reads_ == 0) {
+    spare_ = s.k;
     unlink_on_pool(loop_, {index_path(s.k)});
     return;
   }
@@ -403,9 +402,9 @@ void OutputLog::drop_oldest() {
 void OutputLog::unlink_segment(uint32_t k) { unlink_on_pool(loop_, {data_path(k), index_path(k)}); }
 
 void OutputLog::drop_spare() {
-  if (!has_spare_) return;
-  has_spare_ = false;
-  unlink_on_pool(loop_, {data_path(spare_k_)});
+  if (!spare_) return;
+  unlink_on_pool(loop_, {data_path(*spare_)});
+  spare_.reset();
 }
 
 void OutputLog::close_writer(Writer& w) {
@@ -458,9 +457,9 @@ void OutputLog::pump() {
       auto job = std::make_unique<WriteJob>(WriteJob{this, &w, create ? data_path(w.k) : std::string(),
                                                      create ? index_path(w.k) : std::string(), w.data_fd, w.index_fd,
                                                      create, {}});
-      if (create && has_spare_) {
-        job->reuse_path = data_path(spare_k_);
-        has_spare_ = false;
+      if (create && spare_) {
+        job->reuse_path = data_path(*spare_);
+        spare_.reset();
       }
       fs::queue_job<WriteJob>(loop_, std::move(job), WriteJob::run, WriteJob::done);
       return;
@@ -470,7 +469,7 @@ void OutputLog::pump() {
     // output is streaming (its last writes were large): a stream would
     // otherwise grow both buffers again, copying, after every catch-up.
     bool current = !sealed_ && !segments_.empty() && segments_.back().k == w.k;
-    if (current && w.last_writes[0] + w.last_writes[1] >= kStreamingWrite) return;
+    if (current && w.streaming()) return;
     w.data_inflight.release();
     std::string().swap(w.index_inflight);
     if (current) {

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -188,6 +189,7 @@ class OutputLog {
     std::string index_inflight;
     uint64_t data_durable = 0, index_durable = 0;
     size_t last_writes[2] = {0, 0};  // bytes of the last two completed writes
+    bool streaming() const { return last_writes[0] + last_writes[1] >= kStreamingWrite; }
     void drop_waiting() {
       data.clear();
       index.clear();
@@ -228,10 +230,9 @@ class OutputLog {
   bool writing_ = false, sealed_ = false, failed_ = false, removed_ = false;
   uint64_t failed_at_ = 0;
   int ops_ = 0, reads_ = 0;  // pool jobs out; of them, reads
-  // A dropped segment's data file (its index is gone), kept for the next
+  // A dropped segment (its data file; its index is gone), kept for the next
   // segment to overwrite.
-  bool has_spare_ = false;
-  uint32_t spare_k_ = 0;
+  std::optional<uint32_t> spare_;
   DropGuard guard_;
   WriteDelay* delay_;
   bool delayed_ = false;    // waiting in delay_
