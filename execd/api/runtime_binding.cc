@@ -11,7 +11,7 @@
 namespace execd::api {
 
 namespace {
-constexpr uint64_t kTickMs = 50;
+constexpr uint64_t kBindingTickMs = 50;
 }
 
 RuntimeBinding::RuntimeBinding(const Context& ctx, RouteTable& routes, CommandService& commands,
@@ -67,7 +67,7 @@ void RuntimeBinding::handle_init(http::Exchange& ex) {
     p.next_ms = now + static_cast<uint64_t>(h.interval_ms);
     periodic_.push_back(std::move(p));
   }
-  uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<RuntimeBinding*>(t->data)->on_tick(); }, 0, kTickMs);
+  uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<RuntimeBinding*>(t->data)->on_tick(); }, 0, kBindingTickMs);
   ex.respond(200, "application/json; charset=utf-8", protocol::init_response_json(bound_, warnings));
 }
 
