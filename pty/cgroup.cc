@@ -35,8 +35,20 @@ bool read_text(const std::string& path, std::string& out) {
 
 // A counter file from its open descriptor: a read from offset 0 makes the
 // kernel render it afresh. By path when it is not open (fd -1).
+// One pread is the whole file when it comes back short: a seq_file renders
+// what fits in one go, so the second read that proved the end doubled the
+// syscalls of reading a command's counters at its end.
 bool read_counter(int fd, const std::string& path, std::string& out) {
   if (fd < 0) return read_text(path, out);
+  char buf[4096];
+  ssize_t n;
+  do n = pread(fd, buf, sizeof buf, 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return false;
+  if (static_cast<size_t>(n) < sizeof buf) {
+    out.assign(buf, static_cast<size_t>(n));
+    return true;
+  }
   std::optional<std::string> text = fs::reread_small_file(fd, 1u << 20);
   if (!text) return false;
   out = std::move(*text);
