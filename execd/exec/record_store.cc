@@ -174,8 +174,13 @@ struct RecordStore::Batch {
   }
 };
 
-RecordStore::RecordStore(uv_loop_t* loop, std::string state_dir, std::function<std::set<std::string>()> kept_ids)
-    : loop_(loop), dir_(std::move(state_dir)), boot_id_(read_boot_id()), kept_ids_(std::move(kept_ids)) {
+RecordStore::RecordStore(uv_loop_t* loop, std::string state_dir, std::function<std::set<std::string>()> kept_ids,
+                         std::function<size_t()> kept_count)
+    : loop_(loop),
+      dir_(std::move(state_dir)),
+      boot_id_(read_boot_id()),
+      kept_ids_(std::move(kept_ids)),
+      kept_count_(std::move(kept_count)) {
   uv_timer_init(loop, &timer_);
   timer_.data = this;
 }
@@ -322,10 +327,7 @@ void RecordStore::write_next() {
   // Entries of records since swept, and the older entries of every record,
   // go when the log holds more than twice what is kept (plus some slack, so
   // a few records are not rewritten over and over).
-  if (kept_ids_) {
-    std::set<std::string> kept = kept_ids_();
-    if (log_entries_ + batch->items.size() > 2 * kept.size() + 512) batch->compact = std::move(kept);
-  }
+  if (kept_ids_ && log_entries_ + batch->items.size() > 2 * kept_count_() + 512) batch->compact = kept_ids_();
   in_flight_ = true;
   in_flight_items_ = batch->items.size();
   fs::queue_job<Batch>(loop_, std::move(batch), Batch::run, [](Batch& b, int) { b.store->batch_done(b); });

@@ -14,11 +14,14 @@ Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& jou
       settings_(std::move(settings)),
       journal_(journal),
       activity_(activity),
-      records_(loop, settings_.state_dir, [this] {
-        std::set<std::string> ids;
-        for (const auto& [id, e] : executions_) ids.insert(id);
-        return ids;
-      }),
+      records_(
+          loop, settings_.state_dir,
+          [this] {
+            std::set<std::string> ids;
+            for (const auto& [id, e] : executions_) ids.insert(id);
+            return ids;
+          },
+          [this] { return executions_.size(); }),
       write_delay_(loop, kLogWriteDelayMs) {
   uv_timer_init(loop, &sweep_timer_);
   sweep_timer_.data = this;
