@@ -96,10 +96,7 @@ struct Launcher::Mapping {
     s->joins_closing = 1;
     s->go_closing = 1;
   }
-  void release() {
-    if (base) munmap(base, size);
-    base = nullptr;
-  }
+  void release();
 };
 
 namespace {
@@ -156,31 +153,58 @@ __attribute__((no_sanitize_address)) int launcher_main(void* p) {
 }
 
 int daemon_oom_score_adj = 0;
-bool daemon_oom_score_adj_known = false;
+// Kept open: a /proc/self path walk and a close less on every start.
+int daemon_oom_score_fd = -1;
 
 void restore_daemon_oom_score_adj() {
-  if (!daemon_oom_score_adj_known) return;
-  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return;
+  if (daemon_oom_score_fd < 0) return;
   char v[16];
   int n = snprintf(v, sizeof v, "%d", daemon_oom_score_adj);
-  if (write(fd, v, static_cast<size_t>(n)) < 0) {
+  if (pwrite(daemon_oom_score_fd, v, static_cast<size_t>(n), 0) < 0) {
     // best effort: execd keeps the children's score until the next one
   }
-  close(fd);
+}
+
+// Stacks of launchers that are done with them (exec'd or gone), for the
+// next ones: an mmap, the guard page's mprotect, the first page faults and
+// an munmap less per command. Loop thread only. Not under ASan: a launcher
+// that exec'd from inside instrumented code leaves its frames' poison in the
+// shadow of the stack, which an munmap clears and a reuse would not.
+constexpr size_t kKeptStacks = 2;
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kKeepStacks = false;
+#else
+constexpr bool kKeepStacks = true;
+#endif
+void* kept_stacks[kKeptStacks];
+size_t kept_stack_count = 0;
+
+void* take_kept_stack() { return kept_stack_count ? kept_stacks[--kept_stack_count] : nullptr; }
+
+void give_back_stack(void* base) {
+  if (kKeepStacks && kept_stack_count < kKeptStacks) kept_stacks[kept_stack_count++] = base;
+  else munmap(base, kStackBytes);
 }
 
 }  // namespace
 
+void Launcher::Mapping::release() {
+  if (base) give_back_stack(base);
+  base = nullptr;
+}
+
 void remember_daemon_oom_score_adj() {
-  int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+  if (daemon_oom_score_fd >= 0) return;
+  int fd = open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC);
   if (fd < 0) return;
   char v[16] = {0};
-  ssize_t n = read(fd, v, sizeof v - 1);
-  close(fd);
-  if (n <= 0) return;
+  ssize_t n = pread(fd, v, sizeof v - 1, 0);
+  if (n <= 0) {
+    close(fd);
+    return;
+  }
   daemon_oom_score_adj = atoi(v);
-  daemon_oom_score_adj_known = true;
+  daemon_oom_score_fd = fd;
 }
 
 std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>& join_fds,
@@ -193,18 +217,21 @@ std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>
     error = "too many hierarchies for a launcher";
     return nullptr;
   }
-  void* base = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
-                    -1, 0);
-  if (base == MAP_FAILED) {
-    error = std::string("mmap: ") + strerror(errno);
-    return nullptr;
+  void* base = take_kept_stack();
+  if (!base) {
+    base = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1,
+                0);
+    if (base == MAP_FAILED) {
+      error = std::string("mmap: ") + strerror(errno);
+      return nullptr;
+    }
+    // A guard page between the shared words and the stack above them.
+    mprotect(static_cast<char*>(base) + 4096, kGuardBytes, PROT_NONE);
   }
   auto mapping = std::make_shared<Mapping>();
   mapping->base = base;
   mapping->size = kStackBytes;
-  // A guard page between the shared words and the stack above them.
   auto* low = static_cast<char*>(base);
-  mprotect(low + 4096, kGuardBytes, PROT_NONE);
   auto* s = new (low) Shared{};
   std::unique_ptr<Launcher> l(new Launcher);
   l->reaper_ = &reaper;
