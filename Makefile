@@ -111,7 +111,7 @@ test-image: build venv cli-venv
 	JOBS=$(JOBS) EXECD_IMAGE_TEST=1 $(VENV)/bin/pytest -q -rs tests/image
 
 bench: build static venv
-	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor --client $(BUILD)/stream_client --static $(BUILD)/execd-static
+	$(VENV)/bin/python tests/bench/bench.py --execd $(BUILD)/execd --floor $(BUILD)/spawn_floor --http-floor $(BUILD)/http_floor --client $(BUILD)/stream_client --static $(BUILD)/execd-static
 	$(VENV)/bin/python tests/bench/bench_files.py --execd $(BUILD)/execd
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/python tests/bench/bench_pty.py
 	$(VENV)/bin/python tests/bench/bench_resume.py --execd $(BUILD)/execd --client $(BUILD)/stream_client

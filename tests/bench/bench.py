@@ -14,6 +14,10 @@ Measures, against a release execd:
     makes), cgroups on, against the floor with the same pauses
     (build/stream_client --think, build/spawn_floor N bash PAUSE_MS);
     rounds alternate execd and the floor, medians of each side's p50 and p90;
+    and, in the same rounds, the same client against build/http_floor (a
+    blocking HTTP server that does nothing but posix_spawn the command, read
+    its pipes and wait for it): what the loopback connection and the
+    wake-ups alone add to the floor;
   * the cost of the per-command cgroup: the same round trip with cgroups and
     with --no-cgroups (the floor), alternating daemons over 5 rounds, medians;
     and execd's own CPU per command in both (all threads, and the loop's);
@@ -145,7 +149,19 @@ def bench_round_trip(binary, floor, bash, runs, client, rounds=5):
 
 
 # ---------------------------------------------------------------- think time
-def bench_think_time(binary, floor, bash, client, pauses_ms=(0, 100, 1000), quick=False):
+class HttpFloor:
+    """build/http_floor, serving on the port it prints."""
+
+    def __init__(self, binary, bash):
+        self.proc = subprocess.Popen([binary, bash], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        self.port = int(self.proc.stdout.readline())
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def bench_think_time(binary, floor, bash, client, pauses_ms=(0, 100, 1000), quick=False, http_floor=None):
     """The round trip after each pause, execd (cgroups on, default spares)
     and the floor alternating round by round; medians of the p50s and p90s.
     Also, at 0.1 s, with --cgroup-spares 0 (every start joins its cgroup: the
@@ -171,7 +187,10 @@ def bench_think_time(binary, floor, bash, client, pauses_ms=(0, 100, 1000), quic
         n = {0: 200, 100: 60, 1000: 12}[pause] // (4 if quick else 1)
         rounds = 3 if pause < 1000 else 2
         got = {"p50_us": [], "p90_us": [], "floor_p50_us": [], "floor_p90_us": []}
+        if http_floor:
+            got.update(http_p50_us=[], http_p90_us=[])
         d = Daemon(binary)
+        hf = HttpFloor(http_floor, bash) if http_floor else None
         errors = 0
         try:
             subprocess.check_output([client, "--rtt", "20", str(d.port), d.token])  # spares are made from here on
@@ -182,9 +201,16 @@ def bench_think_time(binary, floor, bash, client, pauses_ms=(0, 100, 1000), quic
                 for k in ("p50_us", "p90_us"):
                     got[k].append(rt[k])
                     got["floor_" + k].append(fl[k])
+                if hf:
+                    ht = json.loads(subprocess.check_output([client, "--think", str(n), str(pause), str(hf.port), "-"]))
+                    errors += ht["errors"]
+                    for k in ("p50_us", "p90_us"):
+                        got["http_" + k].append(ht[k])
             mode = containment_mode(d.port)
         finally:
             d.stop()
+            if hf:
+                hf.stop()
         res = {k: statistics.median(v) for k, v in got.items()}
         res.update(errors=errors, runs=n, rounds=rounds, mode=mode)
         out[pause] = res
@@ -548,6 +574,7 @@ def main():
     ap.add_argument("--execd", default="build/execd")
     ap.add_argument("--floor", default="build/spawn_floor")
     ap.add_argument("--client", default="build/stream_client")
+    ap.add_argument("--http-floor", default="", help="build/http_floor: the think-time rows' second floor")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--only", default="",
                     help="comma list: rtt,think,cgroup,streamcpu,throughput,rss,startup,concurrent,burst,output,idleconns")
@@ -573,7 +600,8 @@ def main():
         rows.append(("round trip p99 (us)", f"{rt['p99_us']:.0f}", f"{rt['floor_p99_us']:.0f}",
                      f"{rt['p99_us'] / rt['floor_p99_us']:.2f}x", "-", None))
     if want("think"):
-        th = bench_think_time(binary, floor, bash, client, quick=a.quick)
+        th = bench_think_time(binary, floor, bash, client, quick=a.quick,
+                              http_floor=os.path.abspath(a.http_floor) if a.http_floor else None)
         print(f"think time: {json.dumps(th)}", flush=True)
         for pause, r in th.items():
             if isinstance(pause, str):
@@ -588,6 +616,12 @@ def main():
                          f"{r['floor_p50_us']:.0f}", f"{r50:.2f}x", "<= 1.15x floor", r50 <= 1.15 and r["errors"] == 0))
             rows.append((f"  p90 (us)", f"{r['p90_us']:.0f}", f"{r['floor_p90_us']:.0f}", f"{r90:.2f}x",
                          "<= 1.3x floor", r90 <= 1.3))
+            if "http_p50_us" in r:
+                rows.append((f"  HTTP floor (http_floor) p50 / p90 (us)", f"{r['http_p50_us']:.0f} / {r['http_p90_us']:.0f}",
+                             f"{r['floor_p50_us']:.0f} / {r['floor_p90_us']:.0f}",
+                             f"{r['http_p50_us'] / r['floor_p50_us']:.2f}x", "-", None))
+                rows.append((f"  execd against the HTTP floor, p50", f"{r['p50_us']:.0f}", f"{r['http_p50_us']:.0f}",
+                             f"{r['p50_us'] / r['http_p50_us']:.2f}x", "-", None))
     if want("cgroup"):
         cg = bench_cgroup_cost(binary, runs, client)
         print(f"per-command cgroup ({runs} runs x 5 rounds): {json.dumps(cg)}", flush=True)
