@@ -808,7 +808,10 @@ def stuff(s: socket.socket, total: int) -> int:
 
 
 def test_an_upload_to_a_service_that_stops_reading_is_timed_out(execd_factory):
-    ex = execd_factory("--proxy-timeout", "2s", "--body-timeout", "3s")
+    # The timeouts scale with SLOW as stuff()'s does: under ASan (SLOW 4) a
+    # fixed 2 s proxy timeout raced stuff()'s 2 s wait for a blocked send,
+    # and when it won, execd answered 504 and drained the rest of the body.
+    ex = execd_factory("--proxy-timeout", f"{int(2 * SLOW)}s", "--body-timeout", f"{int(3 * SLOW)}s")
     deaf = DeafService()
     try:
         s = connect(ex)
