@@ -83,7 +83,6 @@ struct Launcher::Shared {
 // both are done with it (the launcher reaped, the owner gone).
 struct Launcher::Mapping {
   void* base = nullptr;
-  size_t size = 0;
   bool reaped = false;
   bool owner_gone = false;
   // The launcher is gone: what it left open of its own goes.
@@ -230,7 +229,6 @@ std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>
   }
   auto mapping = std::make_shared<Mapping>();
   mapping->base = base;
-  mapping->size = kStackBytes;
   auto* low = static_cast<char*>(base);
   auto* s = new (low) Shared{};
   std::unique_ptr<Launcher> l(new Launcher);
