@@ -168,7 +168,7 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
     c->pump_done_[i] = false;
     c->pumps_[i] = OutputPump::open(
         loop, fds[i], [c, s](const uint8_t* d, size_t n) { c->on_data(s, d, n); }, [c, s] { c->on_pump_eof(s); });
-    c->pumps_[i]->set_room([c, s] { return c->sink_ ? c->sink_->output_room(s) : ReadRoom{}; });
+    c->pumps_[i]->set_room([c, s] { return c->sink_ ? c->sink_->output_room(s) : std::span<uint8_t>{}; });
   }
   reaper.watch(c->pid_, [c](const ExitInfo& info) { c->on_exit(info); });
   if (limits.timeout_ms > 0) uv_timer_start(c->timer(c->timeout_timer_), timeout_fired, static_cast<uint64_t>(limits.timeout_ms), 0);

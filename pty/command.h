@@ -56,7 +56,7 @@ class CommandSink {
   virtual ~CommandSink() = default;
   virtual void on_output(Stream s, const uint8_t* data, size_t len) = 0;
   // Where the next output of `s` may be read into (OutputPump::set_room).
-  virtual ReadRoom output_room(Stream s) { return {}; }
+  virtual std::span<uint8_t> output_room(Stream s) { return {}; }
   virtual void on_finished(const Outcome& outcome) = 0;
 };
 

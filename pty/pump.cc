@@ -55,15 +55,15 @@ void OutputPump::on_poll(uv_poll_t* h, int status, int events) {
 size_t OutputPump::read_some(int max_reads) {
   size_t delivered = 0;
   for (int i = 0; i < max_reads && !paused_ && !eof_ && !closing_; ++i) {
-    ReadRoom room = room_ ? room_() : ReadRoom{};
-    if (!room.data || room.len == 0) room = {g_read_buffer, kReadSize};
-    room.len = std::min(room.len, kReadSize);
-    ssize_t n = ::read(fd_, room.data, room.len);
+    std::span<uint8_t> room = room_ ? room_() : std::span<uint8_t>{};
+    if (room.empty()) room = {g_read_buffer, kReadSize};
+    room = room.first(std::min(room.size(), kReadSize));
+    ssize_t n = ::read(fd_, room.data(), room.size());
     if (n > 0) {
       bytes_ += static_cast<uint64_t>(n);
       delivered += static_cast<size_t>(n);
-      on_data_(room.data, static_cast<size_t>(n));
-      if (short_read_drains_ && static_cast<size_t>(n) < room.len) break;
+      on_data_(room.data(), static_cast<size_t>(n));
+      if (short_read_drains_ && static_cast<size_t>(n) < room.size()) break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

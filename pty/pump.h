@@ -9,20 +9,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 namespace execd::pty {
-
-// Where the owner wants the next bytes read (its own buffer, so that it
-// need not copy them); empty: the pump's shared buffer.
-struct ReadRoom {
-  uint8_t* data = nullptr;
-  size_t len = 0;
-};
 
 class OutputPump {
  public:
   using DataFn = std::function<void(const uint8_t* data, size_t len)>;
-  using RoomFn = std::function<ReadRoom()>;
+  // Where the owner wants the next bytes read (its own buffer, so that it
+  // need not copy them); empty: the pump's shared buffer.
+  using RoomFn = std::function<std::span<uint8_t>()>;
   using EofFn = std::function<void()>;
 
   // Takes ownership of `fd` (non-blocking). The pump frees itself after

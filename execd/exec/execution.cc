@@ -149,7 +149,7 @@ void Execution::output(Channel c, const uint8_t* data, size_t len) {
   if (log_ && (log_->over_budget() || log_->over_limit() || paused_)) update_pause();
 }
 
-OutputRoom Execution::output_room(Channel c) {
+std::span<uint8_t> Execution::output_room(Channel c) {
   if (!log_ || c == kEvents || done() || settling_) return {};
   return log_->room();
 }

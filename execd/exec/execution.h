@@ -77,7 +77,7 @@ class RunSink {
   virtual void output(Channel c, const uint8_t* data, size_t len) = 0;
   // Where the next output may be read into so that output() need not copy
   // it into the log (none: anywhere).
-  virtual OutputRoom output_room(Channel c) { return {}; }
+  virtual std::span<uint8_t> output_room(Channel c) { return {}; }
   // A structured event (a compact JSON object): kernel results and errors.
   virtual void event(std::string_view json_object) = 0;
   // The last call: how it ended. Byte counts and digests are the sink's.
@@ -178,7 +178,7 @@ class Execution final : public RunSink {
 
   // RunSink
   void output(Channel c, const uint8_t* data, size_t len) override;
-  OutputRoom output_room(Channel c) override;
+  std::span<uint8_t> output_room(Channel c) override;
   void event(std::string_view json_object) override;
   void finish(protocol::ExecutionResult result) override;
   void stdin_drained() override;

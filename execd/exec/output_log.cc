@@ -350,7 +350,7 @@ void OutputLog::append(uint8_t channel, const uint8_t* data, size_t len) {
 // Only in the open segment's own writer and only for what the segment still
 // takes, so that bytes read here are appended where they lie (a roll-over
 // or a new writer would copy them).
-OutputRoom OutputLog::room() {
+std::span<uint8_t> OutputLog::room() {
   if (sealed_ || failed_ || removed_ || segments_.empty() || writers_.empty()) return {};
   Writer& w = *writers_.back();
   if (w.k != segments_.back().k) return {};

@@ -40,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,13 +49,6 @@
 namespace execd::exec {
 
 class OutputLog;
-
-// Room at the end of a log's waiting bytes that a pipe read can fill in
-// place (OutputLog::room); empty when there is none.
-struct OutputRoom {
-  uint8_t* data = nullptr;
-  size_t len = 0;
-};
 
 // One timer for every log's delayed writes (the registry owns it; it must
 // outlive its logs).
@@ -107,10 +101,10 @@ class OutputLog {
   // Bytes read into room() are taken where they are, without a copy.
   void append(uint8_t channel, const uint8_t* data, size_t len);
   // Where the next output bytes may be read into (valid until the next call
-  // on the log): room in the open segment's waiting buffer, or none (the
+  // on the log): room in the open segment's waiting buffer, or empty (the
   // caller reads elsewhere and append() copies).
   static constexpr size_t kRoomBytes = 256 << 10, kMinRoom = 16 << 10;
-  OutputRoom room();
+  std::span<uint8_t> room();
   // No more appends: the files close once written.
   void seal();
   const protocol::OutputIndex& index() const { return index_; }

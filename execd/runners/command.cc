@@ -45,9 +45,8 @@ void CommandRunner::on_output(pty::Stream s, const uint8_t* data, size_t len) {
   sink_.output(s == pty::Stream::out ? exec::kStdout : exec::kStderr, data, len);
 }
 
-pty::ReadRoom CommandRunner::output_room(pty::Stream s) {
-  exec::OutputRoom r = sink_.output_room(s == pty::Stream::out ? exec::kStdout : exec::kStderr);
-  return {r.data, r.len};
+std::span<uint8_t> CommandRunner::output_room(pty::Stream s) {
+  return sink_.output_room(s == pty::Stream::out ? exec::kStdout : exec::kStderr);
 }
 
 void CommandRunner::on_finished(const pty::Outcome& o) {

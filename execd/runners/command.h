@@ -42,7 +42,7 @@ class CommandRunner final : public exec::Runner, private pty::CommandSink {
   explicit CommandRunner(exec::RunSink& sink) : sink_(sink) {}
   // pty::CommandSink
   void on_output(pty::Stream s, const uint8_t* data, size_t len) override;
-  pty::ReadRoom output_room(pty::Stream s) override;
+  std::span<uint8_t> output_room(pty::Stream s) override;
   void on_finished(const pty::Outcome& outcome) override;
   void close_stdin_now();
 

@@ -260,7 +260,7 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: a restart does not adopt a data file
 
 TEST_CASE_FIXTURE(LoopScratch, "output log: bytes read into room() are taken where they lie, only while streaming") {
   OutputLog log(&loop, path, 4 << 20);  // segments of 1 MiB
-  CHECK(log.room().data == nullptr);    // nothing written yet: quiet
+  CHECK(log.room().data() == nullptr);    // nothing written yet: quiet
   std::string all;
   for (int i = 0; i < 3; ++i) {  // a stream: large writes
     std::string piece = pattern(100 * 1024, i);
@@ -271,14 +271,14 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: bytes read into room() are taken whe
   // Room in place, never past the open segment (1 MiB, 300 KiB of it used).
   size_t placed = 0;
   for (int i = 0; i < 12; ++i) {
-    execd::exec::OutputRoom room = log.room();
-    if (!room.data) break;
-    CHECK(room.len >= OutputLog::kMinRoom);
-    CHECK(room.len <= OutputLog::kRoomBytes);
-    CHECK(log.end() + room.len <= (log.end() / (1 << 20) + 1) * (1 << 20));
-    std::string piece = pattern(std::min<size_t>(room.len, 70000), 10 + i);
-    std::memcpy(room.data, piece.data(), piece.size());  // as a read would
-    log.append(i % 2, room.data, piece.size());
+    std::span<uint8_t> room = log.room();
+    if (!room.data()) break;
+    CHECK(room.size() >= OutputLog::kMinRoom);
+    CHECK(room.size() <= OutputLog::kRoomBytes);
+    CHECK(log.end() + room.size() <= (log.end() / (1 << 20) + 1) * (1 << 20));
+    std::string piece = pattern(std::min<size_t>(room.size(), 70000), 10 + i);
+    std::memcpy(room.data(), piece.data(), piece.size());  // as a read would
+    log.append(i % 2, room.data(), piece.size());
     all += piece;
     ++placed;
     if (i % 3 == 0) run_until([&] { return !log.busy(); });
@@ -291,7 +291,7 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: bytes read into room() are taken whe
   CHECK(read_all(*this, log, 0) == all);
   CHECK(log.index().stored(0) + log.index().stored(1) == all.size());
   log.seal();
-  CHECK(log.room().data == nullptr);
+  CHECK(log.room().data() == nullptr);
   run_until([&] { return log.settled(); });
   CHECK(read_all(*this, log, 0) == all);
   log.remove();
