@@ -18,10 +18,11 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace execd {
@@ -48,11 +49,33 @@ class Activity {
   int64_t last_request_ms() const { return last_request_ms_; }
 
  private:
+  // The changes kept (`active_since` answers "?" for a span older than the
+  // oldest): at most kKeptChanges, their actors' names in kNameBytes.
   static constexpr size_t kKeptChanges = 1024;
+  static constexpr size_t kNameBytes = 48 * 1024;
+  // A longer name is kept as its first kMaxName bytes (execution ids, the
+  // only actors that begin and end, are at most 128).
+  static constexpr size_t kMaxName = 255;
+  struct Change {
+    uint64_t epoch;  // after the change
+    uint32_t at;     // the actor's name: names_[at, at + len)
+    uint32_t len;
+  };
+  void record(const std::string& actor);
+  void drop_oldest();
+  std::string_view name(const Change& c) const { return {names_.get() + c.at, c.len}; }
+
   uint64_t epoch_ = 0;
   std::multiset<std::string> active_;
-  // (epoch after the change, actor), oldest first, at most kKeptChanges.
-  std::deque<std::pair<uint64_t, std::string>> changes_;
+  // Rings allocated once, at construction (left uninitialised, so their
+  // pages are touched only as they fill), never resized: a change is kept
+  // for hundreds of commands, and a string allocated per change (two per
+  // command) landed among each command's transient allocations, where 1,000
+  // of them pinned ~500 heap pages after a burst of 500 commands.
+  std::unique_ptr<Change[]> changes_{new Change[kKeptChanges]};
+  size_t first_ = 0, count_ = 0;  // changes_[first_] is the oldest
+  std::unique_ptr<char[]> names_{new char[kNameBytes]};
+  size_t names_head_ = 0;  // where the next name goes (FIFO with the changes)
   std::function<void(std::vector<std::string>&)> probe_;
   int64_t last_output_ms_ = 0, last_input_ms_ = 0, last_request_ms_ = 0;
 };
