@@ -37,6 +37,7 @@ const char* const kUsage =
     "                                  a request may ask for exact with Accept: application/x-ndjson)\n"
     "  --graceful-shutdown-timeout D   drain time on SIGTERM (default 1s; env EXECD_API_GRACE_SHUTDOWN)\n"
     "  --retention D                   keep finished commands and their output (default 15m)\n"
+    "  --max-records N                 keep at most N finished ones, oldest go first (default 4096)\n"
     "  --log-limit BYTES               retained output per command (default 67108864)\n"
     "  --code-spill-limit BYTES        /code output kept on disk for a slow client before its stream\n"
     "                                  ends with OutputOverflow (default 1073741824; 0 = none)\n"
@@ -319,6 +320,10 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || value.empty() || value[0] != '/' || value.find("..") != std::string::npos)
         return "--cgroup-parent needs an absolute cgroup path like /execd";
       cfg.cgroup_parent = value;
+    } else if (name == "max-records") {
+      int64_t n;
+      if (!need_value() || !parse_int(value, 1, 1 << 20, n)) return "--max-records needs a count from 1 to 1048576";
+      cfg.max_records = static_cast<size_t>(n);
     } else if (name == "cgroup-spares") {
       int64_t n;
       if (!need_value() || !parse_int(value, 0, 64, n)) return "--cgroup-spares needs a count from 0 to 64";

@@ -22,6 +22,9 @@ namespace execd {
 namespace {
 constexpr uint64_t kHousekeepingMs = 1000;
 constexpr size_t kTrimFreeBytes = 16 << 20;
+// While clients are connected, a finished execution stays as it is this
+// long (a client asks for its status and output right after the end).
+constexpr int64_t kColdAfterMs = 10000;
 constexpr uint64_t kShutdownPollMs = 20;
 
 Context with_loop(Context ctx, uv_loop_t* loop) {
@@ -118,7 +121,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     ex.respond(200, "", "",
                {std::string("X-Execd-Containment: ") + pty::containment_mode_name(containment_.mode()),
                 "X-Execd-Unsaved-Records: " + std::to_string(executions_.records().unsaved()),
-                "X-Execd-Unsaved-Journal: " + std::to_string(journal_.unsaved())});
+                "X-Execd-Unsaved-Journal: " + std::to_string(journal_.unsaved()),
+                "X-Execd-Cold-Records: " + std::to_string(executions_.cold())});
   };
   routes_.add_open("GET", "/ping", ping);
   routes_.add_open("HEAD", "/ping", ping);
@@ -231,6 +235,9 @@ void Daemon::on_tick() {
     // freed memory back: glibc keeps it otherwise. When quiet, always; under
     // load (an SDK keeps its connections open), once a lot lies free.
     bool quiet = executions_.running() == 0 && connections() == 0;
+    // Finished executions nobody uses go cold first (exec/cold_records):
+    // their objects are what pins the heap pages around them.
+    executions_.cool(quiet ? 0 : kColdAfterMs);
     if (quiet || mallinfo2().fordblks > kTrimFreeBytes) malloc_trim(0);
     return;
   }

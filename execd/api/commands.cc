@@ -263,15 +263,16 @@ void handle_list(CommandService& svc, http::Exchange& ex) {
       return ex.respond_error(400, "INVALID_CURSOR", "cursor is not one this listing gave for running=" +
                                                          (running ? *running : std::string("(any)")));
   }
-  std::vector<const Execution*> page;
-  svc.executions.each([&](const Execution& e) {
-    if (e.starting()) return;  // reserved, not started: nothing to show yet
-    if (running && (*running == "true") == e.done()) return;
-    if (after && !after->before(e.started_ns(), e.id())) return;
-    page.push_back(&e);
+  using Brief = exec::Registry::Brief;
+  std::vector<Brief> page;
+  svc.executions.each_brief([&](const Brief& e) {
+    if (e.starting) return;  // reserved, not started: nothing to show yet
+    if (running && (*running == "true") == e.done) return;
+    if (after && !after->before(e.started_ns, e.id)) return;
+    page.push_back(e);
   });
-  auto order = [](const Execution* a, const Execution* b) {
-    return a->started_ns() != b->started_ns() ? a->started_ns() < b->started_ns() : a->id() < b->id();
+  auto order = [](const Brief& a, const Brief& b) {
+    return a.started_ns != b.started_ns ? a.started_ns < b.started_ns : a.id < b.id;
   };
   bool more = page.size() > limit;
   if (more) {
@@ -281,11 +282,12 @@ void handle_list(CommandService& svc, http::Exchange& ex) {
     std::sort(page.begin(), page.end(), order);
   }
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const Execution* e : page) list.push_back(e->summary_json(with_content));
+  for (const Brief& e : page)
+    if (auto summary = svc.executions.summary_json(std::string(e.id), with_content)) list.push_back(std::move(*summary));
   nlohmann::ordered_json j;
   j["commands"] = std::move(list);
   j["next_cursor"] = more ? nlohmann::ordered_json(protocol::encode_list_cursor(
-                                filter, {page.back()->started_ns(), page.back()->id()}))
+                                filter, {page.back().started_ns, std::string(page.back().id)}))
                           : nlohmann::ordered_json();
   ex.respond(200, "application/json; charset=utf-8",
              j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace), {"Cache-Control: no-store"});

@@ -278,6 +278,22 @@ bool Execution::in_use() const {
   return readers || persist_.queued || persist_.writing || stdin_body_ || (log_ && (log_->busy() || !log_->settled()));
 }
 
+bool Execution::may_go_cold() const {
+  return done() && !settling_ && !in_use() && (!runner_ || runner_->holds_nothing()) && log_;
+}
+
+uint8_t Execution::cold_flags() const {
+  uint8_t f = 0;
+  if (reloaded_) f |= kColdReloaded;
+  if (counts_processes_ || (runner_ && runner_->counts_processes())) f |= kColdCountsProcesses;
+  return f;
+}
+
+void Execution::set_cold_flags(uint8_t flags) {
+  reloaded_ = flags & kColdReloaded;
+  counts_processes_ = flags & kColdCountsProcesses;
+}
+
 protocol::ExecutionResult Execution::result() const {
   if (result_) return *result_;
   protocol::ExecutionResult r;
@@ -336,6 +352,7 @@ std::string Execution::status_json() const {
       j["leftover_processes"] = r.leftover_processes;
     }
     if (runner_) runner_->describe(j);
+    else if (counts_processes_) j["processes_running"] = 0;
     if (r.oom_killed) j["oom_killed"] = true;
     if (r.pids_limit_hit) j["pids_limit_hit"] = true;
     if (r.changes) j["changes"] = protocol::changes_json(*r.changes);

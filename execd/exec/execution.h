@@ -118,6 +118,11 @@ class Runner {
   virtual bool send_signal(int sig) { return false; }
   // The terminal's size, for runs on a PTY.
   virtual void resize(uint16_t rows, uint16_t cols) {}
+  // After the run finished: nothing of it is left to signal, interrupt or
+  // describe, so the execution may go cold (exec/cold_records) without it.
+  virtual bool holds_nothing() const { return false; }
+  // Whether describe() counts processes_running (a cold one says 0 then).
+  virtual bool counts_processes() const { return false; }
 };
 
 // What a new execution is.
@@ -231,6 +236,13 @@ class Execution final : public RunSink {
     bool queued = false, writing = false, dirty = false;
   };
   PersistState& persist_state() { return persist_; }
+  // Finished, and nothing (a reader, a write, a runner with processes left)
+  // needs this object any more: the registry may keep it cold instead.
+  bool may_go_cold() const;
+  // What a cold record keeps besides the stored record, and gives back.
+  static constexpr uint8_t kColdReloaded = 1, kColdCountsProcesses = 2;
+  uint8_t cold_flags() const;
+  void set_cold_flags(uint8_t flags);
   // Set by the record store once the first record write has read it.
   void set_start_ticks(uint64_t ticks) {
     if (!start_ticks_) start_ticks_ = ticks;
@@ -251,6 +263,7 @@ class Execution final : public RunSink {
   State state_ = State::reserved;
   bool reloaded_ = false;
   bool started_ = false;
+  bool counts_processes_ = false;  // warmed from cold: processes_running 0
   std::unique_ptr<Runner> runner_;
   std::unique_ptr<ChangeTracker> tracker_;
   bool settling_ = false;  // finished, waiting for the tracker's list

@@ -607,4 +607,33 @@ void OutputLog::remove() {
   if (!paths.empty()) unlink_on_pool(loop_, std::move(paths));
 }
 
+std::pair<uint32_t, uint32_t> OutputLog::segment_range() const {
+  uint32_t first = 1, last = 0;
+  auto add = [&](uint32_t k) {
+    if (first > last) first = last = k;
+    first = std::min(first, k);
+    last = std::max(last, k);
+  };
+  for (const auto& seg : segments_) add(seg.k);
+  if (spare_) add(*spare_);
+  return {first, last};
+}
+
+std::vector<std::string> OutputLog::segment_names(const std::string& base, uint32_t first, uint32_t last) {
+  std::string stem = base.substr(base.rfind('/') + 1);
+  std::vector<std::string> names;
+  for (uint64_t k = first; k <= last; ++k)
+    for (const char* ext : {".output", ".index"})
+      names.push_back(k == 0 ? stem + ext : stem + ext + "." + std::to_string(k));
+  return names;
+}
+
+void OutputLog::remove_segments(uv_loop_t* loop, const std::string& base, uint32_t first, uint32_t last) {
+  std::string dir = base.substr(0, base.rfind('/') + 1);
+  std::vector<std::string> paths = segment_names(base, first, last);
+  if (paths.empty()) return;
+  for (auto& p : paths) p.insert(0, dir);
+  unlink_on_pool(loop, std::move(paths));
+}
+
 }  // namespace execd::exec

@@ -42,6 +42,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "protocol/resume.h"
@@ -140,6 +141,15 @@ class OutputLog {
   size_t buffer_capacity() const;
   // Closes and unlinks every file (once outstanding I/O completes).
   void remove();
+
+  // For a settled log let go of (exec/cold_records) and found again later:
+  // the segment numbers its files use, first to last (a kept spare data
+  // file included); first > last when there are none.
+  std::pair<uint32_t, uint32_t> segment_range() const;
+  // The file names adopt() needs for segments first..last of `base`.
+  static std::vector<std::string> segment_names(const std::string& base, uint32_t first, uint32_t last);
+  // What remove() does for such a log, without it.
+  static void remove_segments(uv_loop_t* loop, const std::string& base, uint32_t first, uint32_t last);
 
  private:
   // Bytes whose spare capacity can be filled in place and then taken in

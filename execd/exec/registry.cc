@@ -19,9 +19,10 @@ Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& jou
           [this] {
             std::set<std::string> ids;
             for (const auto& [id, e] : executions_) ids.insert(id);
+            cold_.each([&](const ColdRecords::Entry& c) { ids.emplace(c.id); });
             return ids;
           },
-          [this] { return executions_.size(); }),
+          [this] { return executions_.size() + cold_.size(); }),
       write_delay_(loop, kLogWriteDelayMs) {
   uv_timer_init(loop, &sweep_timer_);
   sweep_timer_.data = this;
@@ -46,6 +47,7 @@ Registry::~Registry() = default;
 
 Execution& Registry::create(ExecutionSpec spec, uint64_t log_limit) {
   if (spec.id.empty()) spec.id = random_id32();
+  cold_.erase(spec.id);  // as a hot one of the same id would be replaced
   auto e = std::make_unique<Execution>(*this, std::move(spec), log_limit ? log_limit : settings_.log_limit);
   Execution& ref = *e;
   executions_[ref.id()] = std::move(e);
@@ -55,7 +57,65 @@ Execution& Registry::create(ExecutionSpec spec, uint64_t log_limit) {
 
 Execution* Registry::find(const std::string& id) {
   auto it = executions_.find(id);
-  return it == executions_.end() ? nullptr : it->second.get();
+  return it != executions_.end() ? it->second.get() : warm(id);
+}
+
+size_t Registry::cool(int64_t min_age_ms) {
+  if (closed_) return 0;
+  int64_t now = unix_ns();
+  size_t went = 0;
+  std::deque<Execution*> kept;
+  for (Execution* e : finished_order_) {
+    if (now - e->finished_ns() < min_age_ms * 1000000 || !e->may_go_cold()) {
+      kept.push_back(e);
+      continue;
+    }
+    auto [first_k, last_k] = e->log()->segment_range();
+    std::string record = protocol::encode_stored_execution(e->stored());
+    cold_.put({e->id(), e->started_ns(), e->finished_ns(), first_k, last_k, e->cold_flags(), record});
+    executions_.erase(executions_.find(e->id()));
+    ++went;
+  }
+  if (went) finished_order_.swap(kept);
+  return went;
+}
+
+Execution* Registry::warm(const std::string& id) {
+  std::optional<ColdRecords::Entry> c = cold_.find(id);
+  if (!c) return nullptr;
+  std::optional<protocol::StoredExecution> stored = protocol::decode_stored_execution(c->record);
+  if (!stored) {  // it was encoded here: cannot happen
+    drop_cold(*c);
+    return nullptr;
+  }
+  std::string base = settings_.state_dir + "/" + id;
+  auto log = std::make_unique<OutputLog>(loop_, base, settings_.log_limit);
+  log->adopt(OutputLog::segment_names(base, c->first_k, c->last_k));
+  auto e = std::make_unique<Execution>(*this, *stored, std::move(log));
+  e->set_cold_flags(c->flags);
+  cold_.erase(id);
+  Execution* raw = e.get();
+  // At the back: the sweep lets it go once those finished before it go, or
+  // when it goes cold again, by its own finish time.
+  finished_order_.push_back(raw);
+  executions_[raw->id()] = std::move(e);
+  return raw;
+}
+
+std::optional<nlohmann::ordered_json> Registry::summary_json(const std::string& id, bool with_content) {
+  if (auto it = executions_.find(id); it != executions_.end()) return it->second->summary_json(with_content);
+  std::optional<ColdRecords::Entry> c = cold_.find(id);
+  if (!c) return std::nullopt;
+  std::optional<protocol::StoredExecution> stored = protocol::decode_stored_execution(c->record);
+  if (!stored) return std::nullopt;
+  Execution e(*this, *stored, nullptr);
+  e.set_cold_flags(c->flags);
+  return e.summary_json(with_content);
+}
+
+void Registry::drop_cold(const ColdRecords::Entry& c) {
+  OutputLog::remove_segments(loop_, settings_.state_dir + "/" + std::string(c.id), c.first_k, c.last_k);
+  cold_.erase(std::string(c.id));
 }
 
 void Registry::journal_append(const nlohmann::ordered_json& entry) {
@@ -75,7 +135,7 @@ void Registry::finished(Execution& e) {
   }
   finished_order_.push_back(&e);
   // Swept from the timer, never from inside the execution's own callback.
-  if (finished_order_.size() > settings_.max_records && !closed_)
+  if (finished_order_.size() + cold_.size() > settings_.max_records && !closed_)
     uv_timer_start(
         &sweep_timer_, [](uv_timer_t* t) { static_cast<Registry*>(t->data)->sweep(); }, 0, sweep_period_);
 }
@@ -88,10 +148,17 @@ void Registry::forget(Execution& e) {
 
 void Registry::sweep() {
   int64_t now = unix_ns();
+  // Cold ones first: they went cold because they were finished and unused
+  // for a while, so they are mostly the oldest.
+  while (std::optional<ColdRecords::Entry> c = cold_.oldest()) {
+    bool expired = now - c->finished_ns >= settings_.retention_ms * 1000000;
+    if (!expired && finished_order_.size() + cold_.size() <= settings_.max_records) break;
+    drop_cold(*c);
+  }
   while (!finished_order_.empty()) {
     Execution* e = finished_order_.front();
     bool expired = now - e->finished_ns() >= settings_.retention_ms * 1000000;
-    if (!expired && finished_order_.size() <= settings_.max_records) break;
+    if (!expired && finished_order_.size() + cold_.size() <= settings_.max_records) break;
     // Readers, a record write, or a read or write of the retained log in
     // flight point at it: next sweep.
     if (e->in_use()) break;

@@ -4,6 +4,12 @@
 // uses one (Execution::in_use). The registry owns its executions and their
 // record store (exec/record_store); the journal is handed to it at
 // construction. Executions reach both through it.
+//
+// A finished execution that nothing uses goes cold (exec/cold_records: its
+// record, no objects) when the daemon's housekeeping says so (cool), and
+// is warmed again (rebuilt from that record and its files, as a restarted
+// execd would) when find() asks for it. Callers never see the difference,
+// except that an Execution pointer is good only until the next cool().
 #pragma once
 
 #include <uv.h>
@@ -12,9 +18,12 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "execd/activity.h"
+#include "execd/exec/cold_records.h"
 #include "execd/exec/execution.h"
 #include "execd/exec/record_store.h"
 #include "nlohmann/json.hpp"
@@ -47,11 +56,25 @@ class Registry {
   // Reserves an id (a fresh random one if spec.id is empty) for a run that
   // starts now or after preparation; `log_limit` 0: the registry's.
   Execution& create(ExecutionSpec spec, uint64_t log_limit = 0);
+  // A cold one is warmed (blocking reads of its index files).
   Execution* find(const std::string& id);
+  // What listing every execution needs, cold ones included (not warmed).
+  struct Brief {
+    std::string_view id;  // valid until the registry changes
+    int64_t started_ns;
+    bool starting, done;
+  };
   template <class Fn>
-  void each(Fn fn) const {
-    for (const auto& [id, e] : executions_) fn(static_cast<const Execution&>(*e));
+  void each_brief(Fn fn) const {
+    for (const auto& [id, e] : executions_) fn(Brief{id, e->started_ns(), e->starting(), e->done()});
+    cold_.each([&](const ColdRecords::Entry& c) { fn(Brief{c.id, c.started_ns, false, true}); });
   }
+  // Execution::summary_json of any execution (a cold one is not warmed).
+  std::optional<nlohmann::ordered_json> summary_json(const std::string& id, bool with_content);
+  // Finished executions at least `min_age_ms` old that nothing uses go
+  // cold; how many went.
+  size_t cool(int64_t min_age_ms);
+  size_t cold() const { return cold_.size(); }
   // Executions not finished yet (reserved or running).
   size_t running() const { return running_; }
   // Running ones of a kind (started, not finished).
@@ -84,6 +107,8 @@ class Registry {
 
  private:
   void sweep();
+  Execution* warm(const std::string& id);
+  void drop_cold(const ColdRecords::Entry& c);
 
   uv_loop_t* loop_;
   RegistrySettings settings_;
@@ -93,6 +118,7 @@ class Registry {
   // Before the executions: their logs leave it as they go.
   WriteDelay write_delay_;
   std::map<std::string, std::unique_ptr<Execution>> executions_;
+  ColdRecords cold_;
   // Finished executions, oldest first, for the sweep (pointers: only the
   // sweep erases a finished execution, from the front).
   std::deque<Execution*> finished_order_;

@@ -107,6 +107,12 @@ void CommandRunner::resize(uint16_t rows, uint16_t cols) {
   if (cmd_ && tty_) cmd_->resize(rows, cols);
 }
 
+bool CommandRunner::holds_nothing() const {
+  if (cmd_) return false;
+  std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();
+  return !cg || cg->population() == 0;
+}
+
 void CommandRunner::describe(nlohmann::ordered_json& status) const {
   if (!contained_) return;
   std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();

@@ -30,6 +30,8 @@ class CommandRunner final : public exec::Runner, private pty::CommandSink {
   bool interrupt() override;
   void signal(int sig) override;
   void describe(nlohmann::ordered_json& status) const override;
+  bool holds_nothing() const override;
+  bool counts_processes() const override { return contained_; }
   bool has_stdin() const override { return stdin_ != nullptr; }
   void stdin_write(const char* data, size_t len) override;
   size_t stdin_queued() const override { return stdin_ ? stdin_->queued() : 0; }

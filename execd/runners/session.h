@@ -20,6 +20,7 @@ class SessionRunner final : public exec::Runner, public pty::BashListener {
   void set_paused(bool paused) override;
   bool interrupt() override;
   int64_t pgid() const override { return shell_ ? shell_->shell_pid() : 0; }
+  bool holds_nothing() const override { return !shell_; }
 
   // pty::BashListener
   void on_run_output(pty::Stream s, const uint8_t* data, size_t len) override;

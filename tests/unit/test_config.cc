@@ -419,6 +419,13 @@ TEST_CASE("config: isolation and hardening flags") {
   CHECK(has_warning(p.cfg, "EXECD_ISOLATION_CONFIG"));
 }
 
+TEST_CASE("config: --max-records is a count from 1, default 4096") {
+  CHECK(parse({"--insecure-no-auth"}).cfg.max_records == 4096);
+  CHECK(parse({"--max-records", "3", "--insecure-no-auth"}).cfg.max_records == 3);
+  CHECK_FALSE(parse({"--max-records", "0", "--insecure-no-auth"}).error.empty());
+  CHECK_FALSE(parse({"--max-records", "x", "--insecure-no-auth"}).error.empty());
+}
+
 TEST_CASE("config: --cgroup-spares is a count from 0 to 64, default 2") {
   CHECK(parse({"--insecure-no-auth"}).cfg.cgroup_spares == 2);
   CHECK(parse({"--cgroup-spares", "0", "--insecure-no-auth"}).cfg.cgroup_spares == 0);

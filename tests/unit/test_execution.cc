@@ -16,6 +16,7 @@
 #include "execd/context.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/record_store.h"
+#include "execd/exec/cold_records.h"
 #include "execd/exec/registry.h"
 #include "execd/exec/stdin.h"
 #include "http_rig.h"
@@ -458,4 +459,146 @@ TEST_CASE("execution: output the disk could not keep is a gap to a reader that n
   CHECK(ev[3]["stdout_sha256"] == protocol::sha256_hex("abcdef"));
   reg.close();
   w.run_until([&] { return !uv_loop_alive(&w.loop); });  // its last record batch
+}
+
+TEST_CASE("cold records: by id and by age, in slabs of their own that go once empty") {
+  exec::ColdRecords cold;
+  CHECK_FALSE(cold.oldest());
+  CHECK(cold.slabs() == 0);
+  std::string record(700, 'r');
+  for (int i = 0; i < 300; ++i) {
+    std::string id = "id-" + std::to_string(i);
+    // Finish times out of order now and then: the age order still holds.
+    int64_t finished = i % 50 == 7 ? 5 : 1000 + i;
+    cold.put({id, 10 + i, finished, 0, static_cast<uint32_t>(i % 3), static_cast<uint8_t>(i % 4), record + id});
+  }
+  CHECK(cold.size() == 300);
+  CHECK(cold.slabs() >= 3);  // ~220 KiB of records in 64 KiB slabs
+  auto e = cold.find("id-123");
+  REQUIRE(e);
+  CHECK(e->id == "id-123");
+  CHECK(e->started_ns == 133);
+  CHECK(e->finished_ns == 1123);
+  CHECK(e->last_k == 0);
+  CHECK(e->flags == 3);
+  CHECK(e->record == record + "id-123");
+  CHECK_FALSE(cold.find("id-1234"));
+  CHECK_FALSE(cold.find("id-"));  // a prefix of ids that are there
+  CHECK(cold.oldest()->finished_ns == 5);
+  // The same id again replaces it.
+  cold.put({"id-123", 1, 2, 4, 9, 0, "short"});
+  CHECK(cold.size() == 300);
+  CHECK(cold.find("id-123")->record == "short");
+  CHECK(cold.oldest()->id == "id-123");
+  // The age order: each oldest goes, never an older one after a younger.
+  int64_t last = 0;
+  size_t seen = 0;
+  while (auto o = cold.oldest()) {
+    CHECK(o->finished_ns >= last);
+    last = o->finished_ns;
+    CHECK(cold.erase(std::string(o->id)));
+    ++seen;
+  }
+  CHECK(seen == 300);
+  CHECK_FALSE(cold.erase("id-5"));
+  CHECK(cold.slabs() == 0);  // every slab unmapped with its last record
+  // A record larger than a slab has a mapping of its own, and the slab
+  // that was filling goes on filling.
+  cold.put({"small-1", 0, 1, 1, 0, 0, "x"});
+  std::string big(200 << 10, 'b');
+  cold.put({"big", 0, 2, 1, 0, 0, big});
+  cold.put({"small-2", 0, 3, 1, 0, 0, "y"});
+  CHECK(cold.slabs() == 2);
+  CHECK(cold.find("big")->record == big);
+  CHECK(cold.find("small-2")->record == "y");
+  CHECK(cold.erase("big"));
+  CHECK(cold.slabs() == 1);
+  size_t listed = 0;
+  cold.each([&](const exec::ColdRecords::Entry& c) { listed += c.id.substr(0, 6) == "small-"; });
+  CHECK(listed == 2);
+}
+
+namespace {
+struct DoneRunner : FakeRunner {
+  bool left = false;  // processes left behind
+  bool holds_nothing() const override { return !left; }
+  bool counts_processes() const override { return true; }
+  void describe(nlohmann::ordered_json& status) const override { status["processes_running"] = left ? 1 : 0; }
+};
+}  // namespace
+
+TEST_CASE("registry: a finished execution nobody uses goes cold and comes back the same") {
+  World w;
+  exec::ExecutionSpec spec;
+  spec.id = "cold-1";
+  spec.content = "echo cold";
+  exec::Execution& e = w.reg->create(spec);
+  auto runner = std::make_unique<DoneRunner>();
+  DoneRunner* r = runner.get();
+  e.start(std::move(runner));
+  w.out(e, exec::kStdout, "out\n");
+  w.out(e, exec::kStderr, "err\n");
+  protocol::ExecutionResult res;
+  res.exit_code = 3;
+  r->left = true;
+  e.finish(res);
+  exec::ExecutionSpec other;
+  other.id = "running-1";
+  FakeRunner* running = nullptr;
+  w.start("running-1", running);
+  // Written, settled, unread: only the processes it left keep it warm.
+  w.run_until([&] { return !e.in_use(); });
+  CHECK_FALSE(e.may_go_cold());
+  CHECK(w.reg->cool(0) == 0);
+  r->left = false;
+  std::string status = e.status_json();
+  nlohmann::ordered_json summary = e.summary_json(true);
+  CHECK(w.reg->cool(60000) == 0);  // not that old yet
+  CHECK(w.reg->cool(0) == 1);      // the running one stays
+  CHECK(w.reg->cold() == 1);
+  // Listed without being warmed.
+  std::vector<std::string> listed;
+  w.reg->each_brief([&](const exec::Registry::Brief& b) { listed.emplace_back(b.id); });
+  std::sort(listed.begin(), listed.end());
+  CHECK(listed == std::vector<std::string>{"cold-1", "running-1"});
+  CHECK(w.reg->summary_json("cold-1", true) == summary);
+  CHECK(w.reg->cold() == 1);
+  // find() warms it: the same status, the same output.
+  exec::Execution* back = w.reg->find("cold-1");
+  REQUIRE(back);
+  CHECK(w.reg->cold() == 0);
+  CHECK(back->status_json() == status);
+  CHECK(back->summary_json(true) == summary);
+  CHECK(back->done());
+  CHECK_FALSE(back->reloaded());
+  {
+    Client c(*back, ExecutionReader::Role::resume);
+    w.run_until([&] { return c.ended(); });
+    CHECK(stdout_of(c.events(), 0) == "out\n");
+    CHECK(c.events().back()["exit_code"] == 3);
+  }
+  // Read (a pool job), then free again: cold once more, its files kept.
+  w.run_until([&] { return !back->in_use(); });
+  CHECK(w.reg->cool(0) == 1);
+  struct stat st {};
+  CHECK(stat((w.dir + "/cold-1.output").c_str(), &st) == 0);
+  // A restart knows it: the records log kept it through the rewrite.
+  running->interrupts = 0;
+  w.reg->find("running-1")->finish({});
+  w.run_until([&] { return !w.reg->find("running-1")->in_use(); });
+  w.reg->close();
+  w.run_until([&] { return uv_loop_alive(&w.loop) == 0; });
+  exec::RegistrySettings s;
+  s.state_dir = w.dir;
+  s.max_records = 1;
+  w.reg = std::make_unique<exec::Registry>(&w.loop, s, *w.journal, w.activity);
+  exec::Execution* reloaded = w.reg->find("cold-1");
+  REQUIRE(reloaded);
+  CHECK(reloaded->reloaded());
+  // The oldest goes when more than --max-records are kept, cold or not, and
+  // its files with it.
+  w.run_until([&] { return w.reg->cool(0) == 2 || w.reg->cold() == 2; });
+  w.run_until([&] { return !w.reg->find("cold-1"); });
+  CHECK(w.reg->find("running-1"));
+  w.run_until([&] { return stat((w.dir + "/cold-1.output").c_str(), &st) != 0; });
 }
