@@ -8,9 +8,9 @@
 // made while its command ran, among that command's transient allocations.
 // After a burst of commands the kept ones pin the heap pages around them,
 // so free memory cannot go back to the system (500 commands kept ~3.6 MiB
-// resident). A cold record is one encoded string in slabs mapped for cold
-// records alone (kSlabBytes each, unmapped once empty), and the index is one
-// vector.
+// resident). A cold record is one string (the registry packs it: see
+// protocol/packed_record) in slabs mapped for cold records alone (kSlabBytes
+// each, unmapped once empty), and the index is two vectors.
 //
 // Loop thread only.
 #pragma once
@@ -33,7 +33,7 @@ class ColdRecords {
     // none when first > last.
     uint32_t first_k = 1, last_k = 0;
     uint8_t flags = 0;        // the registry's
-    std::string_view record;  // protocol::encode_stored_execution
+    std::string_view record;  // the registry's (a packed protocol::StoredExecution)
   };
 
   ColdRecords() = default;

@@ -27,6 +27,7 @@
 #include "execd/exec/execution.h"
 #include "execd/exec/record_store.h"
 #include "nlohmann/json.hpp"
+#include "protocol/packed_record.h"
 
 namespace execd::api {
 class Journal;
@@ -109,6 +110,7 @@ class Registry {
   void sweep();
   Execution* warm(const std::string& id);
   void drop_cold(const ColdRecords::Entry& c);
+  std::optional<protocol::StoredExecution> unpack(const ColdRecords::Entry& c);
 
   uv_loop_t* loop_;
   RegistrySettings settings_;
@@ -119,6 +121,11 @@ class Registry {
   WriteDelay write_delay_;
   std::map<std::string, std::unique_ptr<Execution>> executions_;
   ColdRecords cold_;
+  // Cold records are packed (~1 KiB -> ~200 bytes) against a record of
+  // this boot (protocol/packed_record); made with the first cold record, so
+  // an idle execd has not touched the encoder's code.
+  std::optional<protocol::RecordPacker> packer_;
+  const protocol::RecordPacker& packer();
   // Finished executions, oldest first, for the sweep (pointers: only the
   // sweep erases a finished execution, from the front).
   std::deque<Execution*> finished_order_;
