@@ -38,6 +38,8 @@ const char* const kUsage =
     "  --graceful-shutdown-timeout D   drain time on SIGTERM (default 1s; env EXECD_API_GRACE_SHUTDOWN)\n"
     "  --retention D                   keep finished commands and their output (default 15m)\n"
     "  --max-records N                 keep at most N finished ones, oldest go first (default 4096)\n"
+    "  --cold-after D                  keep a finished one unused this long as it is, then only its\n"
+    "                                  packed record (default 10s; at once while no client is connected)\n"
     "  --log-limit BYTES               retained output per command (default 67108864)\n"
     "  --code-spill-limit BYTES        /code output kept on disk for a slow client before its stream\n"
     "                                  ends with OutputOverflow (default 1073741824; 0 = none)\n"
@@ -436,6 +438,11 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
       if (!need_value() || (ms = parse_duration_ms(value)) <= 0)
         return "--" + name + " needs a positive duration like 500ms, 30s or 2m";
       (name == "proxy-timeout" ? cfg.proxy_timeout_ms : cfg.proxy_idle_timeout_ms) = ms;
+    } else if (name == "cold-after") {
+      int64_t ms;
+      if (!need_value() || (ms = parse_duration_ms(value)) < 0)
+        return "--cold-after needs a duration like 0s, 10s or 1m";
+      cfg.cold_after_ms = ms;
     } else if (name == "retention" || name == "kill-grace" || name == "idle-timeout") {
       int64_t ms;
       if (!need_value() || (ms = parse_duration_ms(value)) < 0)

@@ -29,6 +29,7 @@ struct Config {
   bool exact_framing = false;     // --framing exact
   int64_t graceful_shutdown_ms = 1000;
   int64_t retention_ms = 15 * 60 * 1000;  // finished command records and output
+  int64_t cold_after_ms = 10 * 1000;      // a finished execution unused this long goes cold (exec/cold_records)
   int64_t log_limit_bytes = 64ll << 20;   // retained output per command
   int64_t code_spill_limit_bytes = 1ll << 30;  // /code output a slow client may lag behind by
   int64_t max_kernel_message_bytes = 1ll << 30;  // one message from a kernel, held whole to verify it

@@ -22,9 +22,6 @@ namespace execd {
 namespace {
 constexpr uint64_t kHousekeepingMs = 1000;
 constexpr size_t kTrimFreeBytes = 16 << 20;
-// While clients are connected, a finished execution stays as it is this
-// long (a client asks for its status and output right after the end).
-constexpr int64_t kColdAfterMs = 10000;
 constexpr uint64_t kShutdownPollMs = 20;
 
 Context with_loop(Context ctx, uv_loop_t* loop) {
@@ -237,7 +234,9 @@ void Daemon::on_tick() {
     bool quiet = executions_.running() == 0 && connections() == 0;
     // Finished executions nobody uses go cold first (exec/cold_records):
     // their objects are what pins the heap pages around them.
-    executions_.cool(quiet ? 0 : kColdAfterMs);
+    // While clients are connected, one stays as it is for --cold-after (a
+    // client asks for its status and output right after the end).
+    executions_.cool(quiet ? 0 : ctx_.config.cold_after_ms);
     if (quiet || mallinfo2().fordblks > kTrimFreeBytes) malloc_trim(0);
     return;
   }

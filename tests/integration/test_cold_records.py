@@ -140,3 +140,74 @@ def test_cold_records_expire_with_their_files(execd_factory, tmp_path):
     assert ex.status("x-1")[0] == 404
     wait_until(lambda: not list(state.glob("x-1.*")), 10 * SLOW, what="its files removed")
     assert json.loads(ex.request("GET", "/command")[2])["commands"] == []
+
+
+def test_requests_racing_the_cooling_always_answer_the_same(execd_factory):
+    """--cold-after 0s: every tick cools whatever nobody uses at that moment,
+    while eight clients keep asking for the same executions (status, logs,
+    whole streams, streams reset half-way, listing pages), so warming,
+    reading and cooling interleave. Every answer must be the one the run
+    gave."""
+    import random
+    import threading
+    import time
+
+    ex = execd_factory("--cold-after", "0s")
+    want = {}
+    for i in range(40):
+        r = ex.run(f"seq 1 {i * 300}; echo err-{i} >&2; exit {i % 7}", exact=True, id=f"st-{i}")
+        want[f"st-{i}"] = (r.stdout, r.stderr, r.terminal["exit_code"], r.terminal["stdout_sha256"])
+    failures: list[str] = []
+    counts = {"status": 0, "logs": 0, "stream": 0, "reset": 0, "list": 0}
+    stop = time.monotonic() + 4 * SLOW
+
+    def client(seed):
+        rng = random.Random(seed)
+        while time.monotonic() < stop and not failures:
+            cid = f"st-{rng.randrange(40)}"
+            out, err, code, sha = want[cid]
+            op = rng.choice(list(counts))
+            try:
+                if op == "status":
+                    st, js = ex.status(cid)
+                    ok = st == 200 and js["exit_code"] == code and js["stdout_sha256"] == sha
+                elif op == "logs":
+                    st, h, body = ex.logs(cid)
+                    ok = st == 200 and body == out + err
+                elif op == "stream":
+                    st, h, raw = ex.request("GET", f"/command/{cid}/stream?stdout=0&stderr=0")
+                    events = parse_stream(raw, True)
+                    ok = st == 200 and reconstruct(events) == (out, err) and events[-1]["stdout_sha256"] == sha
+                elif op == "reset":
+                    s = socket.create_connection((ex.host, ex.port), timeout=10 * SLOW)
+                    s.sendall((f"GET /command/{cid}/stream?stdout=0&stderr=0 HTTP/1.1\r\nHost: x\r\n"
+                               f"X-EXECD-ACCESS-TOKEN: {ex.token}\r\n\r\n").encode())
+                    ok = bool(s.recv(100))
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    s.close()
+                else:
+                    listed = _listing(ex)
+                    ok = all(listed[c]["exit_code"] == want[c][2] for c in want)
+                counts[op] += 1
+                if not ok:
+                    failures.append(f"{op} {cid}")
+            except Exception as e:  # noqa: BLE001
+                failures.append(f"{op} {cid}: {e!r}")
+
+    cold_seen = []
+
+    def sampler():
+        while time.monotonic() < stop:
+            cold_seen.append(_cold(ex))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)] + [threading.Thread(target=sampler)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:5]
+    assert all(counts.values()), counts
+    # It did cool while they asked (clients connected all along).
+    assert max(cold_seen) > 0 and min(cold_seen) < 40, (min(cold_seen), max(cold_seen))
+    assert ex.ping() == 200
+    wait_until(lambda: _cold(ex) == 40, 10 * SLOW, what="all cold once the clients are gone")

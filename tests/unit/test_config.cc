@@ -419,11 +419,15 @@ TEST_CASE("config: isolation and hardening flags") {
   CHECK(has_warning(p.cfg, "EXECD_ISOLATION_CONFIG"));
 }
 
-TEST_CASE("config: --max-records is a count from 1, default 4096") {
+TEST_CASE("config: --max-records is a count from 1, default 4096; --cold-after a duration, default 10s") {
   CHECK(parse({"--insecure-no-auth"}).cfg.max_records == 4096);
   CHECK(parse({"--max-records", "3", "--insecure-no-auth"}).cfg.max_records == 3);
   CHECK_FALSE(parse({"--max-records", "0", "--insecure-no-auth"}).error.empty());
   CHECK_FALSE(parse({"--max-records", "x", "--insecure-no-auth"}).error.empty());
+  CHECK(parse({"--insecure-no-auth"}).cfg.cold_after_ms == 10000);
+  CHECK(parse({"--cold-after", "0s", "--insecure-no-auth"}).cfg.cold_after_ms == 0);
+  CHECK(parse({"--cold-after=2m", "--insecure-no-auth"}).cfg.cold_after_ms == 120000);
+  CHECK(parse({"--cold-after", "-1s", "--insecure-no-auth"}).error.find("--cold-after") != std::string::npos);
 }
 
 TEST_CASE("config: --cgroup-spares is a count from 0 to 64, default 2") {
