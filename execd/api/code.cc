@@ -78,6 +78,8 @@ class CodeRun final : public exec::Runner {
   bool interrupt() override;
   // Nobody reads the rest: stop the code so the context is free again.
   void unwatched() override { interrupt(); }
+  // The context cuts the link when the run ends (finish_run).
+  bool holds_nothing() const override { return !context; }
   // The output cannot pause, but a large print can wait for the disk.
   void set_paused(bool p) override;
   bool paused = false;

@@ -575,6 +575,18 @@ def test_a_code_run_has_an_id_status_logs_resume_and_a_journal_entry(kx):
     assert len(mine) == 1 and mine[0]["type"] == "code_run" and mine[0]["context"] == ctx
     assert mine[0]["code"].startswith("print('line one')") and mine[0]["result"]["status"] == "ok"
     assert mine[0]["result"]["stdout_sha256"] == done["stdout_sha256"]
+    # Once nothing uses it, it goes cold (exec/cold_records) like any finished
+    # run, and answers the same: the context let go of it when it ended.
+    def all_finished_cold():
+        st, h, _ = kx.request("GET", "/ping", token=False)
+        st, listing = kx.json("GET", "/command?running=false&limit=1000")
+        return int(h["x-execd-cold-records"]) == len(listing["commands"])
+    wait_until(all_finished_cold, 10 * SLOW, what="finished runs cold")
+    assert kx.status(run_id) == (200, js)
+    assert kx.logs(run_id)[2] == b"line one\nline two\n"
+    st, h, raw2 = kx.request("GET", f"/command/{run_id}/stream?stdout=9")
+    untimed = lambda evs: [{k: v for k, v in e.items() if k != "timestamp"} for e in evs if e["type"] != "ping"]  # noqa: E731
+    assert untimed(parse_stream(raw2, True)) == untimed(again)
 
 
 def test_a_code_run_is_interrupted_by_its_run_id_and_survives_a_restart(tmp_path_factory):
