@@ -3,7 +3,8 @@ registry keeps their record and lets go of their objects, and warms them
 again when a request asks. Every answer must be the same either way. The
 daemon cools at a housekeeping tick (once a second) when no client is
 connected, which these tests wait for through /ping's X-Execd-Cold-Records
-header (each request here is a connection of its own)."""
+header (each request here is a connection of its own; a tick that finds
+one of them connected cools only what finished --cold-after ago)."""
 
 from __future__ import annotations
 
@@ -132,7 +133,10 @@ def test_cold_records_are_swept_with_their_files(execd_factory, tmp_path):
 
 def test_cold_records_expire_with_their_files(execd_factory, tmp_path):
     state = tmp_path / "state"
-    ex = execd_factory("--retention", "3s", state_dir=state)
+    # --cold-after 0s: a tick cools it even while a poll below is connected
+    # (otherwise only a tick with no client connected would, and the polls
+    # themselves could take every tick before it expired).
+    ex = execd_factory("--retention", f"{int(3 * SLOW)}s", "--cold-after", "0s", state_dir=state)
     ex.run("echo bye", id="x-1")
     wait_until(lambda: _cold(ex) == 1, 10 * SLOW, what="cold")
     assert (state / "x-1.output").exists()
