@@ -221,13 +221,13 @@ OutputLog::~OutputLog() {
   }
 }
 
-std::string OutputLog::data_path(uint32_t k) const {
-  return k == 0 ? base_ + ".output" : base_ + ".output." + std::to_string(k);
+std::string OutputLog::segment_file(const std::string& prefix, const char* ext, uint32_t k) {
+  return k == 0 ? prefix + ext : prefix + ext + "." + std::to_string(k);
 }
 
-std::string OutputLog::index_path(uint32_t k) const {
-  return k == 0 ? base_ + ".index" : base_ + ".index." + std::to_string(k);
-}
+std::string OutputLog::data_path(uint32_t k) const { return segment_file(base_, ".output", k); }
+
+std::string OutputLog::index_path(uint32_t k) const { return segment_file(base_, ".index", k); }
 
 bool OutputLog::adopt(const std::vector<std::string>& names) {
   // Which segments are there: "<id>.output" is 0, "<id>.output.<k>" is k.
@@ -623,8 +623,7 @@ std::vector<std::string> OutputLog::segment_names(const std::string& base, uint3
   std::string stem = base.substr(base.rfind('/') + 1);
   std::vector<std::string> names;
   for (uint64_t k = first; k <= last; ++k)
-    for (const char* ext : {".output", ".index"})
-      names.push_back(k == 0 ? stem + ext : stem + ext + "." + std::to_string(k));
+    for (const char* ext : {".output", ".index"}) names.push_back(segment_file(stem, ext, static_cast<uint32_t>(k)));
   return names;
 }
 

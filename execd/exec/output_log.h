@@ -204,6 +204,8 @@ class OutputLog {
   struct ReadJob;
 
   static void grow_for(Bytes& buf, size_t more);
+  // Segment k's file: "<prefix><ext>" for 0, "<prefix><ext>.<k>" after.
+  static std::string segment_file(const std::string& prefix, const char* ext, uint32_t k);
   std::string data_path(uint32_t k) const;
   std::string index_path(uint32_t k) const;
   uint64_t retained() const { return index_.end() - index_.first(); }
