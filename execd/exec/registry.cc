@@ -82,20 +82,20 @@ Execution* Registry::find(const std::string& id) {
 size_t Registry::cool(int64_t min_age_ms) {
   if (closed_) return 0;
   int64_t now = unix_ns();
-  size_t went = 0;
-  std::deque<Execution*> kept;
+  // Those that stay are moved up in place: most ticks cool nothing.
+  auto kept = finished_order_.begin();
   for (Execution* e : finished_order_) {
     if (now - e->finished_ns() < min_age_ms * 1000000 || !e->may_go_cold()) {
-      kept.push_back(e);
+      *kept++ = e;
       continue;
     }
     auto [first_k, last_k] = e->log()->segment_range();
     std::string record = packer().pack(protocol::encode_stored_execution(e->stored()));
     cold_.put({e->id(), e->started_ns(), e->finished_ns(), first_k, last_k, e->cold_flags(), record});
     executions_.erase(executions_.find(e->id()));
-    ++went;
   }
-  if (went) finished_order_.swap(kept);
+  size_t went = static_cast<size_t>(finished_order_.end() - kept);
+  finished_order_.erase(kept, finished_order_.end());
   return went;
 }
 
