@@ -279,7 +279,8 @@ bool Execution::in_use() const {
 }
 
 bool Execution::may_go_cold() const {
-  return done() && !settling_ && !in_use() && (!runner_ || runner_->holds_nothing()) && log_;
+  // The runner's check last: it may read the cgroup's population.
+  return done() && !settling_ && log_ && !in_use() && (!runner_ || runner_->holds_nothing());
 }
 
 uint8_t Execution::cold_flags() const {
