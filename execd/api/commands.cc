@@ -196,7 +196,7 @@ bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, st
     error = "execd is shutting down";
     return false;
   }
-  if (!req.id.empty() && svc.executions.find(req.id)) {
+  if (!req.id.empty() && svc.executions.contains(req.id)) {
     error = "id " + req.id + " is in use";
     return false;
   }

@@ -59,6 +59,8 @@ class Registry {
   Execution& create(ExecutionSpec spec, uint64_t log_limit = 0);
   // A cold one is warmed (blocking reads of its index files).
   Execution* find(const std::string& id);
+  // Whether the id is taken, without warming a cold one.
+  bool contains(const std::string& id) const { return executions_.count(id) || cold_.find(id); }
   // What listing every execution needs, cold ones included (not warmed).
   struct Brief {
     std::string_view id;  // valid until the registry changes

@@ -562,6 +562,10 @@ TEST_CASE("registry: a finished execution nobody uses goes cold and comes back t
   std::sort(listed.begin(), listed.end());
   CHECK(listed == std::vector<std::string>{"cold-1", "running-1"});
   CHECK(w.reg->summary_json("cold-1", true) == summary);
+  // Its id is taken, and asking does not warm it.
+  CHECK(w.reg->contains("cold-1"));
+  CHECK(w.reg->contains("running-1"));
+  CHECK_FALSE(w.reg->contains("cold-2"));
   CHECK(w.reg->cold() == 1);
   // find() warms it: the same status, the same output.
   exec::Execution* back = w.reg->find("cold-1");
