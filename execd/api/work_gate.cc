@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "fs/pool_job.h"
 #include "pty/namespaces.h"
 
 namespace execd::api {
@@ -20,7 +21,7 @@ int WorkGate::queue(uv_loop_t* loop, Ticket& t, uv_work_cb work, uv_after_work_c
 }
 
 int WorkGate::start(Ticket& t) {
-  int rc = uv_queue_work(t.loop, &t.req, t.mount || t.identity ? &WorkGate::run : t.work, &WorkGate::finished);
+  int rc = fs::queue_work(t.loop, &t.req, t.mount || t.identity ? &WorkGate::run : t.work, &WorkGate::finished);
   if (rc == 0) ++running_;
   return rc;
 }

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fs/pool_job.h"
+
 namespace execd::watch {
 
 namespace {
@@ -133,7 +135,7 @@ std::unique_ptr<DirWatcher> DirWatcher::start(uv_loop_t* loop, std::string dir, 
   s->dir = w->dir_;
   s->recursive = recursive;
   w->setup_ = s;
-  int rc = uv_queue_work(
+  int rc = fs::queue_work(
       loop, &s->work, [](uv_work_t* work) { static_cast<Setup*>(work->data)->run(); },
       [](uv_work_t* work, int) {
         std::unique_ptr<Setup> s(static_cast<Setup*>(work->data));

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -257,6 +258,26 @@ def test_commands_start_with_no_signal_ignored_or_blocked(execd):
         assert "SigIgn:\t0000000000000000" in out and "SigBlk:\t0000000000000000" in out, out
         assert "pipe=141" in out, out  # yes died of SIGPIPE (128 + 13)
 
+
+
+def test_pool_threads_leave_asynchronous_signals_to_the_loop(execd):
+    # Blocked in every thread but the loop's, SIGCHLD (a command's end) is
+    # delivered where it is handled; no idle pool thread is woken for it.
+    # Faults stay deliverable in every thread (sanitizers report them).
+    st, _ = execd.json("GET", "/files/info?path=%2F")  # file work: the pool starts
+    assert st == 200
+    res = execd.run("true", exact=True)
+    check_result(res, b"")
+    chld, term, segv = (1 << (s - 1) for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGSEGV))
+    masks = {}
+    for task in os.listdir(f"/proc/{execd.pid}/task"):
+        with open(f"/proc/{execd.pid}/task/{task}/status") as f:
+            masks[int(task)] = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", f.read(), re.M).group(1), 16)
+    assert len(masks) > 1, "the pool did not start"
+    assert masks.pop(execd.pid) & (chld | term) == 0
+    for tid, mask in masks.items():
+        assert mask & chld and mask & term, (tid, hex(mask))
+        assert not mask & segv, (tid, hex(mask))
 
 def test_interrupt(execd):
     c, r = execd.open_stream({"command": "echo go; exec sleep 30"}, exact=True)
