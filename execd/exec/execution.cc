@@ -192,9 +192,9 @@ void Execution::finish_now(protocol::ExecutionResult r) {
   if (stdin_body_) stdin_body_->fail(409, protocol::codes::kRuntimeError,
                                      std::string("the ") + (spec_.kind == Kind::command || spec_.kind == Kind::process ? "command" : "execution") +
                                          " has finished");
+  each_reader([](ExecutionReader& r) { r.on_finished(); });
   registry_.records().persist(*this);
   registry_.journal_append(journal_entry());
-  each_reader([](ExecutionReader& r) { r.on_finished(); });
   paused_ = false;
   registry_.finished(*this);
 }
