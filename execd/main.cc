@@ -21,6 +21,7 @@
 #include "execd/config.h"
 #include "execd/context.h"
 #include "execd/daemon.h"
+#include "execd/malloc_tuning.h"
 #include "fs/small_file.h"
 #include "execd/runners/command_spawn.h"
 #include "protocol/json_text.h"
@@ -168,6 +169,8 @@ void power_off_if_machine_init() {
 int main(int argc, char** argv) {
   // An isolated session's holder re-executes execd as its init (pty/namespaces).
   if (execd::pty::is_holder_invocation(argc, argv)) execd::pty::holder_main(argc, argv);
+  // Before anything else: may start execd again (execd/malloc_tuning).
+  execd::run_without_malloc_caches(argv);
   execd::Context ctx;
   std::string err = execd::parse_config(argc, argv, ctx.config);
   if (!err.empty()) {
