@@ -226,6 +226,18 @@ def test_runs_commands_through_sdk(sandbox):
     assert e.value.code == 401
 
 
+def test_static_execd_runs_without_malloc_caches(sandbox):
+    """The static execd (PID 1 here) started itself again with glibc's
+    per-thread malloc caches off (execd/malloc_tuning); its commands do not
+    inherit the tunable."""
+    c, port, token = sandbox
+    cmds, _ = sdk(port, token)
+    ex = cmds.run("tr '\\0' '\\n' < /proc/1/environ | grep '^GLIBC_TUNABLES='; "
+                  "env | grep -c '^GLIBC_TUNABLES='; cat /proc/1/comm")
+    lines = out_text(ex.logs.stdout).splitlines()
+    assert lines == ["GLIBC_TUNABLES=glibc.malloc.tcache_count=0", "0", "execd"], lines
+
+
 def test_isolation_capabilities_are_honest_under_dockers_defaults(sandbox):
     """The container runs with Docker's default seccomp profile and
     capabilities, where upstream's bubblewrap fails at the first session:
