@@ -1,11 +1,11 @@
-// execd/malloc_tuning: execd runs with glibc's per-thread malloc caches (the
-// tcache) turned off. Each thread keeps up to 7 freed chunks of every small
-// size there, and malloc_trim cannot give back a page that holds one: after
-// 500 concurrent commands they held ~260 of the ~450 resident heap pages
-// (the loop's and six pool threads' caches), most of what the burst left.
-// Without them the freed chunks go back to the arena, where the daemon's
-// trim returns their pages. No CPU cost was measurable (README,
-// "Memory goes back").
+// execd/malloc_tuning: a static execd runs with glibc's per-thread malloc
+// caches (the tcache) turned off. Each thread keeps up to 7 freed chunks of
+// every small size there, and malloc_trim cannot give back a page that
+// holds one: after 500 concurrent commands they held ~260 of the ~450
+// resident heap pages (the loop's and six pool threads' caches), most of
+// what the burst left. Without them the freed chunks go back to the arena,
+// where the daemon's trim returns their pages. No CPU cost was measurable
+// (README, "Memory goes back").
 //
 // glibc reads its tunables only when a process starts, and offers no call
 // to change this one later. So execd starts itself again, once, with
