@@ -98,9 +98,13 @@ unit: build build-asan
 	./$(BUILD)/unit_tests
 	ASAN_OPTIONS=detect_leaks=1 ./$(ASAN_BUILD)/unit_tests
 
-integration: build build-asan venv e2b-js opensandbox-js
+# The static binary (the one images ship) runs the files whose code differs
+# in it: fs/accounts reads /etc/passwd itself, and it starts itself twice.
+integration: build build-asan static venv e2b-js opensandbox-js
 	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/pytest -q tests/integration
 	EXECD_BIN=$(CURDIR)/$(ASAN_BUILD)/execd EXECD_SANITIZED=1 $(VENV)/bin/pytest -q tests/integration
+	EXECD_BIN=$(CURDIR)/$(BUILD)/execd-static $(VENV)/bin/pytest -q tests/integration/test_accounts.py \
+	  tests/integration/test_malloc_tuning.py
 
 # test-vm (5 min) is opt-in since the suite grew past the 30 minute budget
 # with it (see README "Deployment").

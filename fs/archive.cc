@@ -17,6 +17,7 @@
 #include <set>
 #include <vector>
 
+#include "fs/accounts.h"
 #include "fs/paths.h"
 
 namespace execd::fs {
@@ -70,6 +71,24 @@ la_ssize_t write_to_sink(struct archive*, void* client, const void* buf, size_t 
 // ---------------------------------------------------------------------------
 // Writing an archive of a directory
 
+const char* DirArchiver::user_name(void* self, int64_t id) {
+  auto& names = static_cast<DirArchiver*>(self)->user_names_;
+  auto [it, fresh] = names.try_emplace(id);
+  if (fresh && id >= 0) {
+    if (auto a = account_with_uid(static_cast<uid_t>(id))) it->second = std::move(a->name);
+  }
+  return it->second ? it->second->c_str() : nullptr;
+}
+
+const char* DirArchiver::group_name(void* self, int64_t id) {
+  auto& names = static_cast<DirArchiver*>(self)->group_names_;
+  auto [it, fresh] = names.try_emplace(id);
+  if (fresh && id >= 0) {
+    if (auto g = group_with_gid(static_cast<gid_t>(id))) it->second = std::move(g->name);
+  }
+  return it->second ? it->second->c_str() : nullptr;
+}
+
 Result<std::unique_ptr<DirArchiver>> DirArchiver::open(const std::string& path, ArchiveFormat format) {
   char real[PATH_MAX];
   if (!realpath(path.c_str(), real)) {
@@ -90,7 +109,10 @@ Result<std::unique_ptr<DirArchiver>> DirArchiver::open(const std::string& path, 
   // Symlinks are stored as symlinks, never followed; no xattrs, ACLs or
   // file flags (plain, portable archives; no lookups beyond the owner names).
   archive_read_disk_set_symlink_physical(d->disk_);
-  archive_read_disk_set_standard_lookup(d->disk_);
+  // Names through fs/accounts, not libarchive's own lookup (NSS, which a
+  // static execd must not use).
+  archive_read_disk_set_uname_lookup(d->disk_, d.get(), &DirArchiver::user_name, nullptr);
+  archive_read_disk_set_gname_lookup(d->disk_, d.get(), &DirArchiver::group_name, nullptr);
   archive_read_disk_set_behavior(d->disk_,
                                  ARCHIVE_READDISK_NO_XATTR | ARCHIVE_READDISK_NO_ACL | ARCHIVE_READDISK_NO_FFLAGS);
   if (archive_read_disk_open(d->disk_, d->root_.c_str()) != ARCHIVE_OK)

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,8 @@ class DirArchiver {
 
  private:
   DirArchiver() = default;
+  static const char* user_name(void* self, int64_t id);
+  static const char* group_name(void* self, int64_t id);
   Status next_entry();
   Status copy_data(std::string& out, size_t want);
 
@@ -65,6 +68,9 @@ class DirArchiver {
   bool fill_holes_ = true;       // zip: holes become zeros
   bool finished_ = false;
   uint64_t entries_ = 0;
+  // Owner and group names by id (fs/accounts), as libarchive asks for them;
+  // libarchive keeps the pointers it is given until the next entry.
+  std::map<int64_t, std::optional<std::string>> user_names_, group_names_;
 };
 
 struct ExtractOptions {

@@ -1,8 +1,6 @@
 // fs/file_info.cc — FileInfo construction, formatting and id/name lookups.
 #include "fs/file_info.h"
 
-#include <grp.h>
-#include <pwd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,13 +8,10 @@
 #include <cstdio>
 #include <vector>
 
+#include "fs/accounts.h"
+
 namespace execd::fs {
 namespace {
-
-std::vector<char> lookup_buffer(int sysconf_name) {
-  long hint = sysconf(sysconf_name);
-  return std::vector<char>(hint > 0 ? static_cast<size_t>(hint) : 4096);
-}
 
 template <typename Id>
 std::optional<Id> parse_numeric_id(std::string_view text) {
@@ -123,54 +118,24 @@ std::string format_rfc3339_nano(const timespec& ts) {
 }
 
 std::string user_name_for(uid_t uid) {
-  std::vector<char> buffer = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
-  passwd entry{};
-  passwd* found = nullptr;
-  int rc;
-  while ((rc = getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found)) == ERANGE) {
-    buffer.resize(buffer.size() * 2);
-  }
-  if (rc == 0 && found && found->pw_name) return found->pw_name;
+  if (auto a = account_with_uid(uid)) return a->name;
   return std::to_string(uid);
 }
 
 std::string group_name_for(gid_t gid) {
-  std::vector<char> buffer = lookup_buffer(_SC_GETGR_R_SIZE_MAX);
-  group entry{};
-  group* found = nullptr;
-  int rc;
-  while ((rc = getgrgid_r(gid, &entry, buffer.data(), buffer.size(), &found)) == ERANGE) {
-    buffer.resize(buffer.size() * 2);
-  }
-  if (rc == 0 && found && found->gr_name) return found->gr_name;
+  if (auto g = group_with_gid(gid)) return g->name;
   return std::to_string(gid);
 }
 
 std::optional<uid_t> uid_for_name(std::string_view name) {
   if (name.empty()) return std::nullopt;
-  std::string key(name);
-  std::vector<char> buffer = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
-  passwd entry{};
-  passwd* found = nullptr;
-  int rc;
-  while ((rc = getpwnam_r(key.c_str(), &entry, buffer.data(), buffer.size(), &found)) == ERANGE) {
-    buffer.resize(buffer.size() * 2);
-  }
-  if (rc == 0 && found) return found->pw_uid;
+  if (auto a = account_named(name)) return a->uid;
   return parse_numeric_id<uid_t>(name);
 }
 
 std::optional<gid_t> gid_for_name(std::string_view name) {
   if (name.empty()) return std::nullopt;
-  std::string key(name);
-  std::vector<char> buffer = lookup_buffer(_SC_GETGR_R_SIZE_MAX);
-  group entry{};
-  group* found = nullptr;
-  int rc;
-  while ((rc = getgrnam_r(key.c_str(), &entry, buffer.data(), buffer.size(), &found)) == ERANGE) {
-    buffer.resize(buffer.size() * 2);
-  }
-  if (rc == 0 && found) return found->gr_gid;
+  if (auto g = group_named(name)) return g->gid;
   return parse_numeric_id<gid_t>(name);
 }
 

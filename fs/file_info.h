@@ -65,7 +65,7 @@ unsigned mode_to_octal_digits(mode_t mode);
 // trailing fractional zeros dropped, "+08:00"-style offsets elsewhere.
 std::string format_rfc3339_nano(const timespec& ts);
 
-// Name lookups through NSS (getpwuid_r & co); numeric fallback.
+// Name lookups (fs/accounts); numeric fallback.
 std::string user_name_for(uid_t uid);
 std::string group_name_for(gid_t gid);
 // Name -> id; a purely numeric string is accepted as an id when no such name

@@ -19,6 +19,12 @@ namespace {
 
 constexpr size_t kMaxDepth = 256;
 
+}  // namespace
+
+// Named, not anonymous: LayerTarball::State holds one, and a unity build
+// would see an anonymous type inside a type with linkage.
+namespace layer_walk {
+
 // Pre-order over an upper directory: a directory, then what it holds, each
 // level's names sorted; never follows a symlink.
 class UpperWalk {
@@ -132,6 +138,11 @@ class UpperWalk {
 
   std::vector<Frame> stack_;
 };
+
+}  // namespace layer_walk
+using layer_walk::UpperWalk;
+
+namespace {
 
 std::string inside_path(const std::string& target, const std::string& rel) {
   return target == "/" ? "/" + rel : target + "/" + rel;

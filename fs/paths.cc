@@ -1,26 +1,20 @@
 // fs/paths.cc — Expand / ExpandAbs on top of fs/expand.h, and lexical helpers.
 #include "fs/paths.h"
 
-#include <pwd.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <vector>
 
+#include "fs/accounts.h"
+
 namespace execd::fs {
 namespace {
 
 std::string home_directory(const EnvLookup& env) {
   if (const char* home = env("HOME"); home && *home) return home;
-  long size_hint = sysconf(_SC_GETPW_R_SIZE_MAX);
-  std::vector<char> buffer(size_hint > 0 ? static_cast<size_t>(size_hint) : 4096);
-  passwd entry{};
-  passwd* found = nullptr;
-  while (getpwuid_r(getuid(), &entry, buffer.data(), buffer.size(), &found) == ERANGE) {
-    buffer.resize(buffer.size() * 2);
-  }
-  if (found && found->pw_dir) return found->pw_dir;
+  if (auto a = account_with_uid(getuid()); a && !a->home.empty()) return a->home;
   return "/";
 }
 

@@ -1,11 +1,10 @@
 // execd/runners/command_spawn: see header.
 #include "execd/runners/command_spawn.h"
 
-#include <grp.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/accounts.h"
 #include "fs/env_file.h"
 #include "fs/expand.h"
 #include "fs/small_file.h"
@@ -24,18 +23,6 @@ void apply_env_file(const std::string& path, std::vector<std::string>& env) {
   fs::parse_env_file(
       text, [&](std::string_view n) { return env_lookup(env, n); },
       [&](const std::string& k, const std::string& v) { pty::set_env(env, k, v); });
-}
-
-// Supplementary groups of a user, with `gid` first.
-std::vector<gid_t> groups_of(const char* name, gid_t gid) {
-  int n = 64;
-  std::vector<gid_t> groups(static_cast<size_t>(n));
-  if (getgrouplist(name, gid, groups.data(), &n) < 0) {
-    groups.resize(static_cast<size_t>(n));
-    getgrouplist(name, gid, groups.data(), &n);
-  }
-  groups.resize(static_cast<size_t>(n));
-  return groups;
 }
 
 }  // namespace
@@ -71,10 +58,7 @@ std::vector<std::string> environment_with_env_file(const Context& ctx) {
 }
 
 bool lookup_user(const std::string& name, UserIds& out) {
-  struct passwd pw, *found = nullptr;
-  std::vector<char> buf(16384);
-  if (name.empty()) getpwuid_r(getuid(), &pw, buf.data(), buf.size(), &found);
-  else getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
+  std::optional<fs::Account> found = name.empty() ? fs::account_with_uid(getuid()) : fs::account_named(name);
   if (!found) {
     if (!name.empty()) return false;
     // execd's own user without a passwd entry (a bare container).
@@ -85,10 +69,10 @@ bool lookup_user(const std::string& name, UserIds& out) {
     out.home = home && *home ? home : "/";
     return true;
   }
-  out.uid = found->pw_uid;
-  out.gid = found->pw_gid;
-  out.name = found->pw_name;
-  out.home = found->pw_dir && *found->pw_dir ? found->pw_dir : "/";
+  out.uid = found->uid;
+  out.gid = found->gid;
+  out.name = found->name;
+  out.home = found->home.empty() ? "/" : found->home;
   return true;
 }
 
@@ -104,7 +88,7 @@ std::optional<ApiError> prepare_process_spawn(const Context& ctx, const ProcessS
     // As the user: its ids and groups, and the variables a login sets.
     opts.uid = user.uid;
     opts.gid = user.gid;
-    opts.groups = groups_of(user.name.c_str(), user.gid);
+    opts.groups = fs::groups_of(user.name, user.gid);
     pty::set_env(env, "HOME", user.home);
     pty::set_env(env, "USER", user.name);
     pty::set_env(env, "LOGNAME", user.name);
@@ -148,24 +132,15 @@ std::optional<ApiError> prepare_spawn(const Context& ctx, const protocol::Comman
   std::vector<std::string> env = environment_with_env_file(ctx);
 
   if (req.uid) {
-    struct passwd pw, *found = nullptr;
-    std::vector<char> buf(16384);
-    getpwuid_r(*req.uid, &pw, buf.data(), buf.size(), &found);
-    gid_t gid = req.gid ? *req.gid : (found ? found->pw_gid : static_cast<gid_t>(*req.uid));
+    std::optional<fs::Account> found = fs::account_with_uid(*req.uid);
+    gid_t gid = req.gid ? *req.gid : (found ? found->gid : static_cast<gid_t>(*req.uid));
     opts.uid = *req.uid;
     opts.gid = gid;
     if (found) {
-      int n = 64;
-      std::vector<gid_t> groups(static_cast<size_t>(n));
-      if (getgrouplist(found->pw_name, gid, groups.data(), &n) < 0) {
-        groups.resize(static_cast<size_t>(n));
-        getgrouplist(found->pw_name, gid, groups.data(), &n);
-      }
-      groups.resize(static_cast<size_t>(n));
-      opts.groups = groups;
-      pty::set_env(env, "HOME", found->pw_dir);
-      pty::set_env(env, "USER", found->pw_name);
-      pty::set_env(env, "LOGNAME", found->pw_name);
+      opts.groups = fs::groups_of(found->name, gid);
+      pty::set_env(env, "HOME", found->home);
+      pty::set_env(env, "USER", found->name);
+      pty::set_env(env, "LOGNAME", found->name);
     } else {
       // No passwd entry: no supplementary groups, and never root's group by
       // accident (the Go daemon ran such commands with gid 0).
