@@ -14,9 +14,9 @@ PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev zlib1g-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
                 libspdlog-dev libfmt-dev doctest-dev libssl-dev libarchive-dev \
                 nettle-dev libacl1-dev liblzma-dev libzstd-dev liblz4-dev libbz2-dev libxml2-dev libicu-dev \
-                python3-venv curl procps clang
+                python3-venv curl procps clang lld
 
-.PHONY: all deps venv cli-venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static clean \
+.PHONY: all deps venv cli-venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static symbol-order clean \
         vm-deps vm-guest test-vm k8s-deps k8s-build test-k8s
 
 all: build
@@ -170,5 +170,16 @@ static: deps
 	cmake --build $(STATIC_BUILD) -j$(JOBS) --target execd
 	cp $(STATIC_BUILD)/execd-static $(BUILD)/execd-static 2>/dev/null || { mkdir -p $(BUILD); cp $(STATIC_BUILD)/execd-static $(BUILD)/; }
 
+# Rewrites image/execd-static.order, the static link's function order, from
+# a static execd with symbols run under valgrind (image/symbol-order.py).
+# Worth redoing when the bench's static idle RSS creeps up.
+symbol-order: deps
+	$(call install_debs,valgrind,--no-install-recommends)
+	./image/fetch-simdjson.sh $(STATIC_BUILD)-syms/simdjson
+	cmake -S . -B $(STATIC_BUILD)-syms -DCMAKE_BUILD_TYPE=Release -DEXECD_STATIC=ON -DEXECD_STRIP=OFF \
+	  -DEXECD_SIMDJSON_SOURCE_DIR=$(CURDIR)/$(STATIC_BUILD)-syms/simdjson >/dev/null
+	cmake --build $(STATIC_BUILD)-syms -j$(JOBS) --target execd
+	python3 image/symbol-order.py $(STATIC_BUILD)-syms/execd-static image/execd-static.order
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(STATIC_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(STATIC_BUILD) $(STATIC_BUILD)-syms $(FUZZ_BUILD)
