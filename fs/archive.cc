@@ -73,6 +73,7 @@ la_ssize_t write_to_sink(struct archive*, void* client, const void* buf, size_t 
 
 const char* DirArchiver::user_name(void* self, int64_t id) {
   auto& names = static_cast<DirArchiver*>(self)->user_names_;
+  if (names.size() >= kNamesKept && !names.count(id)) names.clear();  // a tree of many owners
   auto [it, fresh] = names.try_emplace(id);
   if (fresh && id >= 0) {
     if (auto a = account_with_uid(static_cast<uid_t>(id))) it->second = std::move(a->name);
@@ -82,6 +83,7 @@ const char* DirArchiver::user_name(void* self, int64_t id) {
 
 const char* DirArchiver::group_name(void* self, int64_t id) {
   auto& names = static_cast<DirArchiver*>(self)->group_names_;
+  if (names.size() >= kNamesKept && !names.count(id)) names.clear();  // a tree of many owners
   auto [it, fresh] = names.try_emplace(id);
   if (fresh && id >= 0) {
     if (auto g = group_with_gid(static_cast<gid_t>(id))) it->second = std::move(g->name);

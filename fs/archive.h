@@ -68,8 +68,9 @@ class DirArchiver {
   bool fill_holes_ = true;       // zip: holes become zeros
   bool finished_ = false;
   uint64_t entries_ = 0;
-  // Owner and group names by id (fs/accounts), as libarchive asks for them;
-  // libarchive keeps the pointers it is given until the next entry.
+  // Owner and group names by id (fs/accounts), as libarchive asks for them
+  // (it copies each name into its entry at once); at most kNamesKept each.
+  static constexpr size_t kNamesKept = 256;
   std::map<int64_t, std::optional<std::string>> user_names_, group_names_;
 };
 

@@ -64,6 +64,28 @@ def test_archive_names_known_owners_and_numbers_the_rest(execd, tmp_path):
     assert execd.ping() == 200
 
 
+@needs_root
+def test_archive_of_more_owners_than_execd_keeps_names_for(execd, tmp_path):
+    """fs/archive keeps 256 names per kind, then starts over: past that, a
+    named owner still reads as its name and an unnamed one as its id."""
+    unnamed_ids()
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(300):
+        f = src / f"u{i:03d}"
+        f.write_text("x")
+        os.chown(f, UNNAMED + 1 + i, UNNAMED + 1 + i)
+    (src / "zz-root").write_text("r")
+    st, _, body = execd.request("GET", f"/files/archive?path={quote(str(src))}", timeout=60 * SLOW)
+    assert st == 200, body[:300]
+    members = {m.name.lstrip("./"): m for m in tarfile.open(fileobj=io.BytesIO(body)).getmembers()}
+    assert len([n for n in members if n.startswith("u")]) == 300
+    for i in range(300):
+        m = members[f"u{i:03d}"]
+        assert (m.uid, m.uname, m.gname) == (UNNAMED + 1 + i, "", "")
+    assert members["zz-root"].uname == "root" and members["zz-root"].gname == "root"
+
+
 def test_an_unknown_owner_name_is_refused(execd, tmp_path):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as t:
