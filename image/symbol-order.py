@@ -4,20 +4,23 @@
 The kernel maps a binary's text 64 KiB at a time around each page a process
 touches (fault-around), and counts every mapped page in its RSS. Left in the
 linker's default order, the functions an idle execd has run (start-up, one
-/ping, the housekeeping tick) are spread over nearly every 64 KiB of the
+/ping, the housekeeping tick) were spread over nearly every 64 KiB of the
 static binary's 3 MiB of text. Listed first, in the order this writes, they
-take a few hundred KiB; the functions that serve commands and files come
-next, so a working execd stays dense too. lld reads the list
+take about 700 KiB; the functions that run commands come next and the rest
+of the API last, so a working execd stays dense too. lld reads the list
 (`--symbol-ordering-file`; see CMakeLists.txt); names the binary no longer
 has are skipped, so an old list only gets less effective.
 
 EXECD is a static execd built with symbols (`make symbol-order` builds one).
-It runs twice under valgrind's callgrind, which records every function run:
+It runs twice under valgrind's callgrind, which records every function run,
+as execd's second start (execd/malloc_tuning) runs:
   1. as the bench's idle daemon (cgroups on): start-up, /ping, 2.5 s idle;
   2. with --cgroup-spares 0 (callgrind cannot follow the clone that starts a
-     spare's launcher), serving commands, a session, file operations,
-     /metrics, the journal and a burst of commands whose records go cold.
-Then the cgroup and launcher code the second run could not reach.
+     spare's launcher): commands, including a burst whose records go cold,
+     then a session, file operations, /metrics and the journal. Children are
+     dumped as they call execve, for the code they run before it.
+Added to what callgrind saw: every CPU-dispatched variant of a function that
+ran, glibc's vDSO lookups at start, and the cgroup and launcher code by name.
 Lines are mangled names; `#` starts a comment.
 """
 from __future__ import annotations
@@ -56,8 +59,9 @@ class Traced:
             # A command's child runs execd's code from the fork to the exec
             # (pty/spawn's child procedure): dumped as it calls execve.
             ["valgrind", "--tool=callgrind", "--demangle=no", "--dump-before=execve",
-             f"--callgrind-out-file={out_dir}/{tag}.%p.cg", f"--log-file={out_dir}/{tag}.log", binary, "--host", "127.0.0.1", "--port", "0",
-             "--access-token", TOKEN, "--state-dir", self.state_dir, *extra],
+             f"--callgrind-out-file={out_dir}/{tag}.%p.cg", f"--log-file={out_dir}/{tag}.log",
+             binary, "--host", "127.0.0.1", "--port", "0", "--access-token", TOKEN,
+             "--state-dir", self.state_dir, *extra],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.port = None
         deadline = time.monotonic() + 120
@@ -90,7 +94,7 @@ class Traced:
         subprocess.run(["callgrind_control", "-d", str(self.proc.pid)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
-        while not any(os.path.getsize(f) > 0 for f in glob.glob(mine + ".*")):
+        while not any(os.path.getsize(f) > 0 for f in glob.glob(mine + ".*") if f not in self.read):
             if time.monotonic() > deadline:
                 sys.exit("symbol-order: callgrind wrote no dump")
             time.sleep(0.1)
@@ -264,7 +268,10 @@ def main():
     counts = []
     for _, names in groups:
         before = len(order)
-        order.update(dict.fromkeys(names))
+        # Sorted within a group: where a function lies inside its group does
+        # not change how many pages the group spans, and the file then
+        # changes only when the set does (callgrind's dump order varies).
+        order.update(dict.fromkeys(sorted(n for n in names if n not in order)))
         counts.append(len(order) - before)
     with open(out, "w") as f:
         f.write("# The static execd's link order, written by image/symbol-order.py (`make symbol-order`):\n")
