@@ -33,6 +33,26 @@ bool read_entry(std::vector<char>& buffer, Entry& entry, Entry*& found, Read rea
   return rc == 0 && found;
 }
 
+// fgetpwent_r or fgetgrent_r.
+template <typename Entry>
+using ReadFrom = int (*)(FILE*, Entry*, char*, size_t, Entry**);
+
+// Each entry of a passwd or group file, until visit(entry) returns true.
+template <typename Entry, typename Visit>
+void each_entry(const char* path, ReadFrom<Entry> read_from, Visit visit) {
+  File f(fopen(path, "re"));
+  if (!f) return;
+  std::vector<char> buffer(4096);
+  Entry entry{};
+  Entry* found = nullptr;
+  // Lines it cannot parse are skipped; ERANGE leaves the stream at the
+  // start of that line, so the retry reads it again.
+  auto read = [&](Entry* e, char* b, size_t n, Entry** r) { return read_from(f.get(), e, b, n, r); };
+  while (read_entry(buffer, entry, found, read)) {
+    if (visit(*found)) return;
+  }
+}
+
 bool name_is(const char* have, std::optional<std::string_view> want) { return want && have && *want == have; }
 
 }  // namespace
@@ -41,54 +61,36 @@ namespace files {
 
 std::optional<Account> account(const char* passwd_path, std::optional<std::string_view> name,
                                std::optional<uid_t> uid) {
-  File f(fopen(passwd_path, "re"));
-  if (!f) return std::nullopt;
-  std::vector<char> buffer(4096);
-  passwd entry{};
-  passwd* found = nullptr;
-  // fgetpwent_r skips lines it cannot parse; ERANGE leaves the stream at
-  // the start of that line, so the retry reads it again.
-  while (read_entry(buffer, entry, found, [&](passwd* e, char* b, size_t n, passwd** r) {
-    return fgetpwent_r(f.get(), e, b, n, r);
-  })) {
-    if (name_is(found->pw_name, name) || (uid && found->pw_uid == *uid)) return account_of(*found);
-  }
-  return std::nullopt;
+  std::optional<Account> out;
+  each_entry<passwd>(passwd_path, fgetpwent_r, [&](const passwd& pw) {
+    if (name_is(pw.pw_name, name) || (uid && pw.pw_uid == *uid)) out = account_of(pw);
+    return out.has_value();
+  });
+  return out;
 }
 
 std::optional<GroupEntry> group(const char* group_path, std::optional<std::string_view> name,
                                 std::optional<gid_t> gid) {
-  File f(fopen(group_path, "re"));
-  if (!f) return std::nullopt;
-  std::vector<char> buffer(4096);
-  struct group entry{};
-  struct group* found = nullptr;
-  while (read_entry(buffer, entry, found, [&](struct group* e, char* b, size_t n, struct group** r) {
-    return fgetgrent_r(f.get(), e, b, n, r);
-  })) {
-    if (name_is(found->gr_name, name) || (gid && found->gr_gid == *gid)) return group_of(*found);
-  }
-  return std::nullopt;
+  std::optional<GroupEntry> out;
+  each_entry<struct group>(group_path, fgetgrent_r, [&](const struct group& gr) {
+    if (name_is(gr.gr_name, name) || (gid && gr.gr_gid == *gid)) out = group_of(gr);
+    return out.has_value();
+  });
+  return out;
 }
 
 std::vector<gid_t> groups_of(const char* group_path, const std::string& user, gid_t gid) {
   std::vector<gid_t> groups{gid};
-  File f(fopen(group_path, "re"));
-  if (!f) return groups;
-  std::vector<char> buffer(4096);
-  struct group entry{};
-  struct group* found = nullptr;
-  while (read_entry(buffer, entry, found, [&](struct group* e, char* b, size_t n, struct group** r) {
-    return fgetgrent_r(f.get(), e, b, n, r);
-  })) {
-    if (std::find(groups.begin(), groups.end(), found->gr_gid) != groups.end()) continue;
-    for (char** m = found->gr_mem; m && *m; ++m) {
+  each_entry<struct group>(group_path, fgetgrent_r, [&](const struct group& gr) {
+    if (std::find(groups.begin(), groups.end(), gr.gr_gid) != groups.end()) return false;
+    for (char** m = gr.gr_mem; m && *m; ++m) {
       if (user == *m) {
-        groups.push_back(found->gr_gid);
+        groups.push_back(gr.gr_gid);
         break;
       }
     }
-  }
+    return false;
+  });
   return groups;
 }
 
@@ -106,57 +108,44 @@ std::vector<gid_t> groups_of(const std::string& user, gid_t gid) { return files:
 
 namespace {
 
-std::vector<char> lookup_buffer(int which) {
-  long hint = sysconf(which);
-  return std::vector<char>(hint > 0 ? static_cast<size_t>(hint) : 4096);
+// One entry through NSS: lookup(entry, buffer, size, &found) is a
+// getpw*_r or getgr*_r call; `size_hint` its sysconf name.
+template <typename Entry, typename Out, typename Lookup>
+std::optional<Out> ask_nss(int size_hint, Out (*convert)(const Entry&), Lookup lookup) {
+  long hint = sysconf(size_hint);
+  std::vector<char> buffer(hint > 0 ? static_cast<size_t>(hint) : 4096);
+  Entry entry{};
+  Entry* found = nullptr;
+  if (!read_entry(buffer, entry, found, lookup)) return std::nullopt;
+  return convert(*found);
 }
 
 }  // namespace
 
 std::optional<Account> account_named(std::string_view name) {
   std::string key(name);
-  std::vector<char> buffer = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (!read_entry(buffer, entry, found, [&](passwd* e, char* b, size_t n, passwd** r) {
-        return getpwnam_r(key.c_str(), e, b, n, r);
-      }))
-    return std::nullopt;
-  return account_of(*found);
+  return ask_nss<passwd>(_SC_GETPW_R_SIZE_MAX, account_of, [&](passwd* e, char* b, size_t n, passwd** r) {
+    return getpwnam_r(key.c_str(), e, b, n, r);
+  });
 }
 
 std::optional<Account> account_with_uid(uid_t uid) {
-  std::vector<char> buffer = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (!read_entry(buffer, entry, found, [&](passwd* e, char* b, size_t n, passwd** r) {
-        return getpwuid_r(uid, e, b, n, r);
-      }))
-    return std::nullopt;
-  return account_of(*found);
+  return ask_nss<passwd>(_SC_GETPW_R_SIZE_MAX, account_of, [&](passwd* e, char* b, size_t n, passwd** r) {
+    return getpwuid_r(uid, e, b, n, r);
+  });
 }
 
 std::optional<GroupEntry> group_named(std::string_view name) {
   std::string key(name);
-  std::vector<char> buffer = lookup_buffer(_SC_GETGR_R_SIZE_MAX);
-  group entry{};
-  group* found = nullptr;
-  if (!read_entry(buffer, entry, found, [&](group* e, char* b, size_t n, group** r) {
-        return getgrnam_r(key.c_str(), e, b, n, r);
-      }))
-    return std::nullopt;
-  return group_of(*found);
+  return ask_nss<group>(_SC_GETGR_R_SIZE_MAX, group_of, [&](group* e, char* b, size_t n, group** r) {
+    return getgrnam_r(key.c_str(), e, b, n, r);
+  });
 }
 
 std::optional<GroupEntry> group_with_gid(gid_t gid) {
-  std::vector<char> buffer = lookup_buffer(_SC_GETGR_R_SIZE_MAX);
-  group entry{};
-  group* found = nullptr;
-  if (!read_entry(buffer, entry, found, [&](group* e, char* b, size_t n, group** r) {
-        return getgrgid_r(gid, e, b, n, r);
-      }))
-    return std::nullopt;
-  return group_of(*found);
+  return ask_nss<group>(_SC_GETGR_R_SIZE_MAX, group_of, [&](group* e, char* b, size_t n, group** r) {
+    return getgrgid_r(gid, e, b, n, r);
+  });
 }
 
 std::vector<gid_t> groups_of(const std::string& user, gid_t gid) {

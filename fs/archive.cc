@@ -71,24 +71,35 @@ la_ssize_t write_to_sink(struct archive*, void* client, const void* buf, size_t 
 // ---------------------------------------------------------------------------
 // Writing an archive of a directory
 
-const char* DirArchiver::user_name(void* self, int64_t id) {
-  auto& names = static_cast<DirArchiver*>(self)->user_names_;
-  if (names.size() >= kNamesKept && !names.count(id)) names.clear();  // a tree of many owners
+namespace {
+
+// names[id], looked up the first time (lookup(id) for an id >= 0); past
+// `keep` names the map starts over (a tree of many owners).
+template <typename Lookup>
+const char* cached_name(std::map<int64_t, std::optional<std::string>>& names, size_t keep, int64_t id,
+                        Lookup lookup) {
+  if (names.size() >= keep && !names.count(id)) names.clear();
   auto [it, fresh] = names.try_emplace(id);
-  if (fresh && id >= 0) {
-    if (auto a = account_with_uid(static_cast<uid_t>(id))) it->second = std::move(a->name);
-  }
+  if (fresh && id >= 0) it->second = lookup(id);
   return it->second ? it->second->c_str() : nullptr;
 }
 
+}  // namespace
+
+const char* DirArchiver::user_name(void* self, int64_t id) {
+  return cached_name(static_cast<DirArchiver*>(self)->user_names_, kNamesKept, id,
+                     [](int64_t uid) -> std::optional<std::string> {
+                       if (auto a = account_with_uid(static_cast<uid_t>(uid))) return std::move(a->name);
+                       return std::nullopt;
+                     });
+}
+
 const char* DirArchiver::group_name(void* self, int64_t id) {
-  auto& names = static_cast<DirArchiver*>(self)->group_names_;
-  if (names.size() >= kNamesKept && !names.count(id)) names.clear();  // a tree of many owners
-  auto [it, fresh] = names.try_emplace(id);
-  if (fresh && id >= 0) {
-    if (auto g = group_with_gid(static_cast<gid_t>(id))) it->second = std::move(g->name);
-  }
-  return it->second ? it->second->c_str() : nullptr;
+  return cached_name(static_cast<DirArchiver*>(self)->group_names_, kNamesKept, id,
+                     [](int64_t gid) -> std::optional<std::string> {
+                       if (auto g = group_with_gid(static_cast<gid_t>(gid))) return std::move(g->name);
+                       return std::nullopt;
+                     });
 }
 
 Result<std::unique_ptr<DirArchiver>> DirArchiver::open(const std::string& path, ArchiveFormat format) {
