@@ -11,6 +11,7 @@
 #include <sys/file.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -108,14 +109,24 @@ bool make_dirs(const std::string& path) {
 
 // Holds an exclusive lock on <dir>/lock for the life of the process (the
 // descriptor is close-on-exec: a command must not keep it after execd dies).
+// A lock that is taken is tried again for a while: an execd killed a moment
+// ago still holds it through its launchers (pty/launcher), which share its
+// descriptor table and die by PR_SET_PDEATHSIG only after it has, so a
+// supervisor's immediate restart would otherwise find the directory "in use"
+// (or, without --state-dir, fall back to a directory that loses every record).
 int lock_state_dir(const std::string& dir) {
+  constexpr int kLockWaitMs = 3000, kLockRetryMs = 10;
   int fd = open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  for (int waited = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; waited += kLockRetryMs) {
     int e = errno;
-    close(fd);
-    errno = e;
-    return -1;
+    if (e != EWOULDBLOCK || waited >= kLockWaitMs) {
+      close(fd);
+      errno = e;
+      return -1;
+    }
+    struct timespec pause = {0, kLockRetryMs * 1000000L};
+    nanosleep(&pause, nullptr);
   }
   chmod(dir.c_str(), 0700);
   return fd;

@@ -3,6 +3,7 @@ again on the same state dir."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -176,6 +177,35 @@ def test_one_execd_per_state_dir(execd_factory, tmp_path):
     assert proc.wait(20 * SLOW) == 1
     pump.join(5)
     assert "in use by another execd" in pump.text()
+
+
+def _holds_open(pid: int, path: str) -> bool:
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:  # it exited, or a descriptor closed while we looked
+        return False
+
+
+def test_a_lock_let_go_soon_is_waited_for(tmp_path):
+    """A restart right after a SIGKILL can find the lock still held: the dead
+    execd's launchers share its descriptors until they die as well. execd
+    tries again for a while instead of exiting "in use"."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    lock = str(state / "lock")
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    proc, pump = start_execd(state_dir=state, wait=False)
+    try:
+        # It has opened the lock file and found it taken (the holder has it).
+        wait_until(lambda: _holds_open(proc.pid, lock) or proc.poll() is not None, 10 * SLOW,
+                   what="execd to open the lock file")
+        assert proc.poll() is None, pump.text()
+    finally:
+        os.close(holder)
+    assert pump.ready.wait(20 * SLOW) and pump.port is not None, pump.text()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20 * SLOW) == 0
 
 
 def test_default_state_dir_is_var_lib_execd(tmp_path):
