@@ -476,23 +476,16 @@ def test_delete_kills_everything_in_the_session(iso, tmp_path):
     wait_until(lambda: s.run_logs(bg.run_id).text.strip() != "", 10 * SLOW, what="the pid")
     marker = f"isolated-{s.session_id}"
     s.run_background(f"exec -a {marker} sleep 1000")
-    wait_until(lambda: any(marker in open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
-                           for p in os.listdir("/proc") if p.isdigit() and _readable(p)), 10 * SLOW,
+    wait_until(lambda: any(marker in _cmdline(p) for p in os.listdir("/proc") if p.isdigit()), 10 * SLOW,
                what="the marked process")
     s.delete()
     wait_until(lambda: not any(marker in _cmdline(p) for p in os.listdir("/proc") if p.isdigit()), 10 * SLOW,
                what="every process of the session to be gone")
 
 
-def _readable(p) -> bool:
-    try:
-        open(f"/proc/{p}/cmdline", "rb").close()
-        return True
-    except OSError:
-        return False
-
-
 def _cmdline(p) -> str:
+    """Its command line; "" once it is gone (even between the open and the
+    read: ESRCH)."""
     try:
         with open(f"/proc/{p}/cmdline", "rb") as f:
             return f.read().decode(errors="replace")
