@@ -98,13 +98,12 @@ unit: build build-asan
 	./$(BUILD)/unit_tests
 	ASAN_OPTIONS=detect_leaks=1 ./$(ASAN_BUILD)/unit_tests
 
-# The static binary (the one images ship) runs the files whose code differs
-# in it: fs/accounts reads /etc/passwd itself, and it starts itself twice.
+# The whole suite against three binaries: release, ASan+UBSan, and the
+# static one images ship (its name lookups and malloc set-up differ). The
+# three run at the same time: see tests/run-integration.sh.
 integration: build build-asan static venv e2b-js opensandbox-js
-	EXECD_BIN=$(CURDIR)/$(BUILD)/execd $(VENV)/bin/pytest -q tests/integration
-	EXECD_BIN=$(CURDIR)/$(ASAN_BUILD)/execd EXECD_SANITIZED=1 $(VENV)/bin/pytest -q tests/integration
-	EXECD_BIN=$(CURDIR)/$(BUILD)/execd-static $(VENV)/bin/pytest -q tests/integration/test_accounts.py \
-	  tests/integration/test_malloc_tuning.py
+	tests/run-integration.sh $(VENV)/bin/pytest asan=$(CURDIR)/$(ASAN_BUILD)/execd,sanitized \
+	  release=$(CURDIR)/$(BUILD)/execd static=$(CURDIR)/$(BUILD)/execd-static
 
 # test-vm (5 min) is opt-in since the suite grew past the 30 minute budget
 # with it (see README "Deployment").
