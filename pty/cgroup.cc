@@ -287,10 +287,22 @@ void CommandCgroup::close_join_fds() {
   dir_fd_ = -1;
 }
 
+bool CommandCgroup::read_procs(std::string& out) const {
+  int dir = counter_fds_[kProcsDir];
+  if (dir < 0) return read_text(procs_dir_ + "/cgroup.procs", out);
+  int fd = openat(dir, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::optional<std::string> text = fs::reread_small_file(fd);
+  close(fd);
+  if (!text) return false;
+  out = std::move(*text);
+  return true;
+}
+
 std::vector<int> CommandCgroup::read_pids() const {
   std::vector<int> pids;
   std::string s;
-  if (!read_text(procs_dir_ + "/cgroup.procs", s)) return pids;
+  if (!read_procs(s)) return pids;
   for (std::string_view f : split_fields(s)) pids.push_back(std::atoi(std::string(f).c_str()));
   return pids;
 }
@@ -298,7 +310,7 @@ std::vector<int> CommandCgroup::read_pids() const {
 int CommandCgroup::population() const {
   if (removed_) return 0;
   std::string s;
-  if (!read_text(procs_dir_ + "/cgroup.procs", s)) return -1;  // opened afresh: see Counter in the header
+  if (!read_procs(s)) return -1;  // opened afresh: see Counter in the header
   return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
 }
 
@@ -397,6 +409,8 @@ void CommandCgroup::open_counters() {
   open_one(kMemoryPeak, memory_dir_, "memory.max_usage_in_bytes");
   open_one(kOomControl, memory_dir_, "memory.oom_control");
   open_one(kPidsEvents, pids_dir_, "pids.events");
+  if (!procs_dir_.empty() && counter_fds_[kProcsDir] < 0)
+    counter_fds_[kProcsDir] = open(procs_dir_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
 void CommandCgroup::close_counters() {

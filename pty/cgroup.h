@@ -135,8 +135,12 @@ class CommandCgroup {
   // re-read through a kept descriptor (at the start of a reused cgroup's
   // command, then at its end) saw the old, empty list: leftovers went
   // uncounted and their cgroup was handed to the next command.
-  enum Counter { kCpuTotal, kCpuSplit, kMemoryPeak, kOomControl, kPidsEvents, kCounters };
-  int counter_fds_[kCounters] = {-1, -1, -1, -1, -1};
+  // So cgroup.procs is opened afresh each time, but relative to its
+  // directory (kProcsDir, O_PATH): the path walk through sysfs was half of
+  // that open after an idle pause, on the way to every command's result.
+  enum Counter { kCpuTotal, kCpuSplit, kMemoryPeak, kOomControl, kPidsEvents, kProcsDir, kCounters };
+  int counter_fds_[kCounters] = {-1, -1, -1, -1, -1, -1};
+  bool read_procs(std::string& out) const;
 };
 
 // Whatever counts time against what runs in execd's cgroups (a command's
