@@ -97,7 +97,7 @@ void OutputPump::finish() {
 void OutputPump::close() {
   if (closing_) return;
   closing_ = true;  // callbacks may be running: they are destroyed with the pump
-  if (polling_) uv_poll_stop(&poll_);
+  polling_ = false;  // uv_close stops the handle
   uv_close(reinterpret_cast<uv_handle_t*>(&poll_), [](uv_handle_t* h) {
     auto* self = static_cast<OutputPump*>(h->data);
     ::close(self->fd_);

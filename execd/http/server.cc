@@ -18,6 +18,7 @@ namespace execd::http {
 
 namespace {
 constexpr int kAcceptsPerWake = 64;
+}  // namespace
 
 std::string peer_name(const sockaddr_storage& addr) {
   char ip[INET6_ADDRSTRLEN] = "";
@@ -26,15 +27,30 @@ std::string peer_name(const sockaddr_storage& addr) {
     return "vsock:" + std::to_string(a->svm_cid) + ":" + std::to_string(a->svm_port);
   }
   if (addr.ss_family == AF_INET) {
+    // By hand: inet_ntop's sprintf, to_string and the concatenations were
+    // ~1% of a command's CPU on every connection.
     auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    return std::string(ip) + ":" + std::to_string(ntohs(a->sin_port));
+    const auto* b = reinterpret_cast<const unsigned char*>(&a->sin_addr);
+    char text[sizeof "255.255.255.255:65535"];
+    char* p = text;
+    auto put = [&p](unsigned v) {
+      char digits[5];
+      int n = 0;
+      do digits[n++] = static_cast<char>('0' + v % 10);
+      while ((v /= 10) != 0);
+      while (n > 0) *p++ = digits[--n];
+    };
+    for (int i = 0; i < 4; ++i) {
+      put(b[i]);
+      *p++ = i < 3 ? '.' : ':';
+    }
+    put(ntohs(a->sin_port));
+    return std::string(text, static_cast<size_t>(p - text));
   }
   auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
   inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
   return std::string("[") + ip + "]:" + std::to_string(ntohs(a->sin6_port));
 }
-}  // namespace
 
 Server::Server(uv_loop_t* loop, const ConnectionLimits& limits, HeadHandler on_head)
     : loop_(loop), limits_(limits), on_head_(std::move(on_head)) {

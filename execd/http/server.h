@@ -20,6 +20,7 @@
 //   timeout) while there are connections, and not at all without them.
 #pragma once
 
+#include <sys/socket.h>
 #include <uv.h>
 
 #include <functional>
@@ -31,6 +32,9 @@
 #include "execd/http/connection.h"
 
 namespace execd::http {
+
+// "1.2.3.4:80", "[::1]:80", "vsock:3:1024": how logs name a client.
+std::string peer_name(const sockaddr_storage& addr);
 
 class Server final : public ConnectionHost {
  public:

@@ -149,7 +149,7 @@ void SocketTransport::shutdown_write() {
 void SocketTransport::close() {
   if (closing_) return;
   closing_ = true;
-  uv_poll_stop(&poll_);
+  // (uv_close stops the handle: a uv_poll_stop first was one more epoll_ctl.)
   uv_close(reinterpret_cast<uv_handle_t*>(&poll_), [](uv_handle_t* h) {
     auto* t = static_cast<SocketTransport*>(h->data);
     ::close(t->fd_);

@@ -3,7 +3,9 @@
 // partial writes, a close while a write is pending, backpressure at both
 // water marks, an upgrade hand-over, write errors inside a source.
 #include <doctest/doctest.h>
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 
 #include <climits>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "execd/http/connection.h"
+#include "execd/http/server.h"
 #include "execd/http/write_queue.h"
 #include "http_rig.h"
 
@@ -333,4 +336,25 @@ TEST_CASE("Link: either end cuts both, and destroying an end cuts it") {
   execd::link(b, b.producer, p, p.consumer);
   CHECK_FALSE(a.producer);
   CHECK(p.consumer.get() == &b);
+}
+
+TEST_CASE("peer_name writes IPv4 addresses as inet_ntop does, and IPv6 in brackets") {
+  auto v4 = [](const char* ip, uint16_t port) {
+    sockaddr_storage ss{};
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    REQUIRE(inet_pton(AF_INET, ip, &a->sin_addr) == 1);
+    return peer_name(ss);
+  };
+  CHECK(v4("127.0.0.1", 40672) == "127.0.0.1:40672");
+  CHECK(v4("0.0.0.0", 0) == "0.0.0.0:0");
+  CHECK(v4("255.255.255.255", 65535) == "255.255.255.255:65535");
+  CHECK(v4("10.200.3.99", 8) == "10.200.3.99:8");
+  sockaddr_storage ss{};
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  a6->sin6_family = AF_INET6;
+  a6->sin6_port = htons(443);
+  REQUIRE(inet_pton(AF_INET6, "::1", &a6->sin6_addr) == 1);
+  CHECK(peer_name(ss) == "[::1]:443");
 }
