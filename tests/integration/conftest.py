@@ -29,6 +29,12 @@ from execd_client import REMOTE, Execd, execd_bin, start_execd  # noqa: E402
 def pytest_configure(config):
     if REMOTE:
         return
+    # Orphans of an execd a test killed come to this process, not to PID 1,
+    # so pids_with_cmdline still sees them as this run's (execd_client.py).
+    import ctypes
+    PR_SET_CHILD_SUBREAPER = 36
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise pytest.UsageError("cannot become a child subreaper: " + os.strerror(ctypes.get_errno()))
     b = execd_bin()
     if not os.access(b, os.X_OK):
         raise pytest.UsageError(f"execd binary not found: {b} (set EXECD_BIN or run `make build`)")

@@ -181,10 +181,35 @@ def vm_rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
+# Runs of the suite side by side (tests/run-integration.sh) share the
+# machine, and the same test of two runs looks for the same command line at
+# the same moment. Locally a run counts only processes below its own test
+# process, which conftest makes a child subreaper so that the orphans of an
+# execd a test killed stay below it too. (Remote, one run has the guest.)
+SCOPE_PID = None if REMOTE else os.getpid()
+
+
+def _in_scope(pid: int, parent: dict[int, int]) -> bool:
+    for _ in range(4096):
+        if pid == SCOPE_PID:
+            return True
+        if pid <= 1:
+            return False
+        if pid not in parent:
+            return True  # its parent went while /proc was read: count it rather than miss it
+        pid = parent[pid]
+    return True
+
+
 def pids_with_cmdline(needle: str) -> list[int]:
-    """Live (non-zombie) processes whose command line contains `needle`."""
-    return [pid for pid, state, _, cmd, _, _ in MACHINE.call("proc_table", False, False)
-            if needle in cmd and state != "Z"]
+    """Live (non-zombie) processes whose command line contains `needle`
+    (this run's only, see SCOPE_PID)."""
+    table = MACHINE.call("proc_table", False, False)
+    hits = [pid for pid, state, _, cmd, _, _ in table if needle in cmd and state != "Z"]
+    if SCOPE_PID is None or not hits:
+        return hits
+    parent = {pid: ppid for pid, _, ppid, _, _, _ in table}
+    return [pid for pid in hits if _in_scope(pid, parent)]
 
 
 def process_table() -> list[tuple[int, str, int]]:
