@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,25 @@ def pytest_configure(config):
     b = execd_bin()
     if not os.access(b, os.X_OK):
         raise pytest.UsageError(f"execd binary not found: {b} (set EXECD_BIN or run `make build`)")
+
+
+# Root's .bashrc on the project's machine runs `pyenv rehash` in every login
+# shell (E2B commands run `bash -l`), holding a lock file for a fraction of a
+# second. A test that SIGKILLs a login shell in that moment leaves the lock
+# behind, and every later login shell then waits 60 s for it: a whole run's
+# E2B tests timed out that way. A lock older than a rehash ever takes goes.
+PYENV_LOCK = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "shims" / ".pyenv-shim"
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_pyenv_lock():
+    if not REMOTE:
+        try:
+            if time.time() - PYENV_LOCK.stat().st_mtime > 10:
+                PYENV_LOCK.unlink()
+        except OSError:
+            pass
+    yield
 
 
 class _Factory:
