@@ -310,7 +310,9 @@ def test_input_is_a_clear_error(kx):
 
 def test_second_execution_gets_409(kx):
     ctx = new_context(kx)
-    c, r = open_code(kx, {"code": "import time\nprint('running', flush=True)\nwhile True: time.sleep(0.05)",
+    # (one statement prints and loops: see test_a_code_run_is_interrupted_by_its_run_id_...)
+    c, r = open_code(kx, {"code": "import time\ndef work():\n    print('running', flush=True)\n"
+                                  "    while True: time.sleep(0.05)\nwork()",
                           "context": {"id": ctx}})
     try:
         assert r.status == 200
@@ -593,7 +595,11 @@ def test_a_code_run_is_interrupted_by_its_run_id_and_survives_a_restart(tmp_path
     ex = start_kernel_execd(tmp_path_factory)
     try:
         ctx = new_context(ex)
-        c, r = open_code(ex, {"code": "import time\nprint('started', flush=True)\ntime.sleep(300)",
+        # One statement prints and sleeps: IPython compiles a cell statement by
+        # statement, and an interrupt that lands while it compiles the next one
+        # (seen under load) makes its traceback formatter fail onto the output.
+        c, r = open_code(ex, {"code": "import time\ndef work():\n    print('started', flush=True)\n"
+                                      "    time.sleep(300)\nwork()",
                               "context": {"id": ctx}})
         run_id = r.getheader("EXECD-RUN-ID")
         read_init(r)

@@ -126,6 +126,13 @@ def test_what_the_ring_let_go_of_is_one_gap(execd_factory, root):
     f.close()
     res = ex.run(f"cd {root} && for i in $(seq 1 500); do : > f$i; done")
     assert res.terminal["exit_code"] == 0
+    # The kernel queued the 500 creates at once; execd may still be reading
+    # them when the command's result comes (it did, under load). A marker made
+    # after them and seen live means all were taken in: inotify keeps order.
+    live = Feed(ex, root)
+    (root / "marker").touch()
+    live.until(lambda e: e.get("path", "").endswith("/marker"), 20, "the marker")
+    live.close()
     g = Feed(ex, root, since=start)
     gap = g.next_line()
     assert gap["type"] == "gap" and gap["reason"] == "not retained", gap
