@@ -11,6 +11,7 @@
 #include <linux/vm_sockets.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "execd/http/socket.h"
 
@@ -27,24 +28,18 @@ std::string peer_name(const sockaddr_storage& addr) {
     return "vsock:" + std::to_string(a->svm_cid) + ":" + std::to_string(a->svm_port);
   }
   if (addr.ss_family == AF_INET) {
-    // By hand: inet_ntop's sprintf, to_string and the concatenations were
-    // ~1% of a command's CPU on every connection.
+    // With to_chars: inet_ntop's sprintf, to_string and the concatenations
+    // were ~1% of a command's CPU on every connection.
     auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
     const auto* b = reinterpret_cast<const unsigned char*>(&a->sin_addr);
     char text[sizeof "255.255.255.255:65535"];
+    char* const end = text + sizeof text;
     char* p = text;
-    auto put = [&p](unsigned v) {
-      char digits[5];
-      int n = 0;
-      do digits[n++] = static_cast<char>('0' + v % 10);
-      while ((v /= 10) != 0);
-      while (n > 0) *p++ = digits[--n];
-    };
     for (int i = 0; i < 4; ++i) {
-      put(b[i]);
+      p = std::to_chars(p, end, b[i]).ptr;
       *p++ = i < 3 ? '.' : ':';
     }
-    put(ntohs(a->sin_port));
+    p = std::to_chars(p, end, ntohs(a->sin_port)).ptr;
     return std::string(text, static_cast<size_t>(p - text));
   }
   auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
