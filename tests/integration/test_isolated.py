@@ -30,7 +30,7 @@ from opensandbox.models.isolated import (
 from opensandbox.models.sandboxes import SandboxEndpoint
 from opensandbox.sync.adapters.factory import AdapterFactorySync
 
-from execd_client import SLOW, TOKEN_HEADER, process_alive, wait_until
+from execd_client import SLOW, TOKEN_HEADER, pids_with_cmdline, process_alive, wait_until
 
 
 def service(ex):
@@ -476,21 +476,9 @@ def test_delete_kills_everything_in_the_session(iso, tmp_path):
     wait_until(lambda: s.run_logs(bg.run_id).text.strip() != "", 10 * SLOW, what="the pid")
     marker = f"isolated-{s.session_id}"
     s.run_background(f"exec -a {marker} sleep 1000")
-    wait_until(lambda: any(marker in _cmdline(p) for p in os.listdir("/proc") if p.isdigit()), 10 * SLOW,
-               what="the marked process")
+    wait_until(lambda: pids_with_cmdline(marker), 10 * SLOW, what="the marked process")
     s.delete()
-    wait_until(lambda: not any(marker in _cmdline(p) for p in os.listdir("/proc") if p.isdigit()), 10 * SLOW,
-               what="every process of the session to be gone")
-
-
-def _cmdline(p) -> str:
-    """Its command line; "" once it is gone (even between the open and the
-    read: ESRCH)."""
-    try:
-        with open(f"/proc/{p}/cmdline", "rb") as f:
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+    wait_until(lambda: not pids_with_cmdline(marker), 10 * SLOW, what="every process of the session to be gone")
 
 
 def test_idle_timeout_ends_the_session(iso, tmp_path):
