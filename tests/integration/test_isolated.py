@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import tarfile
 import time
@@ -409,9 +410,32 @@ def test_clients_that_vanish_at_each_phase(iso, tmp_path):
     create = json.dumps({"workspace": {"path": str(ws), "mode": "overlay"}}).encode()
     svc = service(iso)
     # Creation: the client leaves before the answer; the session must not linger.
+    # Each client half-closes after its request (execd takes that for a
+    # disconnect) and can still see whether an answer beat it: under load a
+    # creation may finish first, and that session is the client's to delete.
+    # Every one of the five, abandoned or deleted, logs its end.
+    abandoned = 0
     for _ in range(5):
-        raw(iso, request_bytes(iso, "POST", "/v1/isolated/session", create), read=False)
-    wait_until(lambda: svc.list() == [], 20 * SLOW, what="abandoned creations to be cleaned up")
+        sock = socket.create_connection((iso.host, iso.port), timeout=30 * SLOW)
+        sock.sendall(request_bytes(iso, "POST", "/v1/isolated/session", create))
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+        sock.close()
+        if not answer:
+            abandoned += 1
+            continue
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b" 201 " in head.split(b"\r\n")[0], answer
+        svc.delete(json.loads(body)["session_id"])
+    assert abandoned > 0, "every creation was answered before its client left"
+    ended = re.compile(r"isolated session [0-9a-f-]+ ended$", re.M)
+    wait_until(lambda: len(ended.findall(iso.stderr_text())) == 5, 20 * SLOW, what="the five creations to end")
+    assert svc.list() == []
     s = svc.create(req)
     sid = s.session_id
     try:
