@@ -180,6 +180,7 @@ struct CollectJob {
   uint64_t after = 0;
   size_t max_bytes = 64 << 10;
   uint64_t size_cap = 0;  // bytes of the last file to look at
+  uint64_t head = 0;      // the file's last entry when the job was queued (size_cap ends it)
   // results
   std::string text;
   uint64_t last = 0;
@@ -292,6 +293,7 @@ class JournalReader final : public http::Source {
     job->starts = journal_.starts(last_);
     job->after = last_;
     job->size_cap = journal_.current_size();
+    job->head = journal_.head().seq;
     journal_.gate().queue(
         journal_.loop(), job->work, [](uv_work_t* w) { collect(*static_cast<CollectJob*>(w->data)); },
         [](uv_work_t* w, int status) {
@@ -315,8 +317,10 @@ class JournalReader final : public http::Source {
     uint64_t before = last_;
     last_ = j.last;
     // Nothing new where entries should be (a file removed by hand): go on
-    // from the head rather than look again and again.
-    if (last_ == before && last_ < journal_.head().seq) last_ = journal_.head().seq;
+    // from the head the job looked up to rather than look again and again.
+    // Entries written since are in the file past its size_cap: the next
+    // catch-up reads them.
+    if (last_ == before && last_ < j.head) last_ = j.head;
     bool more = j.text.empty() || ex_.send(std::move(j.text));
     bool at_head = last_ >= journal_.head().seq;
     if (!at_head) {
