@@ -6,6 +6,7 @@ import http.client
 import json
 import socket
 import struct
+import time
 
 from execd_client import decode_chunk
 
@@ -28,8 +29,13 @@ class EventReader:
                           headers=ex.headers(h))
         self.resp = self.conn.getresponse()
         self.bytes_read = 0
+        self.timeout = timeout
 
     def events(self):
+        # The socket's timeout restarts with every read, and a quiet journal
+        # follow sends an empty line every 15 s: an event that never comes
+        # must still fail the test, not hang it.
+        last_event = time.monotonic()
         while True:
             line = self.resp.readline()
             if not line:
@@ -37,7 +43,10 @@ class EventReader:
             self.bytes_read += len(line)
             line = line.rstrip(b"\n")
             if line:
+                last_event = time.monotonic()
                 yield json.loads(line)
+            elif time.monotonic() - last_event > self.timeout:
+                raise AssertionError(f"no event within {self.timeout}s (only keep-alive lines)")
 
     def kill(self):
         reset(self.conn.sock)
