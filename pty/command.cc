@@ -278,12 +278,14 @@ void Command::maybe_finish() {
     outcome_.pids_limit_hit = u.pids_limit_hit;
     outcome_.leftover_processes = cgroup_->population();
     stop(timeout_timer_);
-    let_go_of_cgroup();
   } else {
     // One signal-0 probe first: the /proc scan only when the group still exists.
     outcome_.leftover_processes = kill(-pid_, 0) == 0 ? count_process_group(pid_) : 0;
   }
+  // The cgroup is let go of after the sink had the outcome (the sink, or
+  // release(), does it then): see CommandRunner::on_finished.
   if (sink_) sink_->on_finished(outcome_);
+  let_go_of_cgroup();
 }
 
 void Command::let_go_of_cgroup() {

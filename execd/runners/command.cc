@@ -62,11 +62,16 @@ void CommandRunner::on_finished(const pty::Outcome& o) {
   r.leftover_processes = o.leftover_processes;
   r.oom_killed = o.oom_killed;
   r.pids_limit_hit = o.pids_limit_hit;
-  // The process is done with us: let go of it and of its stdin.
-  cmd_->release();
+  // The process is done with us: let go of it and of its stdin. The result
+  // goes out first: letting go of the command's cgroup queues pool work, and
+  // waking a pool thread (often another CPU) held the terminal event back.
+  // The Command outlives this call whatever finish() does to the runner
+  // (it frees itself once its handles close, after release()).
+  pty::Command* cmd = cmd_;
   cmd_ = nullptr;
   close_stdin_now();
   sink_.finish(std::move(r));
+  cmd->release();
 }
 
 void CommandRunner::set_paused(bool paused) {
