@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -650,17 +651,38 @@ namespace {
 constexpr int kJoinWaitMs = 1000;
 }  // namespace
 
+// A launcher's clone (~70 µs with its pipe and descriptor work, after a
+// pause) must not be on the path of the command that took the spare. The
+// next turn of the loop was not enough: after a pause the kernel tends to
+// run the command's shell on the loop's own CPU, so the loop thread wakes
+// from the launcher's exec only once a short command has exited, and the
+// clone then went before that command's result. So the spare is armed
+// just before the loop would block with nothing ready (a zero-timeout look
+// at libuv's epoll set: level-triggered, so the look takes nothing away),
+// or after kArmDeferrals busy turns at most, so that a loop kept busy (a
+// streaming command) still gets its spares soon.
+constexpr int kArmDeferrals = 16;
+
 void Containment::arm_soon() {
   if (!reaper_ || launchers_ == 0 || !timer_open_) return;
-  if (!arm_timer_open_) {
-    uv_timer_init(loop_, &arm_timer_);
-    arm_timer_.data = this;
-    uv_unref(reinterpret_cast<uv_handle_t*>(&arm_timer_));
-    arm_timer_open_ = true;
+  if (!arm_prepare_open_) {
+    uv_prepare_init(loop_, &arm_prepare_);
+    arm_prepare_.data = this;
+    uv_unref(reinterpret_cast<uv_handle_t*>(&arm_prepare_));
+    arm_prepare_open_ = true;
   }
-  // Next turn of the loop: the clone is not on the path of the command
-  // that took the spare.
-  uv_timer_start(&arm_timer_, [](uv_timer_t* t) { static_cast<Containment*>(t->data)->arm_spares(); }, 0, 0);
+  arm_deferrals_ = 0;
+  uv_prepare_start(&arm_prepare_, [](uv_prepare_t* h) { static_cast<Containment*>(h->data)->arm_when_idle(); });
+}
+
+void Containment::arm_when_idle() {
+  epoll_event ready;
+  if (arm_deferrals_ < kArmDeferrals && epoll_wait(uv_backend_fd(loop_), &ready, 1, 0) > 0) {
+    ++arm_deferrals_;
+    return;
+  }
+  uv_prepare_stop(&arm_prepare_);
+  arm_spares();
 }
 
 void Containment::make_ahead() {
@@ -896,10 +918,10 @@ void Containment::shutdown() {
 }
 
 void Containment::close() {
-  if (arm_timer_open_) {
-    arm_timer_open_ = false;
-    uv_timer_stop(&arm_timer_);
-    uv_close(reinterpret_cast<uv_handle_t*>(&arm_timer_), nullptr);
+  if (arm_prepare_open_) {
+    arm_prepare_open_ = false;
+    uv_prepare_stop(&arm_prepare_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&arm_prepare_), nullptr);
   }
   if (freeze_timer_open_) {
     freeze_timer_open_ = false;

@@ -263,7 +263,7 @@ class Containment {
   void on_reset(ReuseJob& job);
   // Gives launchers to ready spares until launchers_ of them have one.
   void arm_spares();
-  void arm_soon();  // arm_spares on the next turn of the loop
+  void arm_soon();  // arm_spares once the loop has nothing ready (arm_when_idle)
   // v1; and v2 where clone3 cannot start children in their cgroups, for
   // the launchers (v2 reuses none: release() removes them).
   bool spares_wanted() const {
@@ -295,8 +295,11 @@ class Containment {
   std::string launcher_error_;
   StartCounts starts_;
   bool clone_into_cgroup_ = false;  // v2 and clone3 usable (pty/spawn)
-  uv_timer_t arm_timer_{};
-  bool arm_timer_open_ = false;
+  // Spares are armed once the loop has nothing ready (arm_soon): see cgroup.cc.
+  void arm_when_idle();
+  uv_prepare_t arm_prepare_{};
+  bool arm_prepare_open_ = false;
+  int arm_deferrals_ = 0;
   size_t resetting_ = 0;  // reuse jobs on the threadpool
   std::vector<std::string> bases_after_shutdown_;  // for the jobs that come back after it
 
