@@ -6,8 +6,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
-#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -657,10 +657,12 @@ constexpr int kJoinWaitMs = 1000;
 // run the command's shell on the loop's own CPU, so the loop thread wakes
 // from the launcher's exec only once a short command has exited, and the
 // clone then went before that command's result. So the spare is armed
-// just before the loop would block with nothing ready (a zero-timeout look
-// at libuv's epoll set: level-triggered, so the look takes nothing away),
-// or after kArmDeferrals busy turns at most, so that a loop kept busy (a
-// streaming command) still gets its spares soon.
+// just before the loop would block with nothing ready, or after
+// kArmDeferrals busy turns at most, so that a loop kept busy (a streaming
+// command) still gets its spares soon. The look is a zero-timeout poll()
+// of libuv's epoll descriptor, which leaves its ready list as it was: an
+// epoll_wait() for one event would move that event behind the others, and
+// a command's stderr read before the stdout it wrote first.
 constexpr int kArmDeferrals = 16;
 
 void Containment::arm_soon() {
@@ -675,9 +677,13 @@ void Containment::arm_soon() {
   uv_prepare_start(&arm_prepare_, [](uv_prepare_t* h) { static_cast<Containment*>(h->data)->arm_when_idle(); });
 }
 
+bool loop_has_ready_io(uv_loop_t* loop) {
+  pollfd backend = {uv_backend_fd(loop), POLLIN, 0};
+  return poll(&backend, 1, 0) > 0;
+}
+
 void Containment::arm_when_idle() {
-  epoll_event ready;
-  if (arm_deferrals_ < kArmDeferrals && epoll_wait(uv_backend_fd(loop_), &ready, 1, 0) > 0) {
+  if (arm_deferrals_ < kArmDeferrals && loop_has_ready_io(loop_)) {
     ++arm_deferrals_;
     return;
   }

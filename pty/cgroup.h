@@ -317,4 +317,8 @@ class Containment {
   std::set<FreezeListener*> freeze_listeners_;
 };
 
+// Whether a descriptor the loop watches is ready now, looked at without
+// blocking and without changing the order libuv will see them in.
+bool loop_has_ready_io(uv_loop_t* loop);
+
 }  // namespace execd::pty

@@ -83,3 +83,37 @@ TEST_CASE("a shutdown while a spare cgroup is being made leaves no directory") {
     rmdir((root + parent).c_str());
   }
 }
+
+TEST_CASE("loop_has_ready_io: a look that leaves libuv's order as the kernel gave it") {
+  // Two pipes written in order, A then B: libuv must still see A first after
+  // the look (an epoll_wait for one event would have moved A behind B, and a
+  // command's stderr ahead of the stdout it wrote first).
+  uv_loop_t loop;
+  REQUIRE(uv_loop_init(&loop) == 0);
+  int a[2], b[2];
+  REQUIRE(pipe(a) == 0);
+  REQUIRE(pipe(b) == 0);
+  std::string order;
+  uv_poll_t pa, pb;
+  uv_poll_init(&loop, &pa, a[0]);
+  uv_poll_init(&loop, &pb, b[0]);
+  pa.data = pb.data = &order;
+  auto on_ready = [](uv_poll_t* h, int, int) {
+    char c;
+    if (read(h->io_watcher.fd, &c, 1) == 1) static_cast<std::string*>(h->data)->push_back(c);
+  };
+  uv_poll_start(&pa, UV_READABLE, on_ready);
+  uv_poll_start(&pb, UV_READABLE, on_ready);
+  uv_run(&loop, UV_RUN_NOWAIT);  // the watches reach the kernel
+  CHECK_FALSE(execd::pty::loop_has_ready_io(&loop));
+  REQUIRE(write(a[1], "A", 1) == 1);
+  REQUIRE(write(b[1], "B", 1) == 1);
+  CHECK(execd::pty::loop_has_ready_io(&loop));
+  uv_run(&loop, UV_RUN_NOWAIT);
+  CHECK(order == "AB");
+  CHECK_FALSE(execd::pty::loop_has_ready_io(&loop));
+  for (uv_poll_t* p : {&pa, &pb}) uv_close(reinterpret_cast<uv_handle_t*>(p), nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(uv_loop_close(&loop) == 0);
+  for (int fd : {a[0], a[1], b[0], b[1]}) close(fd);
+}
