@@ -52,6 +52,19 @@ def execd_bin() -> str:
     return os.environ.get("EXECD_BIN") or str(ROOT / "build" / "execd")
 
 
+def recv_all(s) -> bytes:
+    """Read until the peer closes or resets (bounded by the socket timeout)."""
+    out = b""
+    while True:
+        try:
+            d = s.recv(65536)
+        except ConnectionResetError:
+            return out
+        if not d:
+            return out
+        out += d
+
+
 def wait_until(pred, timeout: float, interval: float = 0.01, what: str = "condition"):
     """Poll `pred` until it returns a truthy value; return that value."""
     deadline = time.monotonic() + timeout

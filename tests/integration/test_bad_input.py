@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from execd_client import SLOW, TOKEN_HEADER, execd_bin, wait_until
+from execd_client import SLOW, TOKEN_HEADER, execd_bin, recv_all, wait_until
 
 
 def assert_alive(ex):
@@ -143,19 +143,6 @@ def test_headers_too_large(execd):
     finally:
         s.close()
     assert_alive(execd)
-
-
-def recv_all(s) -> bytes:
-    """Read until the peer closes (bounded by the socket timeout)."""
-    out = b""
-    while True:
-        try:
-            d = s.recv(65536)
-        except ConnectionResetError:
-            return out
-        if not d:
-            return out
-        out += d
 
 
 @pytest.mark.parametrize("raw", [

@@ -31,7 +31,7 @@ from opensandbox.models.isolated import (
 from opensandbox.models.sandboxes import SandboxEndpoint
 from opensandbox.sync.adapters.factory import AdapterFactorySync
 
-from execd_client import SLOW, TOKEN_HEADER, pids_with_cmdline, process_alive, wait_until
+from execd_client import SLOW, TOKEN_HEADER, pids_with_cmdline, process_alive, recv_all, wait_until
 
 
 def service(ex):
@@ -419,12 +419,7 @@ def test_clients_that_vanish_at_each_phase(iso, tmp_path):
         sock = socket.create_connection((iso.host, iso.port), timeout=30 * SLOW)
         sock.sendall(request_bytes(iso, "POST", "/v1/isolated/session", create))
         sock.shutdown(socket.SHUT_WR)
-        answer = b""
-        try:
-            while chunk := sock.recv(65536):
-                answer += chunk
-        except ConnectionResetError:
-            pass
+        answer = recv_all(sock)
         sock.close()
         if not answer:
             abandoned += 1

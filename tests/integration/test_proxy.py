@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import websockets
 
-from execd_client import SANITIZED, SLOW, TOKEN_HEADER, vm_rss_kib, wait_until
+from execd_client import SANITIZED, SLOW, TOKEN_HEADER, recv_all, vm_rss_kib, wait_until
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -819,12 +819,7 @@ def test_an_upload_to_a_service_that_stops_reading_is_timed_out(execd_factory):
         assert stuff(s, 256 << 20) < 256 << 20  # execd stopped reading: the service does not
         t0 = time.monotonic()
         s.settimeout(20 * SLOW)
-        data = b""
-        try:
-            while piece := s.recv(65536):
-                data += piece
-        except ConnectionResetError:
-            pass
+        data = recv_all(s)
         waited = time.monotonic() - t0
         assert data.startswith(b"HTTP/1.1 504"), data[:200]
         assert b"stopped reading" in data
