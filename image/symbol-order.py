@@ -19,8 +19,10 @@ as execd's second start (execd/malloc_tuning) runs:
      spare's launcher): commands, including a burst whose records go cold,
      then a session, file operations, /metrics and the journal. Children are
      dumped as they call execve, for the code they run before it.
-Added to what callgrind saw: every CPU-dispatched variant of a function that
-ran, glibc's vDSO lookups at start, and the cgroup and launcher code by name.
+Added to what callgrind saw: every other name of a function that ran (C1/C2
+constructors, glibc's aliases), every CPU-dispatched variant of one,
+glibc's vDSO lookups and crtbegin's frame_dummy at start, and the cgroup,
+launcher and spare-arming code by name (with the lambdas made in it).
 Lines are mangled names; `#` starts a comment.
 """
 from __future__ import annotations
@@ -183,9 +185,27 @@ def serve_the_rest(d: Traced, scratch: str):
     d.request("GET", "/journal")
 
 
-def text_symbols(binary: str) -> list[str]:
+def text_symbols(binary: str) -> dict[str, str]:
+    """Name -> address of every function symbol."""
     out = subprocess.run(["nm", "--defined-only", binary], check=True, capture_output=True, text=True).stdout
-    return [p[2] for p in (line.split() for line in out.splitlines()) if len(p) == 3 and p[1] in "tTwW"]
+    return {p[2]: p[0] for p in (line.split() for line in out.splitlines()) if len(p) == 3 and p[1] in "tTwW"}
+
+
+# A function can have several names at one address (a constructor's C1 and
+# C2, glibc's weak aliases), and callgrind reports one of them, not always
+# the same one from run to run. Every name goes in, so that the list does
+# not change with the name callgrind happened to pick (lld finds a section
+# by any of its names).
+def with_aliases(names: list[str], symbols: dict[str, str]) -> list[str]:
+    at: dict[str, list[str]] = {}
+    for sym, addr in symbols.items():
+        at.setdefault(addr, []).append(sym)
+    out: dict[str, None] = {}
+    for name in names:
+        out.setdefault(name, None)
+        for alias in sorted(at.get(symbols.get(name, ""), [])):
+            out.setdefault(alias, None)
+    return list(out)
 
 
 # Code picked by the CPU at run time has a variant per instruction set, and
@@ -205,7 +225,7 @@ def variant_key(name: str) -> str | None:
     return m.group(1) + "_*" if m else None
 
 
-def with_variants(names: list[str], symbols: list[str]) -> list[str]:
+def with_variants(names: list[str], symbols: dict[str, str]) -> list[str]:
     siblings: dict[str, list[str]] = {}
     for sym in symbols:
         k = variant_key(sym)
@@ -220,17 +240,29 @@ def with_variants(names: list[str], symbols: list[str]) -> list[str]:
 
 
 # Run here but not under valgrind: glibc's start-up looks up the vDSO's
-# functions (valgrind gives its guest no vDSO), and a command's child calls
-# execve after its dump.
+# functions (valgrind gives its guest no vDSO), a command's child calls
+# execve after its dump, and the C runtime's start-up code (crtbegin's
+# frame_dummy, run from .init_array before main) is not reported (seen with
+# `perf record -e page-faults` of a native start: the first touch of a
+# 64 KiB window of text otherwise untouched at idle).
 NATIVE_ONLY = ["_dl_new_object", "_dl_add_to_namespace_list", "_dl_setup_hash", "_dl_lookup_symbol_x",
-               "do_lookup_x", "check_match", "execve", "__execve"]
+               "do_lookup_x", "check_match", "execve", "__execve", "frame_dummy", "register_tm_clones"]
 
 
-def cgroup_and_launcher(symbols: list[str]) -> list[str]:
-    """execd's cgroup and launcher functions, by name (run 2 cannot reach them)."""
-    pattern = re.compile(r"5execd3pty(?:\d+(?:Launcher|Containment|CommandCgroup|Cgroup)|12_GLOBAL__N_1\d+"
-                         r"(?:launcher_main|clone_into_cgroup|write_proc_text|read_counter|restore_daemon))")
-    return sorted(s for s in symbols if pattern.search(s))
+# What only the spares' path calls outside execd's own code: the look at
+# the loop's readiness before arming one.
+SPARES_LIBC = {"poll", "__poll", "__libc_poll"}
+
+
+def cgroup_and_launcher(symbols: dict[str, str]) -> list[str]:
+    """execd's cgroup and launcher functions, by name (run 2 cannot reach
+    them), with the lambdas and templates made for them (their names mention
+    the class after a substitution: `NS1_8Launcher`), and the libc functions
+    only they call."""
+    pattern = re.compile(r"5execd3pty(?:.*?(?:8Launcher|11Containment|13CommandCgroup|6Cgroup)|12_GLOBAL__N_1\d+"
+                         r"(?:launcher_main|clone_into_cgroup|write_proc_text|read_counter|restore_daemon)"
+                         r"|17loop_has_ready_io)")
+    return sorted(s for s in symbols if pattern.search(s) or s in SPARES_LIBC)
 
 
 def main():
@@ -264,6 +296,7 @@ def main():
     groups = [("an idle execd runs", with_variants(idle, symbols) + [n for n in NATIVE_ONLY if n in symbols]),
               ("commands run", with_variants(commands, symbols) + cgroup_and_launcher(symbols)),
               ("the rest of the API runs", with_variants(rest, symbols))]
+    groups = [(what, with_aliases(names, symbols)) for what, names in groups]
     order: dict[str, None] = {}
     counts = []
     for _, names in groups:
