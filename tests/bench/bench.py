@@ -73,6 +73,25 @@ def vm_rss_kib(pid: int) -> int:
     return 0
 
 
+def text_rss_kib(pid: int) -> int:
+    """Resident KiB of execd's own code (its executable mappings of its
+    binary): the kernel maps text 64 KiB around each touched page, so this
+    is what the static link order (image/execd-static.order) decides. It
+    also depends on how the binary sits in the page cache (a copy written
+    just now can map larger pieces): compare binaries after
+    `echo 1 > /proc/sys/vm/drop_caches`."""
+    exe = os.readlink(f"/proc/{pid}/exe")
+    total, ours = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 5 and "-" in fields[0] and not fields[0].endswith(":"):
+                ours = "x" in fields[1] and len(fields) >= 6 and fields[5] == exe
+            elif ours and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
 def pct(values, p):
     v = sorted(values)
     if not v:
@@ -510,6 +529,7 @@ def bench_rss_after_burst(binary, n):
     try:
         ping_once(d.port)
         idle = vm_rss_kib(d.proc.pid)
+        text = {"idle_text_kib": text_rss_kib(d.proc.pid)}
         # "Warm" idle: after one command, whose first SHA-256 maps libcrypto's
         # code pages (file-backed) that every later command uses too.
         c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=5)
@@ -518,6 +538,7 @@ def bench_rss_after_burst(binary, n):
         c.close()
         time.sleep(1.5)  # the housekeeping pass that trims the heap
         warm = vm_rss_kib(d.proc.pid)
+        text["warm_text_kib"] = text_rss_kib(d.proc.pid)
         errors: list[bytes] = []
         body = json.dumps({"command": "sleep 0.5; echo done"}).encode()
 
@@ -527,8 +548,9 @@ def bench_rss_after_burst(binary, n):
         peak = vm_rss_kib(d.proc.pid)
         time.sleep(2)  # the figure is "RSS 2 s after the burst"
         after = vm_rss_kib(d.proc.pid)
+        text["after_2s_text_kib"] = text_rss_kib(d.proc.pid)
         return {"idle_kib": idle, "warm_idle_kib": warm, "right_after_kib": peak, "after_2s_kib": after,
-                "errors": len(errors)}
+                "errors": len(errors), **text}
     finally:
         d.stop()
 
