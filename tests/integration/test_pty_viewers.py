@@ -22,11 +22,11 @@ TIMEOUT = 10 * SLOW
 
 def view(ex, sid, sock=None, **query):
     # A viewer on its own socket is one that stalls: nothing buffered on the
-    # client side, and no keepalive pings of its own that a stalled reader
-    # could not see answered.
-    stalled = {"max_queue": 1, "ping_interval": None} if sock else {}
+    # client side. No viewer sends keepalive pings of its own (as attach()):
+    # a pong queued behind a burst comes back later than the library waits.
+    stalled = {"max_queue": 1} if sock else {}
     return connect(ws_url(ex, sid, mode="viewer", **query), additional_headers={"X-EXECD-ACCESS-TOKEN": ex.token},
-                   max_size=None, open_timeout=TIMEOUT, sock=sock, **stalled)
+                   max_size=None, open_timeout=TIMEOUT, sock=sock, ping_interval=None, **stalled)
 
 
 def viewer_bytes(r: Reader) -> bytes:

@@ -39,8 +39,12 @@ def ws_url(ex, sid, **query) -> str:
 
 
 def attach(ex, sid, **query):
+    # No keepalive pings from the client: its pong waits behind whatever
+    # output is queued ahead of it, and a client reading a burst under CI
+    # load took longer than the library's 20 s to get there and closed the
+    # connection itself ("closed (None, None)").
     return connect(ws_url(ex, sid, **query), additional_headers={"X-EXECD-ACCESS-TOKEN": ex.token},
-                   max_size=None, open_timeout=TIMEOUT)
+                   max_size=None, open_timeout=TIMEOUT, ping_interval=None)
 
 
 class Reader:
