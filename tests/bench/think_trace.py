@@ -131,14 +131,7 @@ def analyse(events, server_pid):
             continue
         window = events[bisect.bisect_left(times, connect):bisect.bisect_right(times, close)]
         p = {"connect": connect, "exec": c["exec"], "exit": c["exit"], "close": close}
-        conn_fd = None
-        for e in window:
-            if e.pid != server_pid or not e.name.startswith("raw_syscalls"):
-                continue
-            nr = syscall_nr(e)
-            if "accept" not in p and e.name.endswith("sys_exit") and nr in (NR["accept"], NR["accept4"]) and ret(e) >= 0:
-                p["accept"], conn_fd = e.t, ret(e)
-        open_calls = {}
+        conn_fd, open_calls = None, {}
         for e in window:
             if e.pid == server_pid and e.name.startswith("raw_syscalls"):
                 nr = syscall_nr(e)
@@ -151,7 +144,9 @@ def analyse(events, server_pid):
                 if nr not in WAITING:
                     syscalls[nr][0] += 1
                     syscalls[nr][1] += e.t - t0
-                if fd == conn_fd and "accept" in p:
+                if "accept" not in p and nr in (NR["accept"], NR["accept4"]) and ret(e) >= 0:
+                    p["accept"], conn_fd = e.t, ret(e)
+                elif fd == conn_fd and "accept" in p:
                     if nr == NR["read"] and ret(e) > 0 and "request" not in p:
                         p["request"] = e.t
                     if nr in (NR["write"], NR["writev"], NR["sendto"], NR["sendmsg"]) and ret(e) > 0 and e.t >= c["exit"]:
