@@ -5,6 +5,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -166,22 +167,20 @@ void restore_daemon_oom_score_adj() {
 
 // Stacks of launchers that are done with them (exec'd or gone), for the
 // next ones: an mmap, the guard page's mprotect, the first page faults and
-// an munmap less per command. Loop thread only. Not under ASan: a launcher
-// that exec'd from inside instrumented code leaves its frames' poison in the
-// shadow of the stack, which an munmap clears and a reuse would not.
+// an munmap less per command. Loop thread only.
 constexpr size_t kKeptStacks = 2;
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kKeepStacks = false;
-#else
-constexpr bool kKeepStacks = true;
-#endif
 void* kept_stacks[kKeptStacks];
 size_t kept_stack_count = 0;
 
 void* take_kept_stack() { return kept_stack_count ? kept_stacks[--kept_stack_count] : nullptr; }
 
 void give_back_stack(void* base) {
-  if (kKeepStacks && kept_stack_count < kKeptStacks) kept_stacks[kept_stack_count++] = base;
+  // Under ASan: the child's frames (instrumented code that exec'd and never
+  // returned) left their redzones poisoned in the stack's shadow, and this
+  // ASan clears that neither at munmap nor at a later mmap of the same
+  // addresses: a cold-records slab mapped there faulted on its first write.
+  ASAN_UNPOISON_MEMORY_REGION(base, kStackBytes);
+  if (kept_stack_count < kKeptStacks) kept_stacks[kept_stack_count++] = base;
   else munmap(base, kStackBytes);
 }
 

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <grp.h>
 #include <signal.h>
+#include <sanitizer/asan_interface.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -232,7 +233,11 @@ long clone_into_cgroup(int cgroup_fd, ChildPlan* plan) {
   a.stack = reinterpret_cast<uint64_t>(stack);
   a.stack_size = kStack;
   a.cgroup = static_cast<uint64_t>(cgroup_fd);
-  return execd_clone3_run(&a, sizeof a, run_child, plan);
+  long pid = execd_clone3_run(&a, sizeof a, run_child, plan);
+  // The child exec'd from instrumented frames: their poison stays in the
+  // shadow (see pty/launcher's stacks), under the next child's frames.
+  ASAN_UNPOISON_MEMORY_REGION(stack, kStack);
+  return pid;
 }
 #else
 long clone_into_cgroup(int, ChildPlan*) { return -ENOSYS; }

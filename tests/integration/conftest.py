@@ -85,7 +85,11 @@ class _Factory:
         problems = []
         for ex in self.started:
             already = ex.proc.poll() is not None
-            rc = ex.stop()
+            try:
+                rc = ex.stop()
+            except AssertionError as e:
+                problems.append(str(e))
+                continue
             if ex.check_exit and not already and rc != 0:
                 problems.append(f"execd {ex.args} exited {rc} after SIGTERM; stderr tail:\n"
                                 + ex.stderr_text()[-3000:])

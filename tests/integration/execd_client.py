@@ -447,11 +447,26 @@ class Execd:
             self.proc.wait()
             raise AssertionError("execd did not exit within %ss of SIGTERM" % timeout)
         self.pump.join(5)
+        report = sanitizer_report(self.pump.text())
+        if report:
+            # A daemon that died of it looks like a client-side failure at
+            # best (a stream that ends), and one that had exited before the
+            # test stops it is not asked for its status.
+            raise AssertionError(f"execd {self.args} reported a sanitizer error:\n{report}")
         if self.prefix:
             # Remote: the state dir is on the machine's tmpfs (RAM), and retained
             # output adds up over a suite.
             MACHINE.run(f"rm -rf -- '{self.state_dir}'")
         return rc
+
+
+_SANITIZER_RE = re.compile(r"^.*(==ERROR: \w+Sanitizer|: runtime error: )", re.M)
+
+
+def sanitizer_report(stderr: str) -> str:
+    """An ASan, LSan or UBSan report in a daemon's stderr, from its first line ('' if none)."""
+    m = _SANITIZER_RE.search(stderr)
+    return stderr[m.start():m.start() + 6000] if m else ""
 
 
 def parse_stream(raw: bytes, exact: bool) -> list[dict]:
