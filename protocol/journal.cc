@@ -10,12 +10,28 @@ namespace execd::protocol {
 const char* const kJournalGenesis = "0000000000000000000000000000000000000000000000000000000000000000";
 
 std::string journal_line(uint64_t seq, std::string_view prev, const nlohmann::ordered_json& body) {
-  nlohmann::ordered_json j;
-  j["seq"] = seq;
-  j["prev"] = std::string(prev);
-  for (auto it = body.begin(); it != body.end(); ++it)
-    if (it.key() != "seq" && it.key() != "prev") j[it.key()] = it.value();
-  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  constexpr auto kReplace = nlohmann::ordered_json::error_handler_t::replace;
+  bool plain = body.is_object();
+  for (auto it = body.begin(); plain && it != body.end(); ++it) plain = it.key() != "seq" && it.key() != "prev";
+  if (!plain) {
+    // A body that carries its own seq or prev (they are dropped), or none.
+    nlohmann::ordered_json j;
+    j["seq"] = seq;
+    j["prev"] = std::string(prev);
+    if (body.is_object())
+      for (auto it = body.begin(); it != body.end(); ++it)
+        if (it.key() != "seq" && it.key() != "prev") j[it.key()] = it.value();
+    return j.dump(-1, ' ', false, kReplace);
+  }
+  // The same bytes as the object above, without copying the body into it:
+  // the body's own dump with seq and prev put in front of its fields.
+  std::string fields = body.dump(-1, ' ', false, kReplace);
+  std::string line = "{\"seq\":" + std::to_string(seq) + ",\"prev\":";
+  line += nlohmann::ordered_json(std::string(prev)).dump(-1, ' ', false, kReplace);
+  line.reserve(line.size() + fields.size() + 1);
+  if (fields.size() > 2) line += ',';
+  line.append(fields, 1, std::string::npos);
+  return line;
 }
 
 std::string journal_line(uint64_t seq, std::string_view prev, const nlohmann::ordered_json& body,

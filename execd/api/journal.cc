@@ -357,7 +357,8 @@ void Journal::append(const ojson& body, std::string_view raw_key, std::string_vi
                                      : protocol::journal_line(seq, prev, body, raw_key, raw_json);
   chain_.seq = seq;
   chain_.hash = protocol::sha256_hex(line);
-  unwritten_.push_back(line + "\n");
+  line += '\n';
+  unwritten_.push_back(Unwritten{std::move(line), chain_});
   if (unwritten_.size() == 1 && write_unwritten()) return;
   // The disk refused it (or an earlier one waits): again in a second.
   if (timer_open_ && !uv_is_active(reinterpret_cast<uv_handle_t*>(&retry_timer_)))
@@ -372,7 +373,7 @@ void Journal::append(const ojson& body, std::string_view raw_key, std::string_vi
 
 bool Journal::write_unwritten() {
   while (!unwritten_.empty() && fd_ >= 0) {
-    const std::string& out = unwritten_.front();
+    const std::string& out = unwritten_.front().text;
     if (size_ > 0 && size_ + out.size() > static_cast<uint64_t>(ctx_.config.journal_max_bytes)) {
       rotate();
       if (fd_ < 0) return false;
@@ -389,13 +390,11 @@ bool Journal::write_unwritten() {
       spdlog::info("journal: writing again after {}", strerror(last_error_));
       last_error_ = 0;
     }
-    std::string line = out.substr(0, out.size() - 1);
-    uint64_t seq = protocol::journal_line_seq(line).value_or(head_.seq + 1);
-    mark(seq, size_);
+    // Its seq and hash are the chain's when it was appended.
+    mark(unwritten_.front().head.seq, size_);
     size_ += out.size();
-    head_.seq = seq;
-    head_.hash = protocol::sha256_hex(line);
-    std::string entry = std::move(unwritten_.front());
+    head_ = std::move(unwritten_.front().head);
+    std::string entry = std::move(unwritten_.front().text);
     unwritten_.pop_front();
     auto followers = followers_;  // a follower may unfollow while we walk
     for (JournalReader* r : followers)

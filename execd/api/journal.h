@@ -99,7 +99,11 @@ class Journal {
   uint64_t size_ = 0;
   protocol::JournalHead head_;   // the file's last entry
   protocol::JournalHead chain_;  // the chain's, unwritten entries included
-  std::deque<std::string> unwritten_;  // whole lines, in order
+  struct Unwritten {
+    std::string text;           // the whole line, newline included
+    protocol::JournalHead head;  // its seq and hash: the head once it is written
+  };
+  std::deque<Unwritten> unwritten_;  // in order
   uv_timer_t retry_timer_;
   int last_error_ = 0;  // of the last refused write, logged once
   bool timer_open_ = false;

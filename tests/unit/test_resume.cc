@@ -275,6 +275,40 @@ TEST_CASE("journal: a line starts with seq and prev") {
   CHECK_FALSE(journal_line_seq("{\"seq\":\"x\"}").has_value());
 }
 
+TEST_CASE("journal: a line is the object of seq, prev and the body's fields, byte for byte") {
+  // journal_line splices seq and prev into the body's own dump; it must
+  // give what dumping that whole object gives (hashes chain over the bytes).
+  auto as_object = [](uint64_t seq, const std::string& prev, const nlohmann::ordered_json& body) {
+    nlohmann::ordered_json j;
+    j["seq"] = seq;
+    j["prev"] = prev;
+    if (body.is_object())
+      for (auto it = body.begin(); it != body.end(); ++it)
+        if (it.key() != "seq" && it.key() != "prev") j[it.key()] = it.value();
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  };
+  std::vector<nlohmann::ordered_json> bodies;
+  bodies.push_back(nlohmann::ordered_json::object());
+  bodies.push_back(nlohmann::ordered_json());  // null: seq and prev alone
+  nlohmann::ordered_json a;
+  a["type"] = "command";
+  a["command"] = "printf '\\n\"%s\"' \xce\xbb \xff";  // escapes, UTF-8 and a byte that is not
+  a["exit_code"] = -1;
+  a["files"] = nlohmann::ordered_json::array({nlohmann::ordered_json{{"path", "/a"}, {"sha256", nullptr}}});
+  a["ratio"] = 0.5;
+  bodies.push_back(a);
+  nlohmann::ordered_json own = a;  // its own seq and prev are dropped
+  own["seq"] = 99;
+  own["prev"] = "mine";
+  bodies.push_back(own);
+  for (const auto& body : bodies) {
+    CAPTURE(body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    CHECK(journal_line(7, kJournalGenesis, body) == as_object(7, kJournalGenesis, body));
+    std::string prev(64, 'a');
+    CHECK(journal_line(12345678901ull, prev, body) == as_object(12345678901ull, prev, body));
+  }
+}
+
 TEST_CASE("journal verify: intact, edited, deleted, truncated") {
   auto lines = chain(6);
   auto ok = verify_journal(views(lines), true, head_of(lines));
