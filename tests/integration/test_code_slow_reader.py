@@ -121,6 +121,22 @@ def context_free(ex, ctx):
     return st == 200 and of(events, "result")
 
 
+def wait_free(ex, ctx, timeout, what):
+    """Waits until `ctx` runs code again; on a timeout the message has the
+    last answer and the daemon's log (a CI run once waited 240 s for an
+    overflowing run under ASan to be interrupted, and this is what it lacked)."""
+    last = []
+
+    def free():
+        st, events = run_code(ex, "'free'", ctx=ctx)
+        last[:] = [st, events]
+        return st == 200 and of(events, "result")
+    try:
+        wait_until(free, timeout, 0.1, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the last answer: {str(last)[:2000]}\nexecd's log:\n{ex.stderr_text()[-6000:]}") from None
+
+
 def start_spilling_execd(tmp_path_factory, *args):
     if not (KERNELS / "kernels" / "python3" / "kernel.json").exists():
         pytest.skip("ipykernel is not installed in the test venv")
@@ -210,7 +226,7 @@ def test_overflow_ends_with_structured_error_and_interrupts(small, exact):
     c, r = open_code(small, {"code": printing_code(None), "context": {"id": ctx}}, exact=exact, timeout=120)
     # Read nothing until the stream has overflowed and the kernel stopped
     # printing: the code runs forever unless execd interrupts it.
-    wait_until(lambda: context_free(small, ctx), 60 * SLOW, 0.1, "the overflowing code to be interrupted")
+    wait_free(small, ctx, 60 * SLOW, "the overflowing code to be interrupted")
     peak = vm_rss_kib(small.pid)
     raw = r.read()
     c.close()
@@ -239,7 +255,7 @@ def test_client_resets_while_spilling_draining_done_or_overflowed(big, small, tm
     assert NdjsonReader(r).read(1024)
     wait_until(lambda: spill_files(big), 60 * SLOW, 0.02, "output to spill")
     reset(c)
-    wait_until(lambda: context_free(big, ctx), 30 * SLOW, 0.1, "the abandoned code to be interrupted")
+    wait_free(big, ctx, 30 * SLOW, "the abandoned code to be interrupted")
     wait_until(lambda: not spill_files(big), 10 * SLOW, 0.05, "the spill file to close")
     # 2. the code ended, its output waits in the spill; 3. halfway through draining it
     for part in (0, 24 * MiB):
@@ -256,12 +272,12 @@ def test_client_resets_while_spilling_draining_done_or_overflowed(big, small, tm
         wait_until(lambda: not spill_files(big), 10 * SLOW, 0.05, "the spill file to close")
         # The run ends once execd has read the kernel's reply (a sanitized
         # execd may still be behind the kernel's output).
-        wait_until(lambda: context_free(big, ctx), 30 * SLOW, 0.1, "the context to be free")
+        wait_free(big, ctx, 30 * SLOW, "the context to be free")
     # 4. overflowed: only the tail is left to send
     ctx = new_context(small)
     c, r = open_code(small, {"code": printing_code(None), "context": {"id": ctx}}, exact=True, timeout=120)
     assert NdjsonReader(r).read(1024)
-    wait_until(lambda: context_free(small, ctx), 60 * SLOW, 0.1, "the overflowing code to be interrupted")
+    wait_free(small, ctx, 60 * SLOW, "the overflowing code to be interrupted")
     reset(c)
     wait_until(lambda: not spill_files(small), 10 * SLOW, 0.05, "the spill file to close")
     assert big.ping() == 200 and small.ping() == 200
