@@ -116,8 +116,11 @@ def reset(conn):
     conn.close()
 
 
-def context_free(ex, ctx):
+def context_free(ex, ctx, answer=None):
+    """True once `ctx` runs code again; `answer` (a list) keeps what it said."""
     st, events = run_code(ex, "'free'", ctx=ctx)
+    if answer is not None:
+        answer[:] = [st, events]
     return st == 200 and of(events, "result")
 
 
@@ -126,13 +129,8 @@ def wait_free(ex, ctx, timeout, what):
     last answer and the daemon's log (a CI run once waited 240 s for an
     overflowing run under ASan to be interrupted, and this is what it lacked)."""
     last = []
-
-    def free():
-        st, events = run_code(ex, "'free'", ctx=ctx)
-        last[:] = [st, events]
-        return st == 200 and of(events, "result")
     try:
-        wait_until(free, timeout, 0.1, what)
+        wait_until(lambda: context_free(ex, ctx, last), timeout, 0.1, what)
     except AssertionError as e:
         raise AssertionError(f"{e}; the last answer: {str(last)[:2000]}\nexecd's log:\n{ex.stderr_text()[-6000:]}") from None
 
