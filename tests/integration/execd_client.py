@@ -447,16 +447,16 @@ class Execd:
             self.proc.wait()
             raise AssertionError("execd did not exit within %ss of SIGTERM" % timeout)
         self.pump.join(5)
+        if self.prefix:
+            # Remote: the state dir is on the machine's tmpfs (RAM), and retained
+            # output adds up over a suite.
+            MACHINE.run(f"rm -rf -- '{self.state_dir}'")
         report = sanitizer_report(self.pump.text())
         if report:
             # A daemon that died of it looks like a client-side failure at
             # best (a stream that ends), and one that had exited before the
             # test stops it is not asked for its status.
             raise AssertionError(f"execd {self.args} reported a sanitizer error:\n{report}")
-        if self.prefix:
-            # Remote: the state dir is on the machine's tmpfs (RAM), and retained
-            # output adds up over a suite.
-            MACHINE.run(f"rm -rf -- '{self.state_dir}'")
         return rc
 
 
