@@ -677,9 +677,16 @@ void Containment::arm_soon() {
   uv_prepare_start(&arm_prepare_, [](uv_prepare_t* h) { static_cast<Containment*>(h->data)->arm_when_idle(); });
 }
 
+// A signal that interrupts the look (a command's SIGCHLD, typically) has
+// made work: its handler writes to a descriptor in that set. Looking again
+// sees it; taking EINTR for "nothing ready" put a clone before the exit of
+// the command whose signal it was.
 bool loop_has_ready_io(uv_loop_t* loop) {
   pollfd backend = {uv_backend_fd(loop), POLLIN, 0};
-  return poll(&backend, 1, 0) > 0;
+  int n;
+  do n = poll(&backend, 1, 0);
+  while (n < 0 && errno == EINTR);
+  return n > 0;
 }
 
 void Containment::arm_when_idle() {

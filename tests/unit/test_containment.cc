@@ -3,10 +3,15 @@
 // v1 cannot be used (not root, a pure v2 machine).
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include <atomic>
+#include <cerrno>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +87,49 @@ TEST_CASE("a shutdown while a spare cgroup is being made leaves no directory") {
     rmdir(base.c_str());
     rmdir((root + parent).c_str());
   }
+}
+
+// This binary's poll(): as the kernel's, except that it can be told to fail
+// the next calls with EINTR the way a signal that arrives during the call
+// does, its handler having written a byte where the loop watches (libuv's
+// and the reaper's handlers do that). Nothing else in the unit tests sets it.
+namespace {
+std::atomic<int> interrupted_polls{0};
+int interrupting_handler_writes_to = -1;
+}  // namespace
+
+extern "C" int poll(struct pollfd* fds, nfds_t n, int timeout_ms) {
+  if (interrupted_polls > 0) {
+    --interrupted_polls;
+    if (write(interrupting_handler_writes_to, "s", 1) != 1) return -1;
+    errno = EINTR;
+    return -1;
+  }
+  timespec ts = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+  return static_cast<int>(syscall(SYS_ppoll, fds, n, timeout_ms < 0 ? nullptr : &ts, nullptr, 0));
+}
+
+TEST_CASE("loop_has_ready_io: a signal during the look is work, not an idle loop") {
+  // A command's SIGCHLD that interrupted the look was taken for "nothing
+  // ready", and a spare's clone then went before that command's exit.
+  uv_loop_t loop;
+  REQUIRE(uv_loop_init(&loop) == 0);
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  uv_poll_t watch;
+  uv_poll_init(&loop, &watch, p[0]);
+  uv_poll_start(&watch, UV_READABLE, [](uv_poll_t*, int, int) {});
+  uv_run(&loop, UV_RUN_NOWAIT);  // the watch reaches the kernel
+  CHECK_FALSE(execd::pty::loop_has_ready_io(&loop));
+  interrupting_handler_writes_to = p[1];
+  interrupted_polls = 1;
+  CHECK(execd::pty::loop_has_ready_io(&loop));
+  CHECK(interrupted_polls == 0);
+  uv_close(reinterpret_cast<uv_handle_t*>(&watch), nullptr);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(uv_loop_close(&loop) == 0);
+  close(p[0]);
+  close(p[1]);
 }
 
 TEST_CASE("loop_has_ready_io: a look that leaves libuv's order as the kernel gave it") {
