@@ -23,7 +23,8 @@ const char* const kUsage =
     "  --access-token-file PATH        read the token from a file (trailing whitespace ignored)\n"
     "                                  first found wins: --access-token, --access-token-file,\n"
     "                                  env EXECD_ACCESS_TOKEN, env EXECD_ACCESS_TOKEN_FILE (a path)\n"
-    "  --insecure-no-auth              run without a token (logs a warning)\n"
+    "  --insecure-no-auth              run without a token (logs a warning); the E2B listeners too\n"
+    "                                  unless they have an envd token\n"
     "  --log-level LEVEL               trace|debug|info|warn|error|off, or Go's 0-7 (default info)\n"
     "  --log-format text|json          log line format (default text)\n"
     "  --state-dir DIR                 command records, retained output and the journal\n"
@@ -79,9 +80,9 @@ const char* const kUsage =
     "  --code-interpreter-port N       E2B's code-interpreter API (/execute, /contexts) on this port too\n"
     "                                  (off by default; E2B uses 49999); also served on --envd-port\n"
     "                                  (env EXECD_ENVD_PORT, EXECD_CODE_INTERPRETER_PORT; a flag wins)\n"
-    "  --envd-host ADDR                address of the E2B listeners (default 127.0.0.1; with an envd\n"
-    "                                  token, --host); without a token only loopback is allowed\n"
-    "  --envd-access-token TOKEN       X-Access-Token the E2B listeners require (envd's header)\n"
+    "  --envd-host ADDR                address of the E2B listeners (default --host; 127.0.0.1, and\n"
+    "                                  only loopback, when they take no token)\n"
+    "  --envd-access-token TOKEN       a token the E2B listeners take besides execd's (X-Access-Token)\n"
     "  --envd-access-token-file PATH   read it from a file; env EXECD_ENVD_ACCESS_TOKEN, EXECD_ENVD_ACCESS_TOKEN_FILE\n"
     "  --envd-max-processes N          E2B processes running at once (default 1024)\n"
     "  --envd-max-watchers N           E2B directory watchers at once (default 128)\n"
@@ -602,12 +603,15 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
     if (!parse_int(v, 0, 65535, p)) return std::string(var) + " needs a number between 0 and 65535";
     *port = static_cast<int>(p);
   }
-  if (!envd_host_flag) cfg.envd_host = cfg.envd_access_token.empty() ? "127.0.0.1" : cfg.host;
-  if (cfg.envd_access_token.empty() && (cfg.envd_port >= 0 || cfg.code_interpreter_port >= 0) &&
-      !is_loopback_address(cfg.envd_host))
+  // The E2B listeners take execd's token or the envd one (execd/access);
+  // with neither (--insecure-no-auth and no envd token) they are open, for
+  // E2B's SDKs in debug mode, which send no token: then loopback only.
+  bool e2b_open = cfg.insecure_no_auth && cfg.envd_access_token.empty();
+  if (!envd_host_flag) cfg.envd_host = e2b_open ? "127.0.0.1" : cfg.host;
+  if (e2b_open && (cfg.envd_port >= 0 || cfg.code_interpreter_port >= 0) && !is_loopback_address(cfg.envd_host))
     return "--envd-host " + cfg.envd_host +
-           " is not a loopback address: E2B's SDKs in debug mode send no token, so without "
-           "--envd-access-token the envd listener only listens on loopback";
+           " is not a loopback address: with --insecure-no-auth and no --envd-access-token the E2B "
+           "listeners take no token, so they only listen on loopback";
 
   if (const char* g = getenv_nonempty("EXECD_API_GRACE_SHUTDOWN"); g && !grace_flag) {
     // The Go daemon's env fallback; a flag wins.

@@ -72,7 +72,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       ctx_(with_loop(std::move(ctx), loop)),
       reaper_(loop),
       runtime_{loop, reaper_, containment_, children},
-      routes_(ctx_.config.access_token),
+      access_(ctx_.config),
+      routes_(access_, Listener::execd),
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
       file_gate_(api::kPoolThreads / 2),
       journal_(ctx_, file_gate_),
@@ -83,7 +84,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
                       ? nullptr
                       : std::make_unique<Entrypoint>(runtime_, ctx_.config.entrypoint,
                                                      [this](int status) { entrypoint_exited(status); })),
-      binding_(ctx_, routes_, commands_, entrypoint_.get()),
+      binding_(ctx_, access_, commands_, entrypoint_.get()),
       sessions_(ctx_, runtime_, executions_, watches_),
       ptys_(ctx_, runtime_, journal_),
       files_{ctx_, file_gate_, journal_, nullptr, nullptr, {}},
@@ -91,10 +92,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       metrics_(ctx_),
       proxy_(ctx_),
       code_(ctx_, runtime_, executions_),
-      // E2B's SDKs send envd's X-Access-Token; the code-interpreter SDK sends
-      // only E2B-Traffic-Access-Token on its /contexts calls (see README).
-      envd_routes_(ctx_.config.envd_access_token, {"x-access-token", "e2b-traffic-access-token"},
-                   api::rpc::respond_unauthenticated),
+      envd_routes_(access_, Listener::e2b, api::rpc::respond_unauthenticated),
       envd_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
       ci_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
       envd_processes_(ctx_, runtime_, executions_),
@@ -121,8 +119,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
                 "X-Execd-Unsaved-Journal: " + std::to_string(journal_.unsaved()),
                 "X-Execd-Cold-Records: " + std::to_string(executions_.cold())});
   };
-  routes_.add_open("GET", "/ping", ping);
-  routes_.add_open("HEAD", "/ping", ping);
+  routes_.add("GET", "/ping", ping, kProbe);
+  routes_.add("HEAD", "/ping", ping, kProbe);
   api::add_command_routes(routes_, commands_, sessions_);
   api::add_session_routes(routes_, sessions_);
   api::add_pty_routes(routes_, ptys_);
@@ -144,12 +142,13 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   if (ctx_.config.envd_port >= 0 || ctx_.config.code_interpreter_port >= 0) {
     api::add_envd_process_routes(envd_routes_, envd_processes_);
     api::add_envd_filesystem_routes(envd_routes_, envd_fs_);
-    api::add_envd_file_routes(envd_routes_, files_, metrics_);
+    api::add_envd_file_routes(envd_routes_, access_, files_, metrics_);
     api::add_e2b_code_routes(envd_routes_, code_, commands_);
   }
   api::add_watch_routes(routes_, watches_);
   api::add_activity_routes(routes_, activity_api_);
   routes_.set_activity(&activity_);
+  for (RouteTable* t : {&routes_, &envd_routes_}) t->set_containment(&containment_);
   ptys_.set_activity(&activity_);
   // Actors that are not runs, for track_changes: terminals, file work
   // through the API, processes finished commands left behind.

@@ -79,6 +79,7 @@ class Daemon {
   pty::Reaper reaper_;
   pty::Containment containment_;
   pty::Runtime runtime_;
+  Access access_;  // who may call what, on every listener (before the tables that ask it)
   RouteTable routes_;
   http::Server server_;
   api::WorkGate file_gate_;  // before the journal: its readers go through it
@@ -96,7 +97,7 @@ class Daemon {
   api::MetricsService metrics_;
   api::ProxyService proxy_;
   api::CodeRegistry code_;
-  // E2B: one route table (X-Access-Token) behind both E2B listeners.
+  // E2B: one route table behind both E2B listeners (execd's token or the envd one).
   RouteTable envd_routes_;
   http::Server envd_server_;
   http::Server ci_server_;

@@ -314,11 +314,21 @@ int main(int argc, char** argv) {
       fprintf(stderr, "execd: cannot listen for E2B's SDKs on %s: %s\n", cfg.envd_host.c_str(), uv_strerror(rc));
       return 1;
     }
-    if (cfg.envd_port >= 0)
-      spdlog::info("envd API (E2B SDKs) listening on {}:{}{}", cfg.envd_host, daemon.envd_port(),
-                   cfg.envd_access_token.empty() ? " without a token (loopback only)" : " with X-Access-Token");
-    if (cfg.code_interpreter_port >= 0)
-      spdlog::info("code-interpreter API (E2B SDKs) listening on {}:{}", cfg.envd_host, daemon.code_interpreter_port());
+    // What the E2B listeners take; without any token, said as loudly as
+    // --insecure-no-auth itself.
+    std::string e2b_auth = cfg.insecure_no_auth && cfg.envd_access_token.empty()
+                               ? " WITHOUT a token (--insecure-no-auth, loopback only)"
+                           : cfg.envd_access_token.empty() ? " with execd's token"
+                           : cfg.insecure_no_auth          ? " with the envd token"
+                                                           : " with execd's token or the envd token";
+    auto log_e2b = [&](const char* what, int port) {
+      if (cfg.insecure_no_auth && cfg.envd_access_token.empty())
+        spdlog::warn("{} (E2B SDKs) listening on {}:{}{}", what, cfg.envd_host, port, e2b_auth);
+      else
+        spdlog::info("{} (E2B SDKs) listening on {}:{}{}", what, cfg.envd_host, port, e2b_auth);
+    };
+    if (cfg.envd_port >= 0) log_e2b("envd API", daemon.envd_port());
+    if (cfg.code_interpreter_port >= 0) log_e2b("code-interpreter API", daemon.code_interpreter_port());
     daemon.run();
     exit_status = daemon.exit_status();
     if (ephemeral_state) remove_dir_files(cfg.state_dir);

@@ -5,54 +5,42 @@
 
 #include "execd/context.h"
 #include "protocol/errors.h"
-#include "protocol/sha.h"
-#include "protocol/token.h"
+#include "pty/cgroup.h"
 
 namespace execd {
 
 namespace codes = protocol::codes;
 
-void RouteTable::add(std::string method, std::string pattern, Handler h) {
-  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, false});
+namespace {
+void respond_frozen(http::Exchange& ex) {
+  ex.respond_error(409, "FROZEN", "execd's processes are frozen (POST /freeze); POST /thaw first");
+}
+}  // namespace
+
+void RouteTable::note(const std::string& method, const std::string& pattern, RouteRules rules) const {
+  // The table as built, at debug level: tests/integration/test_security_model.py
+  // probes every route it lists, so no route escapes the security tests.
+  spdlog::debug("route {} {} {}{}{}{}", listener_ == Listener::execd ? "execd" : "e2b", method, pattern,
+                rules.token ? " token" : " no-token", rules.while_held ? " while-held" : "",
+                rules.starts_processes ? " starts-processes" : "");
 }
 
-void RouteTable::add_open(std::string method, std::string pattern, Handler h) {
-  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, true, true});
+void RouteTable::add(std::string method, std::string pattern, Handler h, RouteRules rules) {
+  note(method, pattern, rules);
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, rules});
 }
 
-void RouteTable::add_before_binding(std::string method, std::string pattern, Handler h) {
-  router_.add(std::move(method), std::move(pattern), Route{std::move(h), nullptr, false, true});
-}
-
-void RouteTable::bind(std::string token_sha256) {
-  held_ = false;
-  if (!token_sha256.empty()) token_sha256_ = std::move(token_sha256);
-}
-
-void RouteTable::add_open_streaming(std::string method, std::string pattern, Handler head, Handler h) {
-  router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), true});
-}
-
-void RouteTable::add_streaming(std::string method, std::string pattern, Handler head, Handler h) {
-  router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), false});
+void RouteTable::add_streaming(std::string method, std::string pattern, Handler head, Handler h, RouteRules rules) {
+  note(method, pattern, rules);
+  router_.add(std::move(method), std::move(pattern), Route{std::move(h), std::move(head), rules});
 }
 
 void RouteTable::add_prefix_streaming(std::string prefix, Handler head, Handler h) {
-  prefixes_.emplace_back(std::move(prefix), Route{std::move(h), std::move(head), false});
+  note("ANY", prefix + "*", {});
+  prefixes_.emplace_back(std::move(prefix), Route{std::move(h), std::move(head), {}});
 }
 
-bool RouteTable::authorized(const http::Exchange& ex) const {
-  if (open_to_all()) return true;  // --insecure-no-auth, or held with no token yet
-  for (const auto& name : token_headers_) {
-    const std::string* given = ex.header(name);
-    if (!given) continue;
-    // A binding that gave a hash: execd never saw the token itself.
-    if (!token_sha256_.empty() ? protocol::token_equal(token_sha256_, protocol::lower_hex(protocol::sha256(*given)))
-                               : protocol::token_equal(token_, *given))
-      return true;
-  }
-  return false;
-}
+bool RouteTable::frozen() const { return containment_ && containment_->frozen(); }
 
 void RouteTable::route(http::Exchange& ex) const {
   const auto& req = ex.request();
@@ -66,15 +54,17 @@ void RouteTable::route(http::Exchange& ex) const {
   protocol::Router<Route>::Match match;
   using Outcome = protocol::Router<Route>::Outcome;
   if (!prefix_route) match = router_.match(req.method, req.path);
-  bool found = !prefix_route && match.outcome == Outcome::found;
-  if (held_ && !(found && match.target->before_binding)) {
-    // Not bound yet: nothing but /ping, /ready and /init, whoever asks.
+  const RouteRules* rules = prefix_route ? &prefix_route->rules
+                            : match.outcome == Outcome::found ? &match.target->rules
+                                                              : nullptr;
+  if (access_.held() && !(rules && rules->while_held)) {
+    // Not bound yet: nothing but the probes and /init, whoever asks.
     ex.respond_error(503, "NOT_INITIALIZED", "execd is not bound to a sandbox yet (POST /init)");
     return;
   }
-  ex.authorized = authorized(ex);
-  bool open = found && match.target->open;
-  if (!ex.authorized && !open) {
+  ex.authorized = access_.authorized(listener_, ex);
+  bool needs_token = !rules || rules->token;
+  if (!ex.authorized && needs_token) {
     // Answered at once, before any body is read, and the connection closes:
     // a client without the token costs nothing beyond its request head, on
     // every route (prefix routes too: the proxy once buffered whole bodies
@@ -83,7 +73,7 @@ void RouteTable::route(http::Exchange& ex) const {
     ex.respond_error(401, codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
     return;
   }
-  if (activity_ && !open && req.path != "/activity" && req.path != "/freeze" && req.path != "/thaw")
+  if (activity_ && needs_token && req.path != "/activity" && req.path != "/freeze" && req.path != "/thaw")
     activity_->note_request(unix_ms());
   if (prefix_route) {
     ex.invite_body = true;
@@ -112,7 +102,17 @@ void RouteTable::route(http::Exchange& ex) const {
   ex.params = std::move(match.params);
   ex.query = protocol::parse_query(req.query);
   ex.invite_body = true;
-  ex.on_complete = route.handler;
+  if (route.rules.starts_processes) {
+    // Refused at the head (no body is read), and again once the body is in:
+    // a freeze that came while it arrived holds too.
+    if (frozen()) return respond_frozen(ex);
+    ex.on_complete = [this, &route](http::Exchange& e) {
+      if (frozen()) return respond_frozen(e);
+      route.handler(e);
+    };
+  } else {
+    ex.on_complete = route.handler;
+  }
   if (route.head) {
     ex.stream_body = true;
     route.head(ex);

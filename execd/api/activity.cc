@@ -14,12 +14,6 @@ namespace execd::api {
 namespace codes = protocol::codes;
 using ojson = nlohmann::ordered_json;
 
-bool refuse_if_frozen(const pty::Containment& containment, http::Exchange& ex) {
-  if (!containment.frozen()) return false;
-  ex.respond_error(409, "FROZEN", "execd's processes are frozen (POST /freeze); POST /thaw first");
-  return true;
-}
-
 namespace {
 
 ojson time_or_null(int64_t ms) { return ms ? ojson(rfc3339_nano(ms * 1000000)) : ojson(); }

@@ -43,8 +43,4 @@ struct ActivityService {
 
 void add_activity_routes(RouteTable& routes, ActivityService& svc);
 
-// 409 FROZEN when execd's processes are frozen: answered, true. For the
-// routes that start a process.
-bool refuse_if_frozen(const pty::Containment& containment, http::Exchange& ex);
-
 }  // namespace execd::api

@@ -811,7 +811,6 @@ bool prepare_cwd(const std::string& cwd, std::string& error) {
 }
 
 void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
-  if (refuse_if_frozen(reg.runtime.containment, ex)) return;
   auto decoded = jp::decode_create_context(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody,
@@ -905,7 +904,6 @@ void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Excha
 }
 
 void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex) {
-  if (refuse_if_frozen(reg.runtime.containment, ex)) return;
   auto decoded = jp::decode_run_code(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody,
@@ -1071,7 +1069,7 @@ void handle_delete_language(CodeRegistryImpl& reg, http::Exchange& ex) {
 
 void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands, SessionRegistry& sessions) {
   CodeRegistryImpl& reg = *code.impl();
-  routes.add("POST", "/code", [&reg, &commands](http::Exchange& ex) { handle_run(reg, commands, ex); });
+  routes.add("POST", "/code", [&reg, &commands](http::Exchange& ex) { handle_run(reg, commands, ex); }, kStartsProcesses);
   routes.add("DELETE", "/code", [&reg, &commands, &sessions](http::Exchange& ex) {
     const std::string* id = protocol::query_value(ex.query, "id");
     CodeContext* c = id ? reg.find(*id) : nullptr;
@@ -1079,7 +1077,7 @@ void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& com
     c->interrupt();
     ex.respond_empty(200);
   });
-  routes.add("POST", "/code/context", [&reg](http::Exchange& ex) { handle_create(reg, ex); });
+  routes.add("POST", "/code/context", [&reg](http::Exchange& ex) { handle_create(reg, ex); }, kStartsProcesses);
   routes.add("GET", "/code/contexts", [&reg](http::Exchange& ex) { handle_list(reg, ex); });
   routes.add("DELETE", "/code/contexts", [&reg](http::Exchange& ex) { handle_delete_language(reg, ex); });
   routes.add("GET", "/code/contexts/:id", [&reg](http::Exchange& ex) {
@@ -1098,8 +1096,10 @@ void add_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& com
 
 void add_e2b_code_routes(RouteTable& routes, CodeRegistry& code, CommandService& commands) {
   CodeRegistryImpl& reg = *code.impl();
-  routes.add("POST", "/execute", [&reg, &commands](http::Exchange& ex) { handle_e2b_execute(reg, commands, ex); });
-  routes.add("POST", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_create(reg, ex); });
+  routes.add(
+      "POST", "/execute", [&reg, &commands](http::Exchange& ex) { handle_e2b_execute(reg, commands, ex); },
+      kStartsProcesses);
+  routes.add("POST", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_create(reg, ex); }, kStartsProcesses);
   routes.add("GET", "/contexts", [&reg](http::Exchange& ex) { handle_e2b_list(reg, ex); });
   routes.add("DELETE", "/contexts/:id", [&reg](http::Exchange& ex) {
     const std::string& id = ex.params.get("id");
@@ -1112,7 +1112,7 @@ void add_e2b_code_routes(RouteTable& routes, CodeRegistry& code, CommandService&
     CodeContext* c = reg.find(id);
     if (!c) return e2b_text(ex, 404, "Context " + id + " not found");
     c->restart(ex);
-  });
+  }, kStartsProcesses);
 }
 
 }  // namespace execd::api

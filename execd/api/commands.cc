@@ -158,7 +158,6 @@ void prepare_and_start(CommandService& svc, http::Exchange* ex, std::unique_ptr<
 }
 
 void handle_run(CommandService& svc, http::Exchange& ex) {
-  if (refuse_if_frozen(svc.runtime.containment, ex)) return;
   auto decoded = protocol::decode_command_request(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
@@ -439,7 +438,7 @@ void interrupt_command(CommandService& svc, SessionRegistry& sessions, http::Exc
 }
 
 void add_command_routes(RouteTable& routes, CommandService& svc, SessionRegistry& sessions) {
-  routes.add("POST", "/command", [&svc](http::Exchange& ex) { handle_run(svc, ex); });
+  routes.add("POST", "/command", [&svc](http::Exchange& ex) { handle_run(svc, ex); }, kStartsProcesses);
   routes.add("GET", "/command", [&svc](http::Exchange& ex) { handle_list(svc, ex); });
   routes.add("DELETE", "/command", [&svc, &sessions](http::Exchange& ex) { handle_interrupt(svc, sessions, ex); });
   routes.add("GET", "/command/status/:id",
@@ -457,7 +456,7 @@ void add_command_routes(RouteTable& routes, CommandService& svc, SessionRegistry
   });
   routes.add_streaming(
       "POST", "/command/:id/stdin", [&svc](http::Exchange& ex) { stdin_head(svc, ex); },
-      [](http::Exchange&) {});
+      [](http::Exchange&) {}, kStartsProcesses);
 }
 
 }  // namespace execd::api

@@ -65,16 +65,16 @@ std::optional<std::string> basic_auth_user(const std::string* header) {
   return colon == std::string::npos ? *decoded : decoded->substr(0, colon);
 }
 
-void add_unary(RouteTable& routes, const std::string& path, Handler h) {
+void add_unary(RouteTable& routes, const std::string& path, Handler h, RouteRules rules) {
   routes.add("POST", path, [h = std::move(h)](http::Exchange& ex) {
     if (!content_type_ok(ex, cn::BodyKind::unary_json)) return;
     CallInfo info;
     if (!call_info(ex, info, false)) return;
     h(ex, ex.request().body, info);
-  });
+  }, rules);
 }
 
-void add_server_stream(RouteTable& routes, const std::string& path, Handler h) {
+void add_server_stream(RouteTable& routes, const std::string& path, Handler h, RouteRules rules) {
   routes.add("POST", path, [h = std::move(h)](http::Exchange& ex) {
     if (!content_type_ok(ex, cn::BodyKind::stream_json)) return;
     CallInfo info;
@@ -93,12 +93,12 @@ void add_server_stream(RouteTable& routes, const std::string& path, Handler h) {
                                reader.failed() ? "malformed request stream: " + reader.error()
                                                : "a server-streaming request needs exactly one message"});
     h(ex, message, info);
-  });
+  }, rules);
 }
 
 void add_client_stream(RouteTable& routes, const std::string& path,
                        std::function<void(http::Exchange&, const CallInfo&)> head,
-                       std::function<void(http::Exchange&)> complete) {
+                       std::function<void(http::Exchange&)> complete, RouteRules rules) {
   routes.add_streaming(
       "POST", path,
       [head = std::move(head)](http::Exchange& ex) {
@@ -119,7 +119,7 @@ void add_client_stream(RouteTable& routes, const std::string& path,
         info.user = std::move(*user);
         head(ex, info);
       },
-      std::move(complete));
+      std::move(complete), rules);
 }
 
 void respond(http::Exchange& ex, std::string_view json) { ex.respond(200, kJson, json); }

@@ -31,16 +31,16 @@ struct CallInfo {
 using Handler = std::function<void(http::Exchange& ex, std::string_view message, const CallInfo& info)>;
 
 // Registers a unary method: the body is the JSON message itself.
-void add_unary(RouteTable& routes, const std::string& path, Handler h);
+void add_unary(RouteTable& routes, const std::string& path, Handler h, RouteRules rules = {});
 // Registers a server-streaming method: the body is one enveloped message;
 // the handler answers with begin_stream() and stream messages, or with
 // stream_error() before or after.
-void add_server_stream(RouteTable& routes, const std::string& path, Handler h);
+void add_server_stream(RouteTable& routes, const std::string& path, Handler h, RouteRules rules = {});
 // Registers a client-streaming method: `head` runs when the request head is
 // in (a Source then takes the enveloped body); `h` when it is complete.
 void add_client_stream(RouteTable& routes, const std::string& path,
                        std::function<void(http::Exchange&, const CallInfo&)> head,
-                       std::function<void(http::Exchange&)> complete);
+                       std::function<void(http::Exchange&)> complete, RouteRules rules = {});
 
 // Unary answers.
 void respond(http::Exchange& ex, std::string_view json);

@@ -23,16 +23,14 @@ namespace codes = protocol::codes;
 // unit with the other api/ files.
 namespace envd_files_impl {
 
-// Why a /files request may not go on, or nothing: the header token, or the
-// signature for this path, user and operation (envd's validateSigning).
-std::optional<std::string> refuse_file_access(const Context& ctx, const http::Exchange& ex, const std::string& path,
+// Why a /files request may not go on, or nothing: a token the listener
+// takes (execd/access), or the signature for this path, user and operation
+// (envd's validateSigning) made with one of the raw tokens.
+std::optional<std::string> refuse_file_access(const Access& access, const http::Exchange& ex, const std::string& path,
                                               const std::string& user, const char* operation) {
-  const std::string& token = ctx.config.envd_access_token;
-  if (token.empty()) return std::nullopt;
-  if (const std::string* given = ex.header("x-access-token")) {
-    if (protocol::token_equal(token, *given)) return std::nullopt;
-    return "access token present in header but does not match";
-  }
+  if (ex.authorized) return std::nullopt;  // the listener is open, or a header carried a token it takes
+  for (const auto& name : access.token_headers(Listener::e2b))
+    if (ex.header(name)) return "access token present in header but does not match";
   const std::string* signature = protocol::query_value(ex.query, "signature");
   if (!signature) return "missing signature query parameter (or X-Access-Token header)";
   std::optional<int64_t> expiration;
@@ -42,8 +40,10 @@ std::optional<std::string> refuse_file_access(const Context& ctx, const http::Ex
     if (raw->empty() || *end) return "invalid signature_expiration";
     expiration = v;
   }
-  if (!protocol::token_equal(envd_file_signature(path, operation, user, token, expiration), *signature))
-    return "invalid signature";
+  bool valid = false;
+  for (std::string_view token : access.signing_tokens())
+    valid |= protocol::token_equal(envd_file_signature(path, operation, user, std::string(token), expiration), *signature);
+  if (!valid) return "invalid signature";
   if (expiration && *expiration < static_cast<int64_t>(time(nullptr))) return "signature is already expired";
   return std::nullopt;
 }
@@ -113,22 +113,22 @@ std::string envd_upload_reply(const std::vector<std::string>& paths,
   return out;
 }
 
-void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService& metrics) {
+void add_envd_file_routes(RouteTable& routes, const Access& access, FileService& files, MetricsService& metrics) {
   namespace impl = envd_files_impl;
-  routes.add_open("GET", "/health", [](http::Exchange& ex) { ex.respond_empty(204); });
-  // Open routes: the token or a signature is checked here, as envd does.
-  routes.add_open("GET", "/files", [&files](http::Exchange& ex) {
+  routes.add("GET", "/health", [](http::Exchange& ex) { ex.respond_empty(204); }, kProbe);
+  // The token or a signature is checked here, as envd does.
+  routes.add("GET", "/files", [&files, &access](http::Exchange& ex) {
     std::string path = impl::query_or_empty(ex, "path"), user = impl::query_or_empty(ex, "username");
-    if (auto why = impl::refuse_file_access(files.ctx, ex, path, user, "read"))
+    if (auto why = impl::refuse_file_access(access, ex, path, user, "read"))
       return ex.respond_error(401, codes::kUnauthorized, *why);
     envd_download(files, ex, path, user);
-  });
-  routes.add_open_streaming(
+  }, kSelfChecked);
+  routes.add_streaming(
       "POST", "/files",
-      [&files](http::Exchange& ex) {
+      [&files, &access](http::Exchange& ex) {
         const std::string* path = protocol::query_value(ex.query, "path");
         std::string user = impl::query_or_empty(ex, "username");
-        if (auto why = impl::refuse_file_access(files.ctx, ex, path ? *path : std::string(), user, "write")) {
+        if (auto why = impl::refuse_file_access(access, ex, path ? *path : std::string(), user, "write")) {
           // Before any byte of the body is taken; the connection closes.
           return ex.respond_error(401, codes::kUnauthorized, *why);
         }
@@ -164,7 +164,7 @@ void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService
         envd_upload_head(files, ex, path ? std::optional<std::string>(*path) : std::nullopt, user,
                          std::move(metadata));
       },
-      [](http::Exchange&) {});
+      [](http::Exchange&) {}, kSelfChecked);
   routes.add("GET", "/envs", [&files](http::Exchange& ex) {
     std::string out = "{";
     bool first = true;

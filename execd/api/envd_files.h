@@ -8,8 +8,9 @@
 // envd: `signature` = "v1_" + unpadded base64 of SHA-256 over
 // "path:operation:username:token[:expiration]" (operation "read" or
 // "write"), `signature_expiration` a Unix time in seconds; the SDKs'
-// upload_url()/download_url() build these. Without an envd token every
-// request is let in (the listener is loopback-only then).
+// upload_url()/download_url() build these, with the envd token, or with
+// execd's own (unless a runtime binding replaced it by its hash). Only an
+// open listener (execd/access: the insecure mode) lets every request in.
 #pragma once
 
 #include <map>
@@ -24,7 +25,9 @@
 
 namespace execd::api {
 
-void add_envd_file_routes(RouteTable& routes, FileService& files, MetricsService& metrics);
+// `access` decides as for every other route of the E2B listener; a signed
+// URL (envd's `signature`) stands in for the header on GET and POST /files.
+void add_envd_file_routes(RouteTable& routes, const Access& access, FileService& files, MetricsService& metrics);
 
 // Shared with api/download and api/upload.
 void envd_download(FileService& svc, http::Exchange& ex, std::string path, std::string user);

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "execd/api/awaiter.h"
@@ -551,14 +552,21 @@ void add_envd_process_routes(RouteTable& routes, EnvdProcesses& svc) {
   const std::string base = "/process.Process/";
   using Unary = void (*)(EnvdProcesses&, http::Exchange&, std::string_view);
   using Stream = void (*)(EnvdProcesses&, http::Exchange&, std::string_view, const CallInfo&);
-  for (auto [name, h] : {std::pair<const char*, Stream>{"Start", impl::handle_start}, {"Connect", impl::handle_connect}})
-    rpc::add_server_stream(routes, base + name,
-                           [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo& i) { h(svc, ex, m, i); });
-  for (auto [name, h] : {std::pair<const char*, Unary>{"List", impl::handle_list}, {"SendInput", impl::handle_send_input},
-                         {"CloseStdin", impl::handle_close_stdin}, {"SendSignal", impl::handle_send_signal},
-                         {"Update", impl::handle_update}})
-    rpc::add_unary(routes, base + name,
-                   [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo&) { h(svc, ex, m); });
+  // Start, SendInput and StreamInput start or feed a process: refused while frozen.
+  for (auto [name, h, rules] : {std::tuple<const char*, Stream, RouteRules>{"Start", impl::handle_start, kStartsProcesses},
+                                {"Connect", impl::handle_connect, {}}})
+    rpc::add_server_stream(
+        routes, base + name, [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo& i) { h(svc, ex, m, i); },
+        rules);
+  for (auto [name, h, rules] :
+       {std::tuple<const char*, Unary, RouteRules>{"List", impl::handle_list, {}},
+        {"SendInput", impl::handle_send_input, kStartsProcesses},
+        {"CloseStdin", impl::handle_close_stdin, {}},
+        {"SendSignal", impl::handle_send_signal, {}},
+        {"Update", impl::handle_update, {}}})
+    rpc::add_unary(
+        routes, base + name, [&svc, h](http::Exchange& ex, std::string_view m, const CallInfo&) { h(svc, ex, m); },
+        rules);
   rpc::add_client_stream(
       routes, base + "StreamInput",
       [&svc](http::Exchange& ex, const CallInfo&) {
@@ -567,7 +575,7 @@ void add_envd_process_routes(RouteTable& routes, EnvdProcesses& svc) {
         ex.attach(std::move(body));
         ex.on_complete = [&b](http::Exchange&) { b.complete(); };
       },
-      [](http::Exchange&) {});
+      [](http::Exchange&) {}, kStartsProcesses);
 }
 
 }  // namespace execd::api

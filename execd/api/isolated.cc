@@ -968,11 +968,11 @@ void add_isolated_routes(RouteTable& routes, IsolatedRegistry& reg) {
   const std::string base = "/v1/isolated";
   const std::string session = base + "/session/:id";
   routes.add("GET", base + "/capabilities", [&reg](Exchange& ex) { handle_capabilities(reg, ex); });
-  routes.add("POST", base + "/session", [&reg](Exchange& ex) { handle_create(reg, ex); });
+  routes.add("POST", base + "/session", [&reg](Exchange& ex) { handle_create(reg, ex); }, kStartsProcesses);
   routes.add("GET", base + "/sessions", [&reg](Exchange& ex) { handle_list(reg, ex); });
   routes.add("GET", session, [&reg](Exchange& ex) { handle_get(reg, ex); });
   routes.add("DELETE", session, [&reg](Exchange& ex) { handle_delete(reg, ex); });
-  routes.add("POST", session + "/run", [&reg](Exchange& ex) { handle_run(reg, ex); });
+  routes.add("POST", session + "/run", [&reg](Exchange& ex) { handle_run(reg, ex); }, kStartsProcesses);
   routes.add("GET", session + "/runs/:run", [&reg](Exchange& ex) { handle_run_status(reg, ex); });
   routes.add("GET", session + "/runs/:run/logs", [&reg](Exchange& ex) { handle_run_logs(reg, ex); });
   add_layer_routes(routes, session,

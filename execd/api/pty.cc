@@ -347,7 +347,6 @@ void respond_not_found(Exchange& ex, const std::string& id) {
 }
 
 void handle_create(PtyRegistry& reg, Exchange& ex) {
-  if (refuse_if_frozen(reg.runtime().containment, ex)) return;
   auto decoded = protocol::decode_pty_create(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request: " + err->message);
@@ -502,7 +501,7 @@ void handle_attach(PtyRegistry& reg, Exchange& ex) {
 }  // namespace
 
 void add_pty_routes(RouteTable& routes, PtyRegistry& ptys) {
-  routes.add("POST", "/pty", [&ptys](Exchange& ex) { handle_create(ptys, ex); });
+  routes.add("POST", "/pty", [&ptys](Exchange& ex) { handle_create(ptys, ex); }, kStartsProcesses);
   routes.add("GET", "/pty/:id", [&ptys](Exchange& ex) {
     PtyEntry* e = ptys.find(ex.params.get("id"));
     if (!e) return respond_not_found(ex, ex.params.get("id"));

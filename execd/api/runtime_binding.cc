@@ -14,14 +14,13 @@ namespace {
 constexpr uint64_t kBindingTickMs = 50;
 }
 
-RuntimeBinding::RuntimeBinding(const Context& ctx, RouteTable& routes, CommandService& commands,
-                               Entrypoint* entrypoint)
-    : ctx_(ctx), routes_(routes), commands_(commands), entrypoint_(entrypoint) {
+RuntimeBinding::RuntimeBinding(const Context& ctx, Access& access, CommandService& commands, Entrypoint* entrypoint)
+    : ctx_(ctx), access_(access), commands_(commands), entrypoint_(entrypoint) {
   uv_timer_init(ctx_.loop, &timer_);
   timer_.data = this;
   uv_unref(reinterpret_cast<uv_handle_t*>(&timer_));
-  if (ctx_.config.runtime_init) routes_.hold_until_bound();
-  else ready_ = true;  // nothing to wait for
+  // (Access holds every listener until bind() when runtime_init is set.)
+  if (!ctx_.config.runtime_init) ready_ = true;  // nothing to wait for
 }
 
 RuntimeBinding::~RuntimeBinding() { close(); }
@@ -44,7 +43,7 @@ void RuntimeBinding::handle_init(http::Exchange& ex) {
                             "execd is already bound to sandbox " + bound_.sandbox_id + " generation " +
                                 std::to_string(bound_.generation));
   protocol::InitRequest r = std::move(std::get<protocol::InitRequest>(decoded));
-  if (r.token_sha256.empty() && routes_.open_to_all() && !ctx_.config.insecure_no_auth)
+  if (r.token_sha256.empty() && !access_.has_execd_token() && !ctx_.config.insecure_no_auth)
     return ex.respond_error(400, codes::kInvalidRequestBody,
                             "accessTokenHash is required: execd has no token of its own");
   if (closed_ || !commands_.executions.accepting())
@@ -57,7 +56,7 @@ void RuntimeBinding::handle_init(http::Exchange& ex) {
   initialized_ = true;
   bound_ = std::move(r);
   *ctx_.bound_env = bound_.envs;
-  routes_.bind(bound_.token_sha256);
+  access_.bind(bound_.token_sha256);
   spdlog::info("bound to sandbox {} generation {} ({} envs, {} preStart and {} periodic hooks)", bound_.sandbox_id,
                bound_.generation, bound_.envs.size(), bound_.pre_start.size(), bound_.periodic.size());
   uint64_t now = uv_now(ctx_.loop);
@@ -164,8 +163,9 @@ void RuntimeBinding::handle_ready(http::Exchange& ex) {
 }
 
 void add_runtime_routes(RouteTable& routes, RuntimeBinding& binding) {
-  routes.add_before_binding("POST", "/init", [&binding](http::Exchange& ex) { binding.handle_init(ex); });
-  routes.add_open("GET", "/ready", [&binding](http::Exchange& ex) { binding.handle_ready(ex); });
+  // /init answers while held (with the token, if execd has one).
+  routes.add("POST", "/init", [&binding](http::Exchange& ex) { binding.handle_init(ex); }, {true, true, false});
+  routes.add("GET", "/ready", [&binding](http::Exchange& ex) { binding.handle_ready(ex); }, kProbe);
 }
 
 }  // namespace execd::api

@@ -25,7 +25,7 @@ namespace execd::api {
 class RuntimeBinding {
  public:
   // `entrypoint` may be null (execd runs none).
-  RuntimeBinding(const Context& ctx, RouteTable& routes, CommandService& commands, Entrypoint* entrypoint);
+  RuntimeBinding(const Context& ctx, Access& access, CommandService& commands, Entrypoint* entrypoint);
   ~RuntimeBinding();
   RuntimeBinding(const RuntimeBinding&) = delete;
   RuntimeBinding& operator=(const RuntimeBinding&) = delete;
@@ -50,7 +50,7 @@ class RuntimeBinding {
   bool done(const std::string& id) const;
 
   const Context& ctx_;
-  RouteTable& routes_;
+  Access& access_;
   CommandService& commands_;
   Entrypoint* entrypoint_;
   bool initialized_ = false, ready_ = false, closed_ = false;

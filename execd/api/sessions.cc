@@ -127,7 +127,6 @@ void respond_unknown_session(Exchange& ex, const std::string& id) {
 }
 
 void handle_create(SessionRegistry& reg, Exchange& ex) {
-  if (refuse_if_frozen(reg.runtime().containment, ex)) return;
   auto decoded = protocol::decode_session_create(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, "error parsing request. " + err->message);
@@ -253,7 +252,6 @@ void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const 
 }
 
 void handle_run(SessionRegistry& reg, Exchange& ex) {
-  if (refuse_if_frozen(reg.runtime().containment, ex)) return;
   const std::string id = ex.params.get("id");
   auto decoded = protocol::decode_session_run(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
@@ -267,8 +265,8 @@ void handle_run(SessionRegistry& reg, Exchange& ex) {
 }  // namespace
 
 void add_session_routes(RouteTable& routes, SessionRegistry& sessions) {
-  routes.add("POST", "/session", [&sessions](Exchange& ex) { handle_create(sessions, ex); });
-  routes.add("POST", "/session/:id/run", [&sessions](Exchange& ex) { handle_run(sessions, ex); });
+  routes.add("POST", "/session", [&sessions](Exchange& ex) { handle_create(sessions, ex); }, kStartsProcesses);
+  routes.add("POST", "/session/:id/run", [&sessions](Exchange& ex) { handle_run(sessions, ex); }, kStartsProcesses);
   routes.add("DELETE", "/session/:id", [&sessions](Exchange& ex) {
     const std::string& id = ex.params.get("id");
     if (!sessions.find(id)) return respond_unknown_session(ex, id);

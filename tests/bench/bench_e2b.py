@@ -248,7 +248,7 @@ def connect_start(d: Daemon, cmd: str) -> tuple[bytes, bytes]:
     msg = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-c", cmd]}, "stdin": False}).encode()
     body = b"\x00" + struct.pack(">I", len(msg)) + msg
     head = (f"POST /process.Process/Start HTTP/1.1\r\nHost: b\r\nContent-Type: application/connect+json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+            f"X-Access-Token: {d.token}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     return head, body
 
 
@@ -297,8 +297,13 @@ def main():
     ap.add_argument("--commands", type=int, default=200)
     args = ap.parse_args()
     d = Daemon(args.execd)
-    os.environ["E2B_DEBUG"] = "true"
-    os.environ["E2B_SANDBOX_URL"] = f"http://127.0.0.1:{d.envd_port}"
+    # The SDK as outside debug mode: a stand-in for E2B's API hands it
+    # execd's token (tests/integration/e2b_support.py).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+    from e2b_support import TOKENS, sdk_env
+    url = f"http://127.0.0.1:{d.envd_port}"
+    TOKENS[url] = d.token
+    os.environ.update(sdk_env(url))
     try:
         rtt = {k: [] for k in ("e2b-sdk", "opensandbox-sdk", "e2b-wire", "opensandbox-wire")}
         for _ in range(args.rounds):

@@ -1,7 +1,9 @@
-"""Helpers for the E2B tests: an execd with its envd listener, the two
-environment variables that point E2B's SDKs at it in debug mode, a raw
-Connect client (for what the SDKs hide: the bytes on the wire, resets,
-garbage), and the OpenSandbox exact stream to compare output with.
+"""Helpers for the E2B tests: an execd with its envd listener, a stand-in
+for the one call of E2B's API that hands an SDK its sandbox's token (so the
+unmodified SDKs run as they do outside debug mode: with X-Access-Token), a
+raw Connect client (for what the SDKs hide: the bytes on the wire, resets,
+garbage) that sends execd's token unless told otherwise, and the OpenSandbox
+exact stream to compare output with.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 import socket
 import struct
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from execd_client import SLOW, TOKEN_HEADER, reconstruct, parse_stream, wait_until
@@ -31,23 +35,95 @@ def kernel_env() -> dict:
     return env
 
 
+# What each E2B listener's clients must send: execd's token (the E2B
+# listeners take it, as they take an envd token). request_bytes() sends it.
+TOKENS: dict[str, str] = {}
+
+
 def listener_url(ex, regex=ENVD_RE) -> str:
     m = wait_until(lambda: regex.search(ex.stderr_text()), 10 * SLOW, what="the E2B listener's log line")
-    return f"http://{m.group(1)}:{m.group(2)}"
+    host = "127.0.0.1" if m.group(1) == "0.0.0.0" else m.group(1)
+    url = f"http://{host}:{m.group(2)}"
+    if ex.token:
+        TOKENS[url] = ex.token
+    return url
 
 
-def start_e2b(factory, *extra, env=None):
+def start_e2b(factory, *extra, env=None, **kw):
     """An execd with --envd-port 0 (and anything in `extra`); returns (execd, envd URL)."""
-    ex = factory("--envd-port", "0", *extra, env=env)
+    ex = factory("--envd-port", "0", *extra, env=env, **kw)
     return ex, listener_url(ex)
 
 
+class ControlPlane:
+    """A stand-in for E2B's API (E2B_API_URL), for the calls an SDK makes to
+    it: POST /v2/sandboxes (create) and /sandboxes/{id}/connect answer with
+    `token` as envdAccessToken and trafficAccessToken, as a control plane in
+    front of execd hands out execd's own; the others answer empty. `calls`
+    records (method, path, X-API-Key)."""
+
+    SANDBOX_ID = "sbx-execd"
+
+    def __init__(self):
+        self.token = ""
+        self.calls: list[tuple[str, str, str | None]] = []
+        plane = self
+
+        class API(BaseHTTPRequestHandler):
+            def answer(self, status, body=None):
+                data = json.dumps(body).encode() if body is not None else b""
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def handle_call(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                plane.calls.append((self.command, self.path, self.headers.get("x-api-key")))
+                if self.command == "POST" and (self.path == "/v2/sandboxes" or self.path.endswith("/connect")):
+                    return self.answer(201, {"sandboxID": plane.SANDBOX_ID, "templateID": "base", "clientID": "c",
+                                             "envdVersion": "0.6.13", "envdAccessToken": plane.token,
+                                             "trafficAccessToken": plane.token, "domain": None})
+                self.answer(200 if self.command == "GET" else 204, [] if self.command == "GET" else None)
+
+            do_GET = do_POST = do_DELETE = handle_call
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), API)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, name="e2b-api-stand-in", daemon=True).start()
+
+
+_PLANE: ControlPlane | None = None
+
+
+def control_plane(token: str) -> ControlPlane:
+    """The stand-in (one per test process), handing out `token` from now on."""
+    global _PLANE
+    if _PLANE is None:
+        _PLANE = ControlPlane()
+    _PLANE.token = token
+    _PLANE.calls.clear()
+    return _PLANE
+
+
+def sdk_env(url: str) -> dict:
+    """The environment that points E2B's SDKs at `url` (envd) the way they
+    run in production: E2B_API_URL is the stand-in, which hands out the
+    listener's token; the SDK then sends X-Access-Token and signs file URLs."""
+    plane = control_plane(TOKENS[url])
+    return {"E2B_API_URL": plane.url, "E2B_API_KEY": "e2b_test_key", "E2B_SANDBOX_URL": url}
+
+
 def point_sdk_at(monkeypatch, url: str):
-    """E2B's SDKs in debug mode: no API call, no token, envd at `url`."""
-    monkeypatch.setenv("E2B_DEBUG", "true")
-    monkeypatch.setenv("E2B_SANDBOX_URL", url)
-    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    """E2B's SDKs with envd at `url`, authorized as outside debug mode (sdk_env)."""
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
     monkeypatch.delenv("E2B_ACCESS_TOKEN", raising=False)
+    for k, v in sdk_env(url).items():
+        monkeypatch.setenv(k, v)
 
 
 # ---- the OpenSandbox side, for byte-for-byte comparisons ---------------------------------------------
@@ -83,12 +159,21 @@ def host_port(url: str) -> tuple[str, int]:
     return h, int(p)
 
 
+def with_token(url: str, headers: dict | None) -> dict:
+    """`headers` plus X-Access-Token with the listener's token, unless they
+    name one (None: send none)."""
+    h = dict(headers or {})
+    if not any(k.lower() == "x-access-token" for k in h) and url in TOKENS:
+        h["X-Access-Token"] = TOKENS[url]
+    return {k: v for k, v in h.items() if v is not None}
+
+
 def request_bytes(url: str, path: str, body: bytes, content_type: str = "application/connect+json",
                   headers: dict | None = None, chunked: bool = False) -> bytes:
     host, port = host_port(url)
     lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", f"Content-Type: {content_type}",
              "Connect-Protocol-Version: 1"]
-    for k, v in (headers or {}).items():
+    for k, v in with_token(url, headers).items():
         lines.append(f"{k}: {v}")
     if chunked:
         lines.append("Transfer-Encoding: chunked")

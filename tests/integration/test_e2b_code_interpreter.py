@@ -88,12 +88,13 @@ def test_port_49999_without_sandbox_url(ci, monkeypatch):
     the request is made the way the SDK makes it, at the code-interpreter
     listener."""
     ex, _, ci_url = ci
+    auth = {"X-Access-Token": ex.token}
     r = httpx.post(f"{ci_url}/execute", json={"code": "6 * 7", "context_id": None, "language": None, "env_vars": None},
-                   timeout=30 * SLOW)
+                   headers=auth, timeout=30 * SLOW)
     lines = [l for l in r.text.splitlines() if l.strip()]
     assert r.status_code == 200 and lines[-1] == '{"type":"end_of_execution"}'
     assert '"text":"42"' in r.text and '"is_main_result":true' in r.text
-    r = httpx.post(f"{ci_url}/execute", json={"code": "1", "context_id": "x", "language": "python"})
+    r = httpx.post(f"{ci_url}/execute", json={"code": "1", "context_id": "x", "language": "python"}, headers=auth)
     assert r.status_code == 400
 
 
@@ -131,12 +132,13 @@ def test_context_limit_refuses_before_a_kernel_starts(tmp_path):
     ex = start_execd("--envd-port", "0", "--max-code-contexts", "1", env=kernel_env(), state_dir=state)
     try:
         url = listener_url(ex)
-        r = httpx.post(f"{url}/contexts", json={"language": "python"}, timeout=60 * SLOW)
+        auth = {"X-Access-Token": ex.token}
+        r = httpx.post(f"{url}/contexts", json={"language": "python"}, headers=auth, timeout=60 * SLOW)
         assert r.status_code == 200, r.text
-        r = httpx.post(f"{url}/contexts", json={"language": "python"}, timeout=60 * SLOW)
+        r = httpx.post(f"{url}/contexts", json={"language": "python"}, headers=auth, timeout=60 * SLOW)
         assert r.status_code == 429 and "--max-code-contexts" in r.text
         # /execute with no context would make a default one: refused the same way.
-        r = httpx.post(f"{url}/execute", json={"code": "1"}, timeout=60 * SLOW)
+        r = httpx.post(f"{url}/execute", json={"code": "1"}, headers=auth, timeout=60 * SLOW)
         assert r.status_code == 429
         st, js = ex.json("POST", "/code/context", {"language": "python"})
         assert st == 429 and js["code"] == "LIMIT_REACHED"

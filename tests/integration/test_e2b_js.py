@@ -1,5 +1,6 @@
 """E2B's JS SDK (npm `e2b` 2.51.0, unmodified; installed into tests/e2b_js by
-`make e2b-js`) against execd's envd listener in debug mode. The calls are
+`make e2b-js`) against execd's envd listener, authorized as outside debug
+mode (a stand-in for E2B's API hands out execd's token). The calls are
 made by tests/e2b_js/sdk_calls.mjs; what it saw is checked here. The JS SDK
 uses undici with HTTP/2 allowed, which on plain http means HTTP/1.1: no h2c
 is needed."""
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from e2b_support import opensandbox_bytes, start_e2b
+from e2b_support import opensandbox_bytes, sdk_env, start_e2b
 from execd_client import ROOT, SLOW, pids_with_cmdline
 
 JS = ROOT / "tests" / "e2b_js"
@@ -38,8 +39,8 @@ def test_js_sdk_calls(execd_factory, tmp_path):
         pytest.skip(f"the e2b JS SDK needs Node >= 20.18, found {node_version() or 'none'}")
     ex, url = start_e2b(execd_factory)
     want_out, want_err = opensandbox_bytes(ex, EXACT)
-    env = dict(os.environ, E2B_DEBUG="true", E2B_SANDBOX_URL=url, EXACT_CMD=EXACT)
-    env.pop("E2B_API_KEY", None)
+    env = dict(os.environ, **sdk_env(url), EXACT_CMD=EXACT)
+    env.pop("E2B_DEBUG", None)
     p = subprocess.run(["node", str(JS / "sdk_calls.mjs"), str(tmp_path)], cwd=JS, env=env,
                        capture_output=True, text=True, timeout=120 * SLOW)
     assert p.returncode == 0, p.stderr

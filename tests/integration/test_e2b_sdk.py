@@ -1,6 +1,7 @@
 """E2B's Python SDK (PyPI `e2b`, unmodified, synchronous API) against
-execd's envd listener, in debug mode: E2B_DEBUG=true and E2B_SANDBOX_URL
-pointing at `--envd-port`. Every call the issue lists, and the output
+execd's envd listener (E2B_SANDBOX_URL pointing at `--envd-port`),
+authorized as outside debug mode: a stand-in for E2B's API hands out
+execd's token (e2b_support.ControlPlane). Every call the issue lists, and the output
 compared byte for byte with what the OpenSandbox API streams for the same
 command."""
 
@@ -13,12 +14,12 @@ import time
 
 import httpx
 import pytest
-from e2b import CommandExitException, Sandbox, TimeoutException
+from e2b import AuthenticationException, CommandExitException, Sandbox, TimeoutException
 from e2b.sandbox.commands.command_handle import PtySize
 from e2b.sandbox.filesystem.filesystem import FileType, WriteEntry
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
-from e2b_support import opensandbox_bytes, point_sdk_at, start_e2b
+from e2b_support import ControlPlane, control_plane, opensandbox_bytes, point_sdk_at, start_e2b
 from execd_client import SLOW, pids_with_cmdline, process_alive, wait_until
 
 # Output whose bytes the SDK must not change: a Markdown table with blank
@@ -49,7 +50,7 @@ def containment(ex) -> str:
 
 
 def test_create_and_is_running(sbx):
-    assert sbx.sandbox_id == "debug_sandbox_id"
+    assert sbx.sandbox_id == ControlPlane.SANDBOX_ID
     assert sbx.is_running()
 
 
@@ -295,50 +296,48 @@ def test_upload_and_download_urls(sbx, tmp_path):
     assert r.status_code == 200 and r.content == b"\x01\x02uploaded"
 
 
-def test_control_plane_hands_out_the_token(execd_factory, monkeypatch, tmp_path):
+@pytest.mark.parametrize("which", ["envd token", "execd's token"])
+def test_control_plane_hands_out_the_token(execd_factory, monkeypatch, tmp_path, which):
     """Outside debug mode the SDK gets envd's token from E2B's API
-    (POST /v2/sandboxes: envdAccessToken, trafficAccessToken). A stand-in
-    for that one call hands out execd's --envd-access-token; the unmodified
-    SDK then sends X-Access-Token on every call and signs its file URLs."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    (POST /v2/sandboxes: envdAccessToken, trafficAccessToken). The stand-in
+    for that call hands out execd's --envd-access-token, or execd's own
+    token (the E2B listeners take either); the unmodified SDK then sends
+    X-Access-Token on every call and signs its file URLs with it."""
+    envd_token = "handed-out-by-the-control-plane"
+    extra = ("--envd-access-token", envd_token) if which == "envd token" else ()
+    ex, url = start_e2b(execd_factory, *extra)
+    token = envd_token if extra else ex.token
+    point_sdk_at(monkeypatch, url)
+    plane = control_plane(token)
+    sbx = Sandbox.create()
+    assert plane.calls == [("POST", "/v2/sandboxes", "e2b_test_key")]
+    assert sbx.commands.run("echo authorized").stdout == "authorized\n"
+    path = str(tmp_path / "signed.txt")
+    sbx.files.write(path, "signed")
+    signed = sbx.download_url(path)
+    assert "signature=v1_" in signed
+    assert httpx.get(signed).content == b"signed"
+    assert httpx.get(signed.split("&signature=")[0]).status_code == 401
+    assert httpx.post(f"{url}/process.Process/List", json={}).status_code == 401
+    # The envd token is the E2B listeners' alone: execd's own listener refuses it.
+    assert ex.request("GET", "/command", token=False, headers={"X-EXECD-ACCESS-TOKEN": envd_token})[0] == 401
 
-    token = "handed-out-by-the-control-plane"
-    calls = []
 
-    class API(BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("content-length", 0)))
-            calls.append(("POST", self.path, self.headers.get("x-api-key")))
-            body = json.dumps({"sandboxID": "sbx-1", "templateID": "base", "clientID": "c", "envdVersion": "0.6.13",
-                               "envdAccessToken": token, "trafficAccessToken": token, "domain": None}).encode()
-            self.send_response(201)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    api = HTTPServer(("127.0.0.1", 0), API)
-    threading.Thread(target=api.serve_forever, daemon=True).start()
-    try:
-        ex, url = start_e2b(execd_factory, "--envd-access-token", token, "--envd-host", "127.0.0.1")
-        monkeypatch.delenv("E2B_DEBUG", raising=False)
-        monkeypatch.setenv("E2B_API_URL", f"http://127.0.0.1:{api.server_port}")
-        monkeypatch.setenv("E2B_API_KEY", "e2b_test_key")
-        monkeypatch.setenv("E2B_SANDBOX_URL", url)
-        sbx = Sandbox.create()
-        assert calls == [("POST", "/v2/sandboxes", "e2b_test_key")]
-        assert sbx.commands.run("echo authorized").stdout == "authorized\n"
-        path = str(tmp_path / "signed.txt")
-        sbx.files.write(path, "signed")
-        signed = sbx.download_url(path)
-        assert "signature=v1_" in signed
-        assert httpx.get(signed).content == b"signed"
-        assert httpx.get(signed.split("&signature=")[0]).status_code == 401
-        assert httpx.post(f"{url}/process.Process/List", json={}).status_code == 401
-    finally:
-        api.shutdown()
+def test_debug_mode_needs_the_insecure_mode(execd_factory, monkeypatch):
+    """E2B's debug mode sends no token at all: it works only against an
+    execd started with --insecure-no-auth (and no envd token), whose E2B
+    listener is then loopback-only and says at start that it takes none."""
+    ex, url = start_e2b(execd_factory, "--insecure-no-auth", token=None)
+    assert "envd API (E2B SDKs) listening on 127.0.0.1" in ex.stderr_text()
+    assert "WITHOUT a token (--insecure-no-auth" in ex.stderr_text()
+    monkeypatch.setenv("E2B_DEBUG", "true")
+    monkeypatch.setenv("E2B_SANDBOX_URL", url)
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    sbx = Sandbox.create()
+    assert sbx.sandbox_id == "debug_sandbox_id"
+    assert sbx.commands.run("echo debug").stdout == "debug\n"
+    # The same debug-mode SDK against a secured execd gets nothing.
+    secured, secured_url = start_e2b(execd_factory)
+    monkeypatch.setenv("E2B_SANDBOX_URL", secured_url)
+    with pytest.raises(AuthenticationException):
+        Sandbox.create().commands.run("echo never")

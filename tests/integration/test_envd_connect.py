@@ -285,7 +285,7 @@ def test_token_and_signed_urls(execd_factory, tmp_path):
     ex = execd_factory("--envd-port", "0", "--envd-access-token", token, "--envd-host", "127.0.0.1")
     url = listener_url(ex)
     # No token, a wrong one: 401 at head time, before any body byte is read.
-    for headers in ({}, {"X-Access-Token": "wrong"}):
+    for headers in ({"X-Access-Token": None}, {"X-Access-Token": "wrong"}):
         with socket.create_connection(host_port(url), timeout=TIMEOUT) as s:
             head = request_bytes(url, "/process.Process/Start", b"", headers=headers).replace(
                 b"Content-Length: 0", b"Content-Length: 1000000000")
@@ -325,11 +325,13 @@ def test_token_and_signed_urls(execd_factory, tmp_path):
     assert st == 401 and b"expired" in body
     # An upload with a write signature; without one it is refused before its body.
     with socket.create_connection(host_port(url), timeout=TIMEOUT) as s:
-        s.sendall(request_bytes(url, f"/files?{q}&signature={sig('write')}", b"new", "application/octet-stream"))
+        s.sendall(request_bytes(url, f"/files?{q}&signature={sig('write')}", b"new", "application/octet-stream",
+                                headers={"X-Access-Token": None}))
         assert read_response(s, TIMEOUT)[0] == 200
     assert target.read_text() == "new"
     with socket.create_connection(host_port(url), timeout=TIMEOUT) as s:
-        s.sendall(request_bytes(url, f"/files?{q}", b"", "application/octet-stream").replace(
+        s.sendall(request_bytes(url, f"/files?{q}", b"", "application/octet-stream",
+                                headers={"X-Access-Token": None}).replace(
             b"Content-Length: 0", b"Content-Length: 1000000000"))
         assert read_response(s, TIMEOUT)[0] == 401
     # The code interpreter's /contexts calls carry E2B-Traffic-Access-Token only.
@@ -431,7 +433,7 @@ def test_shared_caps_hold_on_the_envd_listener(execd_factory):
 def test_rest_routes_health_envs_metrics(envd):
     def get(path):
         with socket.create_connection(host_port(envd.envd), timeout=TIMEOUT) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nX-Access-Token: {envd.token}\r\n\r\n".encode())
             return read_response(s, TIMEOUT)
 
     status, _, body = get("/health")

@@ -178,7 +178,7 @@ def test_no_token_is_401_before_the_body(execd_factory, tmp_path):
     ex = execd_factory("--envd-port", "0", "--envd-access-token", token, "--envd-host", "127.0.0.1")
     ex.envd = listener_url(ex)
     body = gzip.compress(b"guarded")
-    for headers in ({}, {"X-Access-Token": "wrong"}):
+    for headers in ({"X-Access-Token": None}, {"X-Access-Token": "wrong"}):
         with socket.create_connection(host_port(ex.envd), timeout=TIMEOUT) as s:
             # A body promised far larger than sent: the answer cannot wait for it.
             s.sendall(request_bytes(ex.envd, f"/files?path={tmp_path}/g", body, "application/octet-stream",

@@ -42,7 +42,10 @@ TEST_CASE("journal follow: an entry written while the catch-up is on the pool is
   api::WorkGate gate{4};
   {
     api::Journal journal(ctx, gate);
-    RouteTable routes("");
+    Config open;
+    open.insecure_no_auth = true;
+    Access access(open);
+    RouteTable routes(access, Listener::execd);
     api::add_journal_routes(routes, journal);
     journal.append(command("a"));
     REQUIRE(journal.head().seq == 1);
