@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "protocol/errors.h"
 #include "protocol/query_values.h"
 
@@ -93,7 +93,7 @@ ojson outcome_json(const pty::FreezeOutcome& o, bool frozen) {
   return j;
 }
 
-struct FreezeWait : Awaitable {};
+struct FreezeWait : http::Awaitable {};
 
 void handle_freeze(ActivityService& s, http::Exchange& ex) {
   uint64_t timeout = static_cast<uint64_t>(s.ctx.config.freeze_timeout_ms);
@@ -104,7 +104,7 @@ void handle_freeze(ActivityService& s, http::Exchange& ex) {
     timeout = *v;
   }
   auto wait = std::make_shared<FreezeWait>();
-  await(ex, *wait);
+  http::await(ex, *wait);
   pty::Containment& c = s.containment;
   c.freeze(uv_now(s.ctx.loop) + timeout, [wait, &c](pty::FreezeOutcome o) {
     http::Exchange* ex = wait->exchange();

@@ -27,7 +27,7 @@
 #include <memory>
 
 #include "execd/api/api.h"
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/download.h"
 #include "execd/api/file_jobs.h"
 #include "execd/api/journal.h"
@@ -156,7 +156,7 @@ class ArchiveSender final : public http::Source {
   bool waiting_ = false;
 };
 
-struct OpenArchive : Awaitable {
+struct OpenArchive : http::Awaitable {
   WorkGate::Ticket work;
   std::string path;
   fs::ArchiveFormat format;
@@ -203,7 +203,7 @@ void handle_get(FileService& svc, Exchange& ex) {
     delete w;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
   }
-  await(ex, *w);
+  http::await(ex, *w);
 }
 
 // ---- POST: spool the body, then extract ------------------------------------

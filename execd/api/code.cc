@@ -13,7 +13,7 @@
 
 #include "execd/api/activity.h"
 #include "execd/api/api.h"
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/limits.h"
 #include "execd/exec/reader.h"
@@ -65,7 +65,7 @@ std::string describe_exit(const pty::Outcome& o) {
 class CodeContext;
 
 // An exchange waiting for POST /code/context's kernel to be ready.
-struct ReadyWaiter : Awaitable {};
+struct ReadyWaiter : http::Awaitable {};
 
 // One run of code in a context: the runner of a /code execution. Kernel
 // output is not pausable (iopub is PUB/SUB: the kernel drops what its queue
@@ -181,7 +181,7 @@ class CodeContext final : public pty::CommandSink, public KernelChannelHandler, 
 
   void wait_ready(http::Exchange& ex) {
     auto w = std::make_unique<ReadyWaiter>();
-    await(ex, *w);
+    http::await(ex, *w);
     waiters_.push_back(std::move(w));
   }
 
@@ -854,7 +854,7 @@ CodeContext* default_context(CodeRegistryImpl& reg, const std::string& language,
   return c;
 }
 
-struct CodeTrackWait : Awaitable {};
+struct CodeTrackWait : http::Awaitable {};
 
 // Starts the run in context `context_id`, its stream written by `format`
 // (null: the OpenSandbox envelope in the client's framing); with
@@ -871,7 +871,7 @@ void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Excha
   if (!admit(ex, reg.executions.running(), reg.ctx.config.max_running, "running executions", "max-running")) return;
   if (!track.empty() && !tracker) {
     auto wait = std::make_shared<CodeTrackWait>();
-    await(ex, *wait);
+    http::await(ex, *wait);
     exec::ChangeTracker::open(
         commands.watches, track, track_limits(reg.ctx),
         [&reg, &commands, wait, context_id, code = std::move(code), track](

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "execd/api/activity.h"
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/sessions.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/stdin.h"
@@ -45,7 +45,7 @@ namespace {
 
 // Preparing a command: everything that may block (stat, passwd and group
 // lookups, reading the EXECD_ENVS file) runs on the threadpool.
-struct PrepareWork : Awaitable {
+struct PrepareWork : http::Awaitable {
   CommandService* svc;
   protocol::CommandRequest req;
   protocol::Framing framing;
@@ -67,7 +67,7 @@ void track_then_start(CommandService& svc, http::Exchange* ex, PrepareWork& w) {
   next->framing = w.framing;
   next->id = w.id;
   next->opts = std::move(w.opts);
-  if (ex) await(*ex, *next);
+  if (ex) http::await(*ex, *next);
   exec::ChangeTracker::open(svc.watches, next->req.track_changes, track_limits(svc.ctx),
                             [next](std::unique_ptr<exec::ChangeTracker> tracker, std::optional<ApiError> err) {
                               http::Exchange* ex = next->exchange();
@@ -151,7 +151,7 @@ void prepare_and_start(CommandService& svc, http::Exchange* ex, std::unique_ptr<
     w->error = runners::prepare_spawn(svc.ctx, w->req, w->opts);
     return start_command(svc, ex, *w);
   }
-  if (ex) await(*ex, *w);
+  if (ex) http::await(*ex, *w);
   fs::queue_job<PrepareWork>(
       svc.ctx.loop, std::move(w), [](PrepareWork& w) { w.error = runners::prepare_spawn(w.svc->ctx, w.req, w.opts); },
       after_prepare);
@@ -300,7 +300,7 @@ void handle_status(CommandService& svc, http::Exchange& ex, const std::string& i
 
 // GET /command/{id}/logs?cursor=N: the retained stdout and stderr from
 // combined offset N (structured events are left out), at most 4 MiB.
-struct LogRead : Awaitable {};
+struct LogRead : http::Awaitable {};
 
 void handle_logs(CommandService& svc, http::Exchange& ex, const std::string& id) {
   constexpr size_t kMaxLogRead = 4 << 20;
@@ -325,7 +325,7 @@ void respond_logs(http::Exchange& ex, exec::Execution& execution, size_t max_byt
   uint64_t cursor = std::max(*offset, log->first());
   bool truncated = log->first() > 0 || e->produced(0) + e->produced(1) + e->produced(2) > log->end();
   auto* waiting = new LogRead;
-  await(ex, *waiting);
+  http::await(ex, *waiting);
   log->read(cursor, max_bytes, [waiting, cursor, truncated, e, cursor_header = std::string(cursor_header),
                                 truncated_header = std::string(truncated_header)](int err, std::string data) {
     std::unique_ptr<LogRead> done(waiting);

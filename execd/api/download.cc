@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "execd/api/api.h"
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/envd_files.h"
 #include "execd/runners/command_spawn.h"
 #include "fs/entries.h"
@@ -96,7 +96,7 @@ struct Prepared {
   std::vector<std::string> headers;
 };
 
-struct OpenWork : Awaitable {
+struct OpenWork : http::Awaitable {
   WorkGate::Ticket work;
   std::string path;
   std::optional<std::string> e2b_user;  // E2B: `path` against this user's home, no variables
@@ -347,7 +347,7 @@ class LineSender final : public http::Source {
   std::unique_ptr<fs::LineRangeReader> reader_;
 };
 
-struct LineOpen : Awaitable {
+struct LineOpen : http::Awaitable {
   WorkGate::Ticket work;
   std::string path;
   protocol::LineRangeParams params;
@@ -387,7 +387,7 @@ void handle_line_download(FileService& svc, Exchange& ex, const std::string& pat
     delete w;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
   }
-  await(ex, *w);
+  http::await(ex, *w);
 }
 
 std::optional<std::string_view> optional_query(const Exchange& ex, std::string_view name) {
@@ -405,7 +405,7 @@ void queue_open(FileService& svc, Exchange& ex, std::unique_ptr<OpenWork> owned)
     delete w;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
   }
-  await(ex, *w);
+  http::await(ex, *w);
 }
 
 void handle_download(FileService& svc, Exchange& ex) {
@@ -428,7 +428,7 @@ void handle_download(FileService& svc, Exchange& ex) {
     delete w;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
   }
-  await(ex, *w);
+  http::await(ex, *w);
 }
 
 }  // namespace

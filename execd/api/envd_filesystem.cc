@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/connect_rpc.h"
 #include "execd/api/envd_files.h"
 #include "execd/context.h"
@@ -25,7 +25,7 @@ namespace cn = protocol::connect;
 using rpc::CallInfo;
 
 // A CreateWatcher call waiting for its watch to be live.
-struct ReadyWait : Awaitable {
+struct ReadyWait : http::Awaitable {
   EnvdFilesystem::PollingWatcher* watcher = nullptr;
   void client_gone() override {
     // Nobody will learn the watcher's id: let it go.
@@ -460,7 +460,7 @@ void handle_create_watcher(EnvdFilesystem& svc, http::Exchange& ex, std::string_
                  auto* wait = new ReadyWait;
                  wait->watcher = pw;
                  pw->waiting = wait;
-                 await(ex, *wait);
+                 http::await(ex, *wait);
                  svc.polling[pw->id] = std::move(w);
                  const size_t cap = static_cast<size_t>(svc.ctx.config.envd_watcher_queue);
                  pw->watcher = watch::DirWatcher::start(

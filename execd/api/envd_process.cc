@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/connect_rpc.h"
 #include "execd/exec/reader.h"
 #include "execd/http/connection.h"
@@ -148,7 +148,7 @@ bool decoded(http::Exchange& ex, std::variant<T, protocol::DecodeError>& v, bool
 
 // --- Start --------------------------------------------------------------------
 
-struct StartWork : Awaitable {
+struct StartWork : http::Awaitable {
   EnvdProcesses* svc;
   envd::StartRequest req;
   CallInfo info;
@@ -234,7 +234,7 @@ void handle_start(EnvdProcesses& svc, http::Exchange& ex, std::string_view messa
     if (w->req.pty->rows) w->start.rows = static_cast<uint16_t>(std::min<uint32_t>(w->req.pty->rows, 0xffff));
     if (w->req.pty->cols) w->start.cols = static_cast<uint16_t>(std::min<uint32_t>(w->req.pty->cols, 0xffff));
   }
-  await(ex, *w);
+  http::await(ex, *w);
   if (!runners::process_needs_pool(svc.ctx, w->start)) {
     // Nothing that blocks (the default user, its home): prepare here and
     // save two thread hops, as POST /command does.

@@ -1,7 +1,7 @@
 // execd/api/file_jobs: see header.
 #include "execd/api/file_jobs.h"
 
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/journal.h"
 #include "execd/api/work_gate.h"
 #include "execd/context.h"
@@ -57,7 +57,7 @@ void send_reply(http::Exchange& ex, const FileReply& reply) {
 
 namespace {
 // Owned by itself from uv_queue_work until its after-work callback.
-struct FileJob : Awaitable {
+struct FileJob : http::Awaitable {
   WorkGate::Ticket work;
   std::function<FileReply()> job;
   std::function<void(const FileReply&)> done;
@@ -98,7 +98,7 @@ void run_file_job(FileService& svc, http::Exchange& ex, std::function<FileReply(
     ex.respond_error(500, protocol::codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
     return;
   }
-  await(ex, *w);
+  http::await(ex, *w);
 }
 
 void journal_change(const FileService& svc, std::string op, std::vector<std::string> paths) {
@@ -108,7 +108,7 @@ void journal_change(const FileService& svc, std::string op, std::vector<std::str
 }
 
 namespace {
-struct BlockingJob : Awaitable {
+struct BlockingJob : http::Awaitable {
   std::function<void()> blocking;
   std::function<void(http::Exchange&)> then;
 };
@@ -119,7 +119,7 @@ void run_blocking(uv_loop_t* loop, http::Exchange& ex, std::function<void()> blo
   auto job = std::make_unique<BlockingJob>();
   job->blocking = std::move(blocking);
   job->then = std::move(then);
-  await(ex, *job);
+  http::await(ex, *job);
   fs::queue_job<BlockingJob>(
       loop, std::move(job), [](BlockingJob& j) { j.blocking(); },
       [](BlockingJob& j, int) {

@@ -5,7 +5,7 @@
 // Handlers are thin: validate the query or body, run the fs/ operation on the
 // threadpool (run_file_job) and map its result to a response.
 #include "execd/api/api.h"
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/file_jobs.h"
 #include "execd/api/work_gate.h"
 #include "execd/http/connection.h"
@@ -244,7 +244,7 @@ class SearchStream final : public http::Source {
 };
 
 // Opening the root (expanding, stat, the pattern) is itself disk work.
-struct SearchOpen : Awaitable {
+struct SearchOpen : http::Awaitable {
   explicit SearchOpen(const FileService& s) : svc(s) {}
   WorkGate::Ticket work;
   FileService svc;
@@ -286,7 +286,7 @@ void handle_search(FileService& svc, Exchange& ex, const QueryParams& q) {
     delete o;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
   }
-  await(ex, *o);
+  http::await(ex, *o);
 }
 
 void handle_list(FileService& svc, Exchange& ex, const QueryParams& q) {

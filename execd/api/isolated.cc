@@ -33,7 +33,7 @@
 #include <utility>
 
 #include "execd/api/api.h"
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/api/isolated_layers.h"
 #include "execd/exec/reader.h"
@@ -66,7 +66,7 @@ constexpr size_t kMaxRunLogRead = 16 << 20;  // a page of GET .../logs, as upstr
 }  // namespace
 
 // The exchange waiting for a session's creation.
-struct CreateWait : Awaitable {};
+struct CreateWait : http::Awaitable {};
 
 struct IsolatedSession {
   std::string id;
@@ -671,7 +671,7 @@ void handle_create(IsolatedRegistry& reg, Exchange& ex) {
     s->run_gid = s->spec.gid.value_or(s->spec.uid ? *s->spec.uid : getegid());
   }
   s->create = std::make_unique<CreateWait>();
-  await(ex, *s->create);
+  http::await(ex, *s->create);
   reg.begin(s);
   struct PrepareJob {
     IsolatedRegistry* reg;
@@ -882,7 +882,7 @@ const char* untrackable_root(const IsolatedSession& s, const std::string& root) 
   return nullptr;
 }
 
-struct IsolatedTrackWait : Awaitable {};
+struct IsolatedTrackWait : http::Awaitable {};
 
 void dispatch_run(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r,
                   std::unique_ptr<exec::ChangeTracker> tracker) {
@@ -907,7 +907,7 @@ void handle_run(IsolatedRegistry& reg, Exchange& ex) {
       return ex.respond_error(400, codes::kInvalidRequestBody, "track_changes: cannot track " + root + ": " + why);
   // The watches on the roots first; the session is looked up again after.
   auto wait = std::make_shared<IsolatedTrackWait>();
-  await(ex, *wait);
+  http::await(ex, *wait);
   auto req = std::make_shared<protocol::IsolatedRunRequest>(std::move(r));
   exec::ChangeTracker::open(reg.watches(), req->track_changes, track_limits(reg.ctx()),
                             [&reg, wait, req, id = s->id](std::unique_ptr<exec::ChangeTracker> t,

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/http/connection.h"
 #include "execd/link.h"
 #include "protocol/errors.h"
@@ -24,7 +24,7 @@ constexpr size_t kMaxDiffChanges = 100000;
 // Compressed bytes one pool step produces.
 constexpr size_t kPieceBytes = 1 << 20;
 
-struct DiffJob : Awaitable {
+struct DiffJob : http::Awaitable {
   WorkGate::Ticket work;
   LayerSet set;
   fs::LayerDiff diff;
@@ -70,7 +70,7 @@ void handle_diff(LayerScope& scope, Exchange& ex) {
     delete j;
     return ex.respond_error(500, codes::kRuntimeError, std::string("cannot queue work: ") + uv_strerror(rc));
   }
-  await(ex, *j);
+  http::await(ex, *j);
 }
 
 // The tarball: one pool step at a time, the next only once the client

@@ -12,7 +12,7 @@
 #include <map>
 #include <memory>
 
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/link.h"
 #include "execd/limits.h"
 #include "protocol/errors.h"
@@ -405,7 +405,7 @@ bool Journal::write_unwritten() {
 
 namespace {
 
-struct VerifyJob : Awaitable {
+struct VerifyJob : http::Awaitable {
   std::vector<std::string> files;
   uint64_t size_cap = 0;
   protocol::JournalHead head;
@@ -520,7 +520,7 @@ void add_journal_routes(RouteTable& routes, Journal& journal) {
     job->files = journal.files();
     job->size_cap = journal.current_size();
     job->head = journal.head();
-    await(ex, *job);
+    http::await(ex, *job);
     fs::queue_job<VerifyJob>(journal.loop(), std::move(job), verify, [](VerifyJob& j, int) {
       if (http::Exchange* ex = j.exchange()) ex->respond_json(200, j.answer);
     });

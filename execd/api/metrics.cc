@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "execd/api/api.h"
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/http/connection.h"
 #include "protocol/metrics_json.h"
 #include "fs/pool_job.h"
@@ -24,7 +24,7 @@ std::string metrics_body(const metrics::MetricsSample& s) {
 }
 
 // A /metrics request waiting for the next sample.
-struct MetricsWaiter : Awaitable {
+struct MetricsWaiter : http::Awaitable {
   MetricsService::BodyFn body = metrics_body;
 };
 
@@ -87,7 +87,7 @@ void MetricsService::answer(http::Exchange& ex, BodyFn body) {
   } else {
     auto w = std::make_unique<MetricsWaiter>();
     w->body = body;
-    await(ex, *w);
+    http::await(ex, *w);
     waiters_.push_back(std::move(w));
     start_sampling(quiet);
   }

@@ -16,7 +16,7 @@
 #include <variant>
 
 #include "execd/api/activity.h"
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
 #include "execd/limits.h"
@@ -181,7 +181,7 @@ struct PreparedSessionRun {
   ~PreparedSessionRun() { pty::BashSession::discard(prepared); }
 };
 
-struct SessionTrackWait : Awaitable {};
+struct SessionTrackWait : http::Awaitable {};
 
 void begin_run(SessionRegistry& reg, Exchange& ex, const std::shared_ptr<PreparedSessionRun>& job,
                const std::string& id, const std::string& command, const std::string& cwd, int64_t timeout_ms,
@@ -192,7 +192,7 @@ void begin_run(SessionRegistry& reg, Exchange& ex, const std::shared_ptr<Prepare
     return;
   if (!track.empty() && !tracker) {
     auto wait = std::make_shared<SessionTrackWait>();
-    await(ex, *wait);
+    http::await(ex, *wait);
     exec::ChangeTracker::open(
         reg.watches(), track, track_limits(reg.ctx()),
         [&reg, wait, job, id, command, cwd, timeout_ms, track](std::unique_ptr<exec::ChangeTracker> t,

@@ -9,7 +9,7 @@
 // went away) ends the response.
 #include "execd/api/watch.h"
 
-#include "execd/api/awaiter.h"
+#include "execd/http/awaiter.h"
 #include "execd/context.h"
 #include "protocol/errors.h"
 #include "protocol/query_values.h"
@@ -117,7 +117,7 @@ class WatchFeed final : public http::Source, public watch::Follower {
   uint64_t last_sent_ms_ = 0;
 };
 
-struct OpenWait : Awaitable {};
+struct OpenWait : http::Awaitable {};
 
 void handle_watch(watch::Hub& hub, Exchange& ex) {
   std::string error;
@@ -127,7 +127,7 @@ void handle_watch(watch::Hub& hub, Exchange& ex) {
   if (!q) return ex.respond_error(400, error.rfind("missing", 0) == 0 ? codes::kMissingQuery : codes::kInvalidRequestBody,
                                   error);
   auto wait = std::make_shared<OpenWait>();
-  await(ex, *wait);
+  http::await(ex, *wait);
   hub.open(q->path, q->recursive, [wait, &hub, since = q->since](watch::Watch* w, std::optional<protocol::ApiError> err) {
     Exchange* ex = wait->exchange();
     if (!ex) {

@@ -1,4 +1,4 @@
-// execd/api/awaiter: the link between an exchange and work that answers it
+// execd/http/awaiter: the link between an exchange and work that answers it
 // later (a threadpool job, a read of a command's retained output). The
 // Awaiter is the exchange's Source and does nothing but wait; the work holds
 // the other end. Whichever goes first cuts the link: a client that leaves
@@ -11,7 +11,7 @@
 #include "execd/http/exchange.h"
 #include "execd/link.h"
 
-namespace execd::api {
+namespace execd::http {
 
 class Awaiter;
 
@@ -21,38 +21,38 @@ class Awaitable {
   virtual ~Awaitable() = default;
   Link<Awaiter> awaiter;
   // The exchange still waiting for this work, or nullptr.
-  http::Exchange* exchange() const;
+  Exchange* exchange() const;
   // The exchange went away first (the link is already cut): work that has
   // not started yet may withdraw itself, even free itself.
   virtual void client_gone() {}
 };
 
-class Awaiter final : public http::Source {
+class Awaiter final : public Source {
  public:
-  explicit Awaiter(http::Exchange& ex) : ex_(ex) {}
+  explicit Awaiter(Exchange& ex) : ex_(ex) {}
   ~Awaiter() override {
     if (Awaitable* w = work.get()) {
       work.cut();
       w->client_gone();
     }
   }
-  http::Exchange& exchange() { return ex_; }
+  Exchange& exchange() { return ex_; }
   Link<Awaitable> work;
 
  private:
-  http::Exchange& ex_;
+  Exchange& ex_;
 };
 
 // Makes `ex` wait for `work`.
-inline void await(http::Exchange& ex, Awaitable& work) {
+inline void await(Exchange& ex, Awaitable& work) {
   auto waiter = std::make_unique<Awaiter>(ex);
   link(*waiter, waiter->work, work, work.awaiter);
   ex.attach(std::move(waiter));
 }
 
-inline http::Exchange* Awaitable::exchange() const {
+inline Exchange* Awaitable::exchange() const {
   Awaiter* w = awaiter.get();
   return w ? &w->exchange() : nullptr;
 }
 
-}  // namespace execd::api
+}  // namespace execd::http
