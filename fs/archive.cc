@@ -214,11 +214,19 @@ Status DirArchiver::next_entry() {
     in_data_ = true;
     data_at_ = 0;
     data_size_ = static_cast<uint64_t>(archive_entry_size(e));
+    data_path_ = path;
+    data_dev_ = static_cast<uint64_t>(archive_entry_dev(e));
+    data_ino_ = static_cast<uint64_t>(archive_entry_ino64(e));
   }
   archive_entry_free(e);
   return {};
 }
 
+// libarchive reads a file up to the size its header gave, no further, and
+// hands a trailing hole over as an empty block at that size: a file that
+// ends sooner shrank, and one that is larger once its last block is in hand
+// grew. Either way the member cannot hold what the file holds, and padding
+// it with zeros or cutting it short would be a silently wrong archive.
 Status DirArchiver::copy_data(std::string& out, size_t want) {
   auto zeros = [&](uint64_t n) -> Status {
     while (n > 0) {
@@ -235,20 +243,37 @@ Status DirArchiver::copy_data(std::string& out, size_t want) {
     la_int64_t offset = 0;
     int r = archive_read_data_block(disk_, &buf, &size, &offset);
     if (r == ARCHIVE_EOF) {
-      // The rest is a hole (or the file shrank: the header said more).
       if (data_at_ < data_size_)
-        if (Status s = zeros(data_size_ - data_at_); !s) return s;
+        return Error{ErrorKind::conflict, data_path_ + " shrank while it was archived: " + std::to_string(data_size_) +
+                                              " bytes in its header, " + std::to_string(data_at_) + " read"};
       in_data_ = false;
       return {};
     }
     if (r < ARCHIVE_WARN) return archive_error(disk_, "reading a file below " + root_);
     uint64_t at = static_cast<uint64_t>(offset);
+    // Checked before the last block is written: a grown file's member then
+    // ends short in what was produced, and no reader takes it for whole.
+    if (at + size >= data_size_)
+      if (Status s = check_size_unchanged(); !s) return s;
     if (at > data_at_)
       if (Status s = zeros(at - data_at_); !s) return s;
     if (size > 0 && archive_write_data(writer_, buf, size) < 0) return archive_error(writer_, "writing the archive");
     data_at_ = at + size;
   }
   return {};
+}
+
+// The file as it is now against its header. Another file under its name
+// (the file was replaced, or removed, after it was read) says nothing about
+// the one read: only a change of the same file counts.
+Status DirArchiver::check_size_unchanged() const {
+  struct stat st {};
+  if (lstat(data_path_.c_str(), &st) != 0) return {};
+  if (static_cast<uint64_t>(st.st_dev) != data_dev_ || static_cast<uint64_t>(st.st_ino) != data_ino_) return {};
+  if (static_cast<uint64_t>(st.st_size) == data_size_) return {};
+  return Error{ErrorKind::conflict, data_path_ + (static_cast<uint64_t>(st.st_size) > data_size_ ? " grew" : " shrank") +
+                                        " while it was archived: " + std::to_string(data_size_) +
+                                        " bytes in its header, " + std::to_string(st.st_size) + " now"};
 }
 
 // ---------------------------------------------------------------------------

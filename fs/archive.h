@@ -44,8 +44,11 @@ class DirArchiver {
   DirArchiver& operator=(const DirArchiver&) = delete;
 
   // Appends at least `want` bytes of the archive to `out` (fewer only at
-  // its end, when `finished()` becomes true). An entry that cannot be read
-  // is an error: the archive cannot be completed honestly.
+  // its end, when `finished()` becomes true). An entry that cannot be read,
+  // or a file whose size changes while it is read (its header already
+  // gave the old size), is an error: the archive cannot be completed
+  // honestly. A grown file's last block is not appended, so that the bytes
+  // produced before the error end inside its member.
   Status produce(std::string& out, size_t want);
   bool finished() const { return finished_; }
   uint64_t entries() const { return entries_; }
@@ -56,6 +59,7 @@ class DirArchiver {
   static const char* group_name(void* self, int64_t id);
   Status next_entry();
   Status copy_data(std::string& out, size_t want);
+  Status check_size_unchanged() const;
 
   ::archive* disk_ = nullptr;
   ::archive* writer_ = nullptr;
@@ -64,7 +68,9 @@ class DirArchiver {
   std::string* sink_ = nullptr;  // where the writer's callback appends
   bool in_data_ = false;         // an entry's data is being copied
   uint64_t data_at_ = 0;         // logical offset reached in that entry
-  uint64_t data_size_ = 0;
+  uint64_t data_size_ = 0;       // its size when its header was written
+  std::string data_path_;        // its path on disk, and which file it was
+  uint64_t data_dev_ = 0, data_ino_ = 0;
   bool fill_holes_ = true;       // zip: holes become zeros
   bool finished_ = false;
   uint64_t entries_ = 0;

@@ -108,13 +108,16 @@ void encode_watch_event(std::string& out, const WatchEvent& e) {
   out += "}\n";
 }
 
-void encode_watch_hello(std::string& out, std::string_view path, bool recursive, uint64_t seq, int64_t ts_ms) {
+void encode_watch_hello(std::string& out, std::string_view path, bool recursive, uint64_t seq, uint64_t newest,
+                        int64_t ts_ms) {
   out += "{\"type\":\"watch\",\"path\":";
   append_json_string_lossy(out, path);
   out += ",\"recursive\":";
   out += recursive ? "true" : "false";
   out += ",\"seq\":";
   put_uint(out, seq);
+  out += ",\"newest\":";
+  put_uint(out, newest);
   out += ",\"timestamp\":";
   put_int(out, ts_ms);
   out += "}\n";

@@ -5,7 +5,9 @@
 // and when an event is due, is execd/watch's business.
 //
 // A feed line is one JSON object and '\n':
-//   {"type":"watch","path":P,"recursive":true,"seq":N,"timestamp":T}   first line
+//   {"type":"watch","path":P,"recursive":true,"seq":N,"newest":M,"timestamp":T}
+//                                                     first line: the feed continues
+//                                                     after N; M is the watch's newest
 //   {"seq":N,"type":"create|write|remove|rename|chmod","path":P,["from":Q,]
 //    "entry":"file|dir|symlink|other","size":S,"mtime":M,"mode":"644",
 //    ["moved":true,] "timestamp":T}
@@ -13,7 +15,7 @@
 //   {"type":"gap","since":S,"continues_after":N,"reason":R,"timestamp":T}
 //                                                     events this feed cannot replay
 //   {"seq":N,"type":"gone","path":P,"reason":R,...}   the root went; the feed ends
-//   {"type":"ping","seq":N,"timestamp":T}             keepalive, with the newest seq
+//   {"type":"ping","seq":N,"timestamp":T}             keepalive, with the seq sent up to
 #pragma once
 
 #include <cstdint>
@@ -69,7 +71,8 @@ struct WatchEvent {
 
 // One line each, '\n' included, appended to `out`.
 void encode_watch_event(std::string& out, const WatchEvent& e);
-void encode_watch_hello(std::string& out, std::string_view path, bool recursive, uint64_t seq, int64_t ts_ms);
+void encode_watch_hello(std::string& out, std::string_view path, bool recursive, uint64_t seq, uint64_t newest,
+                        int64_t ts_ms);
 void encode_watch_gap(std::string& out, uint64_t since, uint64_t continues_after, std::string_view reason,
                       int64_t ts_ms);
 void encode_watch_ping(std::string& out, uint64_t seq, int64_t ts_ms);

@@ -4,8 +4,9 @@
 //        pool through the file gate, each piece only once the client has
 //        taken the last (no temporary copy of the tree, no unbounded buffer;
 //        a client that leaves stops the walk). A file that cannot be read
-//        mid-way cuts the connection: a truncated archive, never a
-//        silently incomplete one.
+//        mid-way, or that shrinks or grows while it is read, cuts the
+//        connection (no last chunk): a truncated archive, never a silently
+//        incomplete one.
 //   POST /files/archive?path=DIR[&replace=true][&owner=&group=&mode=]
 //        a tar (plain, gzip, bzip2, xz, zstd) or zip body, spooled to an
 //        unnamed file in the state directory as it arrives (paused while the

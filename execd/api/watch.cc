@@ -1,12 +1,14 @@
 // execd/api/watch: GET /files/watch?path=&recursive=&since= — the
 // file-change feed. Thin: the query is decoded by protocol/watch, the watch
 // is found or made by the hub (execd/watch), and the feed here is the
-// exchange's Source: the first line names the watch and its newest seq,
-// then (for `since`) the retained events after it, or one `gap` saying from
-// where it continues, then live events, paced by the client (pulled from the
-// watch's ring: a client that falls behind the ring gets a gap, never an
-// unbounded buffer), with a ping line every 15 s. A `gone` event (the root
-// went away) ends the response.
+// exchange's Source: the first line names the watch, its newest seq and the
+// seq the feed continues after, then (for `since`) the retained events after
+// it, or one `gap` saying from where it continues, then live events, paced
+// by the client (pulled from the watch's ring: a client that falls behind
+// the ring gets a gap, never an unbounded buffer), with a ping line every
+// 15 s. A `gone` event (the root went away) ends the response. No line's
+// `seq` is ahead of the events the feed has sent: a client may resume from
+// the highest `seq` it read, whichever line carried it.
 #include "execd/api/watch.h"
 
 #include "execd/http/awaiter.h"
@@ -34,18 +36,17 @@ class WatchFeed final : public http::Source, public watch::Follower {
     ex_.begin_chunked(200, {"Content-Type: application/x-ndjson", "Cache-Control: no-cache", "X-Accel-Buffering: no"});
     std::string out;
     int64_t now = unix_ms();
-    protocol::encode_watch_hello(out, watch_->root(), watch_->recursive(), watch_->last_seq(), now);
-    if (!since) {
-      after_ = watch_->last_seq();  // live events only
-    } else if (*since > hub_.current_seq()) {
-      // Not a seq this execd gave out (a client of an execd before a
-      // restart whose clock went back): from now on.
-      after_ = watch_->last_seq();
-      protocol::encode_watch_gap(out, *since, after_, "unknown seq", now);
-    } else {
-      after_ = *since;
-      gap_check(out, now, *since == 0);
-    }
+    bool known = since && *since <= hub_.current_seq();
+    // Live events only; or, for a seq this execd never gave out (a client
+    // of an execd before a restart whose clock went back), from now on.
+    after_ = known ? *since : watch_->last_seq();
+    // The first line's seq is where this feed continues, not the newest: a
+    // resumed feed replays the backlog after `since` next, and a client that
+    // kept the newest as the highest seq it saw would skip that backlog when
+    // it reconnects before reading all of it.
+    protocol::encode_watch_hello(out, watch_->root(), watch_->recursive(), after_, watch_->last_seq(), now);
+    if (since && !known) protocol::encode_watch_gap(out, *since, after_, "unknown seq", now);
+    if (known) gap_check(out, now, *since == 0);
     watch_->follow(this);
     last_sent_ms_ = uv_now(hub_.loop());
     if (!ex_.send(std::move(out))) {
@@ -67,7 +68,9 @@ class WatchFeed final : public http::Source, public watch::Follower {
     if (!watch_ || waiting_ || now_ms - last_sent_ms_ < kPingMs) return;
     last_sent_ms_ = now_ms;
     std::string out;
-    protocol::encode_watch_ping(out, watch_->last_seq(), unix_ms());
+    // What this feed has sent up to (the newest, once it is caught up),
+    // never a seq ahead of the events the client has.
+    protocol::encode_watch_ping(out, after_, unix_ms());
     if (!ex_.send(std::move(out))) waiting_ = true;
   }
 

@@ -1,7 +1,9 @@
 """GET and POST /files/archive against real trees: symlinks (kept as
-symlinks, inside, outside and dangling), hard links, a sparse file, a large
-file, empty directories and odd names, compared with GNU tar of the same
-tree; a round trip through POST; hostile archives (zip slip, absolute paths,
+symlinks, inside, outside and dangling), hard links, sparse files (one
+ending in a hole, one all hole), a large file, empty directories and odd
+names, compared with GNU tar of the same tree; a file that shrinks or grows
+while it is sent (a download that fails, not a wrong archive); a round trip
+through POST; hostile archives (zip slip, absolute paths,
 links out of the target, a symlink then a file through it, devices and
 FIFOs, hard links out, 10,000 entries, a 1 GiB entry), each refused whole
 with nothing left behind; the limits refused before the body is read."""
@@ -17,6 +19,7 @@ import socket
 import stat
 import subprocess
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 from urllib.parse import quote
@@ -24,6 +27,7 @@ from urllib.parse import quote
 import pytest
 
 from execd_client import SLOW, wait_until
+from test_client_resets import body_len, dial, recv_until, request, wait_write_pending
 
 MiB = 1024 * 1024
 
@@ -44,6 +48,11 @@ def make_tree(root: Path, outward_link=True) -> Path:
     with open(root / "sparse", "wb") as f:
         f.seek(256 * MiB)
         f.write(b"end")
+    with open(root / "sparse_tail", "wb") as f:  # ends in a hole: whole, not taken for a file that shrank
+        f.write(b"start")
+        f.truncate(32 * MiB)
+    with open(root / "all_hole", "wb") as f:
+        f.truncate(8 * MiB)
     (root / "large.bin").write_bytes(os.urandom(20 * MiB))
     os.chmod(root / "dir" / "deeper" / "n.bin", 0o640)
     return root
@@ -147,6 +156,95 @@ def test_round_trip_through_post(execd, inner_tree, tmp_path, fmt):
     assert got == want
     assert os.lstat(target / "sparse").st_blocks * 512 < 8 * MiB
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".here.execd-extract")]
+
+
+def read_response(s: socket.socket, raw: bytearray):
+    """Reads into `raw` until the server closes or a chunked body's
+    terminating chunk has come (execd keeps the connection open after it).
+    tar.gz and zip are deflated at some 50 MB/s, slower on a loaded machine."""
+    deadline = time.monotonic() + 60 * SLOW
+    while not raw.endswith(b"\r\n0\r\n\r\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"neither the end of the body nor a close; got {len(raw)} bytes")
+        s.settimeout(left)
+        try:
+            d = s.recv(MiB)
+        except ConnectionResetError:
+            return
+        except TimeoutError:
+            raise AssertionError(f"neither the end of the body nor a close; got {len(raw)} bytes") from None
+        if not d:
+            return
+        raw += d
+
+
+def dechunk(raw: bytes) -> tuple[bytes, bool]:
+    """The body of a chunked response as far as it came, and whether its
+    terminating zero-length chunk came."""
+    at = raw.index(b"\r\n\r\n") + 4
+    body = bytearray()
+    while True:
+        eol = raw.find(b"\r\n", at)
+        if eol < 0:
+            return bytes(body), False
+        size = int(raw[at:eol].split(b";")[0], 16)
+        if size == 0:
+            return bytes(body), True
+        chunk = raw[eol + 2:eol + 2 + size]
+        body += chunk
+        at = eol + 2 + size
+        if len(chunk) < size or raw[at:at + 2] != b"\r\n":
+            return bytes(body), False
+        at += 2
+
+
+CHANGES = {"shrinks": "shrank", "grows": "grew"}
+
+
+@pytest.mark.parametrize("fmt", ["tar", "tar.gz", "zip"])
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_file_that_changes_size_while_it_is_read_fails_the_download(execd, tmp_path, fmt, change):
+    """A 24 MiB file truncated to 1 MiB (or grown by 1 MiB) while its member
+    is being sent: the header already said 24 MiB, so the archive cannot be
+    completed honestly. The response ends without its last chunk, and what
+    arrived is an archive the reader refuses (not one with 23 MiB of zeros,
+    or without the new MiB, that tar takes for whole)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    big = src / "big.bin"
+    big.write_bytes(os.urandom(24 * MiB))
+    # A small window: once the client stops reading, execd is held up a few
+    # MiB into the member (socket buffers, one queued and one made piece).
+    s = dial(execd, rcvbuf=64 * 1024)
+    s.sendall(request(execd, "GET", f"/files/archive?path={quote(str(src))}&format={fmt}"))
+    raw = bytearray()
+    assert recv_until(s, raw, lambda b: body_len(b) >= MiB, "the head and the first MiB")
+    wait_write_pending(execd, s, "archive")
+    if change == "shrinks":
+        os.truncate(big, MiB)
+    else:
+        with open(big, "ab") as f:
+            f.write(os.urandom(MiB))
+    read_response(s, raw)
+    s.close()
+    head = bytes(raw[:raw.index(b"\r\n\r\n")]).lower()
+    assert head.startswith(b"http/1.1 200") and b"transfer-encoding: chunked" in head, head
+    body, terminated = dechunk(bytes(raw))
+    assert not terminated, f"the response ended as if the archive were whole ({len(body)} bytes)"
+    if fmt == "zip":
+        with pytest.raises(zipfile.BadZipFile):
+            zipfile.ZipFile(io.BytesIO(body)).testzip()
+    else:
+        dest = tmp_path / "x"
+        dest.mkdir()
+        r = subprocess.run(["tar", "-xzf" if fmt == "tar.gz" else "-xf", "-", "-C", str(dest)], input=body,
+                           capture_output=True)
+        assert r.returncode != 0, f"GNU tar took it for whole: {r.stderr!r}"
+        assert b"Unexpected EOF" in r.stderr or b"unexpected end of file" in r.stderr, r.stderr
+    wait_until(lambda: f"{CHANGES[change]} while it was archived" in execd.stderr_text(), 10 * SLOW, 0.05,
+               "execd to say why it cut the archive")
+    assert execd.ping() == 200
 
 
 def test_replace_owner_mode_and_conflicts(execd, tmp_path):

@@ -1,7 +1,7 @@
 """GET /files/watch: the resumable file-change feed, against real
 directories: what each change reports, recursion into new and renamed
 directories, a watcher that disconnects mid-burst and resumes by seq without
-loss, the ring letting go (a gap), a kernel queue overflow forced with a
+loss (twice, from the highest seq of any line it read), the ring letting go (a gap), a kernel queue overflow forced with a
 small /proc/sys/fs/inotify/max_queued_events (a gap, then the live feed
 again), the root going away, and the limits, each refused before an inotify
 instance is taken."""
@@ -117,6 +117,60 @@ def test_a_watcher_that_disconnects_mid_burst_resumes_without_loss(execd, root):
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     assert g.events[0]["seq"] > resume_at
     g.close()
+
+
+def reach(feed: Feed, seq: int, last_path: str):
+    """Reads `feed` (a live feed of the same watch) until the watch has
+    recorded an event with `seq`, or the burst's last create."""
+    if feed.events and (feed.events[-1]["seq"] >= seq or feed.events[-1].get("path") == last_path):
+        return
+    feed.until(lambda e: e["seq"] >= seq or e.get("path") == last_path, 60, f"seq {seq}")
+
+
+@pytest.mark.parametrize("first_cut,second_cut", [(1, 1), (200, 50), (1000, 99)])
+def test_resuming_from_the_highest_seq_seen_twice_mid_burst_misses_nothing(execd, root, first_cut, second_cut):
+    """A client that keeps the highest seq of any line it read (the first
+    line's too) as where to resume, cut off mid-burst after `first_cut`
+    events, resumed while the watch is at least 100 events further on, cut
+    off again after `second_cut` events of that backlog, and resumed again:
+    every line's seq is above the one before, and across the three
+    connections the events follow each other seq by seq, each create once."""
+    n = 2000
+    last_path = str(root / f"f{n}")
+    observer = Feed(execd, root)  # the same watch, read live: how far it has got
+    f = Feed(execd, root)
+    c, r = execd.open_stream({"command": f"cd {root} && for i in $(seq 1 {n}); do : > f$i; done", "background": True})
+    r.read()
+    c.close()
+    feeds, events = [], []
+    for cut, hang_up in ((first_cut, Feed.kill), (second_cut, Feed.close)):
+        feeds.append(f)
+        f.until(lambda e: len(f.events) >= cut, 30, f"{cut} events")
+        events += f.events
+        highest = max(f.seqs)
+        hang_up(f)
+        # A resume with a backlog: the watch is well past where the client is.
+        reach(observer, highest + 100, last_path)
+        f = Feed(execd, root, since=highest)
+        # Where the feed continues, and how far the watch is (not a seq to resume from).
+        assert f.hello["seq"] == highest and f.hello["newest"] > highest, f.hello
+    feeds.append(f)
+    reach(observer, 1 << 63, last_path)
+    final = observer.events[-1]["seq"]
+    while max(f.seqs) < final:  # the client reads on until it has seen the watch's last seq
+        f.until(lambda e: True, 30, "the rest of the burst")
+    events += f.events
+    for g in feeds:
+        assert g.seqs == sorted(set(g.seqs)), f"seqs out of order on one connection: {g.seqs[:5]}…"
+    assert not [e for e in events if e["type"] == "gap"], "the ring kept them all: no gap"
+    seqs = [e["seq"] for e in events]
+    holes = [(a, b) for a, b in zip(seqs, seqs[1:]) if b != a + 1]
+    assert not holes, f"events missing or repeated between seqs {holes[:5]}"
+    names = creates(events)
+    assert len(names) == len(set(names)) == n, "each create once: none lost, none repeated"
+    for g in feeds[1:]:
+        g.close()
+    observer.close()
 
 
 def test_what_the_ring_let_go_of_is_one_gap(execd_factory, root):

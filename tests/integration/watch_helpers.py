@@ -28,6 +28,10 @@ class Feed:
         self.events: list[dict] = []
         self.hello = None
         self.ended = False
+        # The seq of every line that has one, in the order read (the first
+        # line and pings too): what a client that keeps the highest seq it
+        # saw would resume from.
+        self.seqs: list[int] = []
         if self.status == 200:
             self.hello = self.next_line(timeout)
             assert self.hello and self.hello["type"] == "watch", self.hello
@@ -54,6 +58,8 @@ class Feed:
             if not line:
                 continue
             ev = json.loads(line)
+            if "seq" in ev:
+                self.seqs.append(ev["seq"])
             if ev["type"] == "ping":
                 continue
             return ev
