@@ -38,6 +38,14 @@ exec::RegistrySettings registry_settings(const Config& cfg) {
   return s;
 }
 
+exec::LaunchSettings launch_settings(const Config& cfg) {
+  exec::LaunchSettings s;
+  s.max_running = cfg.max_running;
+  s.track.max_entries = static_cast<size_t>(cfg.track_max_entries);
+  s.track.hash_max_bytes = static_cast<uint64_t>(cfg.track_hash_max_bytes);
+  return s;
+}
+
 watch::Settings watch_settings(const Config& cfg) {
   watch::Settings s;
   s.max_watches = static_cast<size_t>(cfg.max_watches);
@@ -79,23 +87,24 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       journal_(ctx_, file_gate_),
       watches_(loop, watch_settings(ctx_.config), activity_),
       executions_(loop, registry_settings(ctx_.config), journal_, activity_),
-      commands_{ctx_, runtime_, executions_, watches_},
+      launches_(executions_, watches_, launch_settings(ctx_.config)),
+      commands_{ctx_, runtime_, executions_, watches_, launches_},
       entrypoint_(ctx_.config.entrypoint.empty()
                       ? nullptr
                       : std::make_unique<Entrypoint>(runtime_, ctx_.config.entrypoint,
                                                      [this](int status) { entrypoint_exited(status); })),
       binding_(ctx_, access_, commands_, entrypoint_.get()),
-      sessions_(ctx_, runtime_, executions_, watches_),
+      sessions_(ctx_, runtime_, launches_),
       ptys_(ctx_, runtime_, journal_),
       files_{ctx_, file_gate_, journal_, nullptr, nullptr, {}},
       file_identities_(files_),
       metrics_(ctx_),
       proxy_(ctx_),
-      code_(ctx_, runtime_, executions_),
+      code_(ctx_, runtime_, launches_),
       envd_routes_(access_, Listener::e2b, api::rpc::respond_unauthenticated),
       envd_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
       ci_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
-      envd_processes_(ctx_, runtime_, executions_),
+      envd_processes_(ctx_, runtime_, launches_),
       envd_fs_(ctx_, files_),
       activity_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
                     server_},

@@ -35,6 +35,7 @@
 #include "execd/activity.h"
 #include "execd/context.h"
 #include "execd/entrypoint.h"
+#include "execd/exec/launch.h"
 #include "execd/exec/registry.h"
 #include "execd/http/server.h"
 #include "execd/routes.h"
@@ -87,6 +88,7 @@ class Daemon {
   Activity activity_;
   watch::Hub watches_;         // before the executions: their trackers lease watches
   exec::Registry executions_;  // reloading records writes to the journal
+  exec::LaunchPath launches_;  // the one way every kind of run starts
   api::CommandService commands_;
   std::unique_ptr<Entrypoint> entrypoint_;  // --init -- CMD
   api::RuntimeBinding binding_;

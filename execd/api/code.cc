@@ -103,11 +103,13 @@ class CodeRun final : public exec::Runner {
 
 class CodeRegistryImpl {
  public:
-  CodeRegistryImpl(const Context& c, pty::Runtime& rt, exec::Registry& ex)
-      : ctx(c), runtime(rt), executions(ex), heartbeat_timeout_ms(heartbeat_timeout_from(c.base_env)) {}
+  CodeRegistryImpl(const Context& c, pty::Runtime& rt, exec::LaunchPath& l)
+      : ctx(c), runtime(rt), executions(l.executions()), launches(l),
+        heartbeat_timeout_ms(heartbeat_timeout_from(c.base_env)) {}
   const Context& ctx;
   pty::Runtime& runtime;
   exec::Registry& executions;
+  exec::LaunchPath& launches;
   const uint64_t heartbeat_timeout_ms;
   std::map<std::string, std::unique_ptr<CodeContext>> contexts;
   std::map<std::string, std::string> defaults;  // kernel name -> context id
@@ -141,9 +143,6 @@ class CodeRegistryImpl {
     auto r = context_refusal();
     if (r) ex.respond_error(r->status, r->code, r->message);
     return !r;
-  }
-  std::optional<Refusal> run_refusal() const {
-    return refuse_past(executions.running(), ctx.config.max_running, "running executions", "max-running");
   }
   CodeContext* find(const std::string& id) {
     auto it = contexts.find(id);
@@ -750,8 +749,8 @@ void CodeRegistryImpl::forget(CodeContext* c) {
 
 // ---------------------------------------------------------------------------
 
-CodeRegistry::CodeRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions)
-    : impl_(std::make_unique<CodeRegistryImpl>(ctx, runtime, executions)) {}
+CodeRegistry::CodeRegistry(const Context& ctx, pty::Runtime& runtime, exec::LaunchPath& launches)
+    : impl_(std::make_unique<CodeRegistryImpl>(ctx, runtime, launches)) {}
 
 CodeRegistry::~CodeRegistry() = default;
 
@@ -854,53 +853,65 @@ CodeContext* default_context(CodeRegistryImpl& reg, const std::string& language,
   return c;
 }
 
-struct CodeTrackWait : http::Awaitable {};
+void e2b_text(http::Exchange& ex, int status, const std::string& text);
 
-// Starts the run in context `context_id`, its stream written by `format`
-// (null: the OpenSandbox envelope in the client's framing); with
-// track_changes, the watches on its roots are made first (and the context
-// is looked up again after).
-void start_code_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex, const std::string& context_id,
-                    std::string code, std::vector<std::string> track, std::unique_ptr<exec::ChangeTracker> tracker,
-                    std::unique_ptr<exec::StreamFormat> format = nullptr,
-                    std::optional<jp::EnvScript> env = std::nullopt) {
-  CodeContext* c = reg.find(context_id);
-  if (!c) return context_not_found(ex, context_id);
-  if (c->busy())
-    return ex.respond_error(409, "CONTEXT_BUSY", "context " + c->id() + " is already running code");
-  if (!admit(ex, reg.executions.running(), reg.ctx.config.max_running, "running executions", "max-running")) return;
-  if (!track.empty() && !tracker) {
-    auto wait = std::make_shared<CodeTrackWait>();
-    http::await(ex, *wait);
-    exec::ChangeTracker::open(
-        commands.watches, track, track_limits(reg.ctx),
-        [&reg, &commands, wait, context_id, code = std::move(code), track](
-            std::unique_ptr<exec::ChangeTracker> t, std::optional<protocol::ApiError> err) mutable {
-          http::Exchange* ex = wait->exchange();
-          if (!ex) return;
-          if (err) return ex->respond_error(err->status, err->code, "track_changes: " + err->message);
-          start_code_run(reg, commands, *ex, context_id, std::move(code), std::move(track), std::move(t));
-        });
-    return;
+// What a code run brings to a launch (exec/launch): its context, there and
+// idle when asked and again when it starts, and its stream (`format`; null:
+// the OpenSandbox envelope in the client's framing). E2B's /execute words
+// its refusals as text.
+class CodeRunStart final : public exec::RunStart {
+ public:
+  CodeRunStart(CodeRegistryImpl& reg, std::string context, std::string code, std::unique_ptr<exec::StreamFormat> format,
+               std::optional<jp::EnvScript> env, bool e2b)
+      : reg_(reg), context_(std::move(context)), code_(std::move(code)), format_(std::move(format)),
+        env_(std::move(env)), e2b_(e2b) {}
+  std::optional<protocol::ApiError> admission() override { return refusal(); }
+  std::optional<protocol::ApiError> recheck() override { return refusal(); }
+  std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange& client) override {
+    return format_ ? std::move(format_) : exec::envelope_format(framing_for(reg_.ctx, client), false);
   }
+  std::unique_ptr<exec::Runner> start(exec::Execution& e, std::string&) override {
+    auto run = std::make_unique<CodeRun>(e, std::move(code_));
+    run->env = std::move(env_);
+    reg_.find(context_)->begin_run(*run);
+    return run;
+  }
+  void refuse(http::Exchange& client, const protocol::ApiError& why) override {
+    if (e2b_) return e2b_text(client, why.status, why.message);
+    exec::RunStart::refuse(client, why);
+  }
+
+ private:
+  std::optional<protocol::ApiError> refusal() {
+    CodeContext* c = reg_.find(context_);
+    if (!c) return protocol::ApiError{404, std::string(codes::kContextNotFound), "context " + context_ + " not found"};
+    if (c->busy()) return protocol::ApiError{409, "CONTEXT_BUSY", "context " + c->id() + " is already running code"};
+    return std::nullopt;
+  }
+
+  CodeRegistryImpl& reg_;
+  std::string context_, code_;
+  std::unique_ptr<exec::StreamFormat> format_;
+  std::optional<jp::EnvScript> env_;
+  bool e2b_;
+};
+
+// Starts a run of `code` in context `c` (see CodeRunStart).
+void start_code_run(CodeRegistryImpl& reg, http::Exchange& ex, CodeContext& c, std::string code,
+                    std::vector<std::string> track, std::unique_ptr<exec::StreamFormat> format = nullptr,
+                    std::optional<jp::EnvScript> env = std::nullopt) {
   exec::ExecutionSpec spec;
   spec.kind = exec::Kind::code_run;
   spec.content = code;
-  spec.owner = c->id();
-  spec.language = c->language();
+  spec.owner = c.id();
+  spec.language = c.language();
   spec.fingerprint = "code-run";
-  spec.cwd = c->cwd();
+  spec.cwd = c.cwd();
   spec.track_changes = std::move(track);
-  exec::Execution& e =
-      reg.executions.create(std::move(spec), static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
-  if (tracker) e.track(std::move(tracker));
-  auto run = std::make_unique<CodeRun>(e, std::move(code));
-  run->env = std::move(env);
-  if (!format) format = exec::envelope_format(framing_for(reg.ctx, ex), false);
-  ex.attach(std::make_unique<exec::ExecutionReader>(ex, e, exec::ExecutionReader::Role::original, std::move(format), 0,
-                                                    0, std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
-  c->begin_run(*run);
-  e.start(std::move(run));
+  bool e2b = format != nullptr;
+  reg.launches.launch(&ex, std::move(spec),
+                      std::make_unique<CodeRunStart>(reg, c.id(), std::move(code), std::move(format), std::move(env), e2b),
+                      false, static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
 }
 
 void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex) {
@@ -925,7 +936,7 @@ void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange&
                                                       : codes::kInvalidRequestBody,
                               error);
   }
-  start_code_run(reg, commands, ex, c->id(), std::move(req.code), std::move(req.track_changes), nullptr);
+  start_code_run(reg, ex, *c, std::move(req.code), std::move(req.track_changes));
 }
 
 // ---------------------------------------------------------------------------
@@ -1003,7 +1014,6 @@ void handle_e2b_execute(CodeRegistryImpl& reg, CommandService& commands, http::E
     if (!c) return e2b_text(ex, status == 400 ? 500 : status, error);
   }
   if (c->busy()) return e2b_text(ex, 409, "context " + c->id() + " is already running code");
-  if (auto r = reg.run_refusal()) return e2b_text(ex, r->status, r->message);
   std::optional<jp::EnvScript> env;
   if (!req.env_vars.empty()) {
     // Refused rather than ignored where execd cannot set them: code that
@@ -1014,8 +1024,7 @@ void handle_e2b_execute(CodeRegistryImpl& reg, CommandService& commands, http::E
                           ": set them in the code");
     env = jp::python_env_script(req.env_vars);
   }
-  start_code_run(reg, commands, ex, c->id(), std::move(req.code), {}, nullptr, std::make_unique<E2BCodeFormat>(),
-                 std::move(env));
+  start_code_run(reg, ex, *c, std::move(req.code), {}, std::make_unique<E2BCodeFormat>(), std::move(env));
 }
 
 void handle_e2b_create(CodeRegistryImpl& reg, http::Exchange& ex) {

@@ -28,7 +28,7 @@ class CodeRegistryImpl;
 
 class CodeRegistry {
  public:
-  CodeRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions);
+  CodeRegistry(const Context& ctx, pty::Runtime& runtime, exec::LaunchPath& launches);
   ~CodeRegistry();
   CodeRegistry(const CodeRegistry&) = delete;
   CodeRegistry& operator=(const CodeRegistry&) = delete;

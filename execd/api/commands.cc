@@ -21,12 +21,12 @@
 #include "execd/api/activity.h"
 #include "execd/http/awaiter.h"
 #include "execd/api/sessions.h"
+#include "execd/exec/launch.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/stdin.h"
 #include "execd/limits.h"
 #include "execd/runners/command.h"
 #include "execd/runners/command_spawn.h"
-#include "fs/pool_job.h"
 #include "protocol/errors.h"
 #include "protocol/execution_record.h"
 #include "protocol/list_cursor.h"
@@ -43,87 +43,39 @@ using exec::ExecutionReader;
 
 namespace {
 
-// Preparing a command: everything that may block (stat, passwd and group
-// lookups, reading the EXECD_ENVS file) runs on the threadpool.
-struct PrepareWork : http::Awaitable {
-  CommandService* svc;
-  protocol::CommandRequest req;
-  protocol::Framing framing;
-  std::string id;  // the reserved execution
-  // results
-  pty::SpawnOptions opts;
-  std::optional<ApiError> error;
-  std::unique_ptr<exec::ChangeTracker> tracker;  // track_changes, once its watches are ready
+// What a command brings to a launch (exec/launch): its preparation (the
+// environment, the user, the working directory: blocking when
+// runners::needs_pool says so), its stream in the client's framing, and
+// the command runner.
+class CommandStart final : public exec::RunStart {
+ public:
+  CommandStart(CommandService& svc, protocol::CommandRequest req, protocol::Framing framing)
+      : svc_(svc), req_(std::move(req)), framing_(framing) {}
+  bool prepare_blocks() const override { return runners::needs_pool(svc_.ctx, req_); }
+  std::optional<ApiError> prepare() override { return runners::prepare_spawn(svc_.ctx, req_, opts_); }
+  std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange&) override {
+    return exec::envelope_format(framing_);
+  }
+  std::vector<std::string> stream_headers(const Execution&) override { return {}; }
+  std::unique_ptr<exec::Runner> start(Execution& e, std::string& error) override {
+    pty::CommandLimits limits;
+    limits.timeout_ms = req_.timeout_ms;
+    limits.kill_grace_ms = svc_.ctx.config.kill_grace_ms;
+    limits.resources.memory_bytes = req_.limit_memory_bytes;
+    limits.resources.pids = req_.limit_pids;
+    limits.resources.cpu_shares = req_.limit_cpu_shares;
+    auto runner = runners::CommandRunner::start(svc_.runtime, opts_, limits, req_.stdin_open, e, error);
+    if (runner)
+      spdlog::info("command {} started: pid {}{}", e.id(), runner->pgid(), req_.background ? " (background)" : "");
+    return runner;
+  }
+
+ private:
+  CommandService& svc_;
+  protocol::CommandRequest req_;
+  protocol::Framing framing_;
+  pty::SpawnOptions opts_;
 };
-
-void start_command(CommandService& svc, http::Exchange* ex, PrepareWork& w);
-
-// track_changes: the watches on its roots are made (or found) first, so
-// that nothing the command does escapes them; then the command starts.
-void track_then_start(CommandService& svc, http::Exchange* ex, PrepareWork& w) {
-  auto next = std::make_shared<PrepareWork>();
-  next->svc = w.svc;
-  next->req = std::move(w.req);
-  next->framing = w.framing;
-  next->id = w.id;
-  next->opts = std::move(w.opts);
-  if (ex) http::await(*ex, *next);
-  exec::ChangeTracker::open(svc.watches, next->req.track_changes, track_limits(svc.ctx),
-                            [next](std::unique_ptr<exec::ChangeTracker> tracker, std::optional<ApiError> err) {
-                              http::Exchange* ex = next->exchange();
-                              if (err) {
-                                err->message = "track_changes: " + err->message;
-                                next->error = std::move(err);
-                              }
-                              next->tracker = std::move(tracker);
-                              if (!ex && next->req.id.empty()) {
-                                if (Execution* e = next->svc->executions.find(next->id))
-                                  e->discard(ApiError{499, std::string(codes::kRuntimeError), "the client left"});
-                                return;
-                              }
-                              start_command(*next->svc, ex, *next);
-                            });
-}
-
-void start_command(CommandService& svc, http::Exchange* ex, PrepareWork& w) {
-  Execution* e = svc.executions.find(w.id);
-  if (!e || !e->starting()) return;  // cannot happen: a reserved execution stays until it starts
-  if (!w.error && !svc.executions.accepting())
-    w.error = ApiError{503, std::string(codes::kRuntimeError), "execd is shutting down"};
-  if (!w.error && !w.req.track_changes.empty() && !w.tracker) return track_then_start(svc, ex, w);
-  if (w.error) {
-    if (ex) ex->respond_error(w.error->status, w.error->code, w.error->message);
-    return e->discard(*w.error);
-  }
-  if (w.tracker) e->track(std::move(w.tracker));
-  if (ex) {
-    auto reader = std::make_unique<ExecutionReader>(*ex, *e, ExecutionReader::Role::original, w.framing);
-    ex->attach(std::move(reader));
-  }
-  pty::CommandLimits limits;
-  limits.timeout_ms = w.req.timeout_ms;
-  limits.kill_grace_ms = svc.ctx.config.kill_grace_ms;
-  limits.resources.memory_bytes = w.req.limit_memory_bytes;
-  limits.resources.pids = w.req.limit_pids;
-  limits.resources.cpu_shares = w.req.limit_cpu_shares;
-  std::string error;
-  auto runner = runners::CommandRunner::start(svc.runtime, w.opts, limits, w.req.stdin_open, *e, error);
-  if (!runner) return e->fail_start(error);  // as the Go daemon: a 200 stream with init, then an error
-  spdlog::info("command {} started: pid {}{}", e->id(), runner->pgid(), w.req.background ? " (background)" : "");
-  e->start(std::move(runner));
-}
-
-void after_prepare(PrepareWork& w, int) {
-  // A client that left before anything started: a command it named still
-  // starts (its retry attaches to it); one it did not name never will.
-  http::Exchange* ex = w.exchange();
-  if (!ex && w.req.id.empty()) {
-    if (Execution* e = w.svc->executions.find(w.id))
-      e->discard(ApiError{499, std::string(codes::kRuntimeError), "the client left"});
-    return;
-  }
-  start_command(*w.svc, ex, w);
-}
 
 // The execution a start request reserves.
 exec::ExecutionSpec command_spec(const protocol::CommandRequest& req, std::string fingerprint) {
@@ -143,49 +95,33 @@ exec::ExecutionSpec command_spec(const protocol::CommandRequest& req, std::strin
   return spec;
 }
 
-// Prepares the reserved command and starts it; `ex` (null: nobody) gets
-// its stream.
-void prepare_and_start(CommandService& svc, http::Exchange* ex, std::unique_ptr<PrepareWork> w) {
-  if (!runners::needs_pool(svc.ctx, w->req)) {
-    // Nothing that blocks: prepare on the loop and save two thread hops.
-    w->error = runners::prepare_spawn(svc.ctx, w->req, w->opts);
-    return start_command(svc, ex, *w);
-  }
-  if (ex) http::await(*ex, *w);
-  fs::queue_job<PrepareWork>(
-      svc.ctx.loop, std::move(w), [](PrepareWork& w) { w.error = runners::prepare_spawn(w.svc->ctx, w.req, w.opts); },
-      after_prepare);
-}
-
 void handle_run(CommandService& svc, http::Exchange& ex) {
   auto decoded = protocol::decode_command_request(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
-  auto w = std::make_unique<PrepareWork>();
-  w->svc = &svc;
-  w->req = std::move(std::get<protocol::CommandRequest>(decoded));
-  w->framing = framing_for(svc.ctx, ex);
+  protocol::CommandRequest req = std::move(std::get<protocol::CommandRequest>(decoded));
+  protocol::Framing framing = framing_for(svc.ctx, ex);
   if (!svc.executions.accepting()) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
-  std::string fingerprint = protocol::request_fingerprint(w->req);
-  if (!w->req.id.empty()) {
-    if (Execution* existing = svc.executions.find(w->req.id)) {
+  std::string fingerprint = protocol::request_fingerprint(req);
+  if (!req.id.empty()) {
+    if (Execution* existing = svc.executions.find(req.id)) {
       // A retried start: the same request attaches to the run, a different
       // one is refused.
       if (existing->spec().fingerprint != fingerprint)
         return ex.respond_error(409, "COMMAND_ID_CONFLICT",
-                                "command id " + w->req.id + " is already used by a different request");
+                                "command id " + req.id + " is already used by a different request");
       if (!admit(ex, svc.executions.readers(), svc.ctx.config.max_readers, "resume readers", "max-readers")) return;
-      auto reader = std::make_unique<ExecutionReader>(ex, *existing, ExecutionReader::Role::attach, w->framing);
+      auto reader = std::make_unique<ExecutionReader>(ex, *existing, ExecutionReader::Role::attach, framing);
       ExecutionReader& r = *reader;
       ex.attach(std::move(reader));
       if (!existing->starting()) r.begin();
       return;
     }
   }
-  if (!admit(ex, svc.executions.running(), svc.ctx.config.max_running, "running executions", "max-running")) return;
-  // The id is reserved now, before anything that takes time.
-  w->id = svc.executions.create(command_spec(w->req, std::move(fingerprint))).id();
-  prepare_and_start(svc, &ex, std::move(w));
+  // A command the client named goes on if the client leaves: its retry attaches.
+  bool named = !req.id.empty();
+  exec::ExecutionSpec spec = command_spec(req, std::move(fingerprint));
+  svc.launches.launch(&ex, std::move(spec), std::make_unique<CommandStart>(svc, std::move(req), framing), named);
 }
 
 }  // namespace
@@ -199,13 +135,13 @@ bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, st
     error = "id " + req.id + " is in use";
     return false;
   }
-  auto w = std::make_unique<PrepareWork>();
-  w->svc = &svc;
-  w->req = std::move(req);
-  w->req.background = true;
-  w->framing = protocol::Framing::exact;
-  w->id = svc.executions.create(command_spec(w->req, protocol::request_fingerprint(w->req))).id();
-  prepare_and_start(svc, nullptr, std::move(w));
+  req.background = true;
+  exec::ExecutionSpec spec = command_spec(req, protocol::request_fingerprint(req));
+  if (auto refused = svc.launches.launch(nullptr, std::move(spec),
+                                         std::make_unique<CommandStart>(svc, std::move(req), protocol::Framing::exact))) {
+    error = refused->message;
+    return false;
+  }
   return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include "execd/context.h"
 #include "execd/exec/changes.h"
+#include "execd/exec/launch.h"
 #include "execd/exec/registry.h"
 #include "execd/http/exchange.h"
 #include "execd/routes.h"
@@ -24,6 +25,7 @@ struct CommandService {
   pty::Runtime& runtime;
   exec::Registry& executions;
   watch::Hub& watches;  // track_changes
+  exec::LaunchPath& launches;
 };
 
 // The limits of a run's change list (--track-max-entries, --track-hash-max-bytes).

@@ -16,14 +16,12 @@
 #include <tuple>
 #include <vector>
 
-#include "execd/http/awaiter.h"
 #include "execd/api/connect_rpc.h"
 #include "execd/exec/reader.h"
 #include "execd/http/connection.h"
 #include "execd/limits.h"
 #include "execd/runners/command.h"
 #include "execd/runners/command_spawn.h"
-#include "fs/pool_job.h"
 
 namespace execd::api {
 
@@ -148,103 +146,104 @@ bool decoded(http::Exchange& ex, std::variant<T, protocol::DecodeError>& v, bool
 
 // --- Start --------------------------------------------------------------------
 
-struct StartWork : http::Awaitable {
-  EnvdProcesses* svc;
-  envd::StartRequest req;
-  CallInfo info;
-  runners::ProcessStart start;
-  pty::SpawnOptions opts;
-  std::optional<protocol::ApiError> error;
-};
-
-// Past --envd-max-processes, or past --max-running (every kind of run
-// together, both APIs): resource_exhausted before anything is spawned.
-std::optional<cn::Error> start_refusal(EnvdProcesses& svc) {
+// Past --envd-max-processes (every kind of run together is --max-running,
+// which the launch path checks): resource_exhausted before anything is
+// spawned.
+std::optional<protocol::ApiError> process_refusal(EnvdProcesses& svc) {
   if (svc.running() >= static_cast<size_t>(svc.ctx.config.envd_max_processes))
-    return cn::Error{cn::Code::resource_exhausted, "too many processes: " +
-                                                       std::to_string(svc.ctx.config.envd_max_processes) +
-                                                       " are running (--envd-max-processes)"};
-  if (auto r = refuse_past(svc.executions.running(), svc.ctx.config.max_running, "running executions", "max-running"))
-    return cn::Error{cn::Code::resource_exhausted, r->message};
+    return protocol::ApiError{429, "LIMIT_REACHED",
+                              "too many processes: " + std::to_string(svc.ctx.config.envd_max_processes) +
+                                  " are running (--envd-max-processes)"};
   return std::nullopt;
 }
 
-void start_process(StartWork& w) {
-  http::Exchange* ex = w.exchange();
-  if (!ex) return;  // the client left before anything ran: nothing starts
-  EnvdProcesses& svc = *w.svc;
-  if (w.error)
-    return rpc::stream_error(*ex, {w.error->status == 401 ? cn::Code::unauthenticated : cn::Code::invalid_argument,
-                                   w.error->message});
-  if (!svc.executions.accepting()) return rpc::stream_error(*ex, {cn::Code::unavailable, "execd is shutting down"});
-  // Checked again: others may have started while this one was prepared.
-  if (auto err = start_refusal(svc)) return rpc::stream_error(*ex, *err);
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::process;
-  spec.content = command_line(w.req.process);
-  spec.fingerprint = "envd-process";
-  spec.cwd = w.opts.cwd;
-  if (w.opts.uid) spec.uid = *w.opts.uid;
-  if (w.opts.gid) spec.gid = *w.opts.gid;
-  spec.tty = w.start.pty;
-  bool keep_stdin = w.start.pty || w.req.stdin_open.value_or(true);
-  spec.stdin_open = keep_stdin;
-  exec::Execution& e = svc.executions.create(std::move(spec));
-  auto format = std::make_unique<ProcessEventFormat>(0, w.start.pty, w.info.keepalive_ms, true);
-  ProcessEventFormat* fmt = format.get();
-  ex->attach(std::make_unique<exec::ExecutionReader>(*ex, e, exec::ExecutionReader::Role::original, std::move(format),
-                                                     0, 0, std::vector<std::string>{"EXECD-RUN-ID: " + e.id()}));
-  pty::CommandLimits limits;
-  // envd ends the process at the call's deadline (Connect-Timeout-Ms).
-  limits.timeout_ms = static_cast<int64_t>(w.info.timeout_ms);
-  limits.kill_grace_ms = svc.ctx.config.kill_grace_ms;
-  std::string error;
-  auto runner = runners::CommandRunner::start(svc.runtime, w.opts, limits, keep_stdin, e, error);
-  if (!runner) return e.fail_start(error);
-  auto pid = static_cast<uint32_t>(runner->pgid());
-  fmt->set_pid(pid);
-  EnvdProcesses::Entry entry;
-  entry.exec_id = e.id();
-  entry.config = w.req.process;
-  entry.tag = w.req.tag;
-  entry.pid = pid;
-  entry.pty = w.start.pty;
-  svc.add(std::move(entry));
-  spdlog::info("process {} started: pid {}{}", e.id(), pid, w.start.pty ? " (pty)" : "");
-  e.start(std::move(runner));
-}
+// What an E2B Start brings to a launch (exec/launch): envd's way of
+// preparing a process (runners/command_spawn), its events in Connect
+// envelopes, the command runner, and its entry in the pid and tag table.
+// Refusals are Connect errors at the end of the stream.
+class ProcessStart final : public exec::RunStart {
+ public:
+  ProcessStart(EnvdProcesses& svc, envd::StartRequest req, const CallInfo& info, runners::ProcessStart start)
+      : svc_(svc), req_(std::move(req)), info_(info), start_(std::move(start)) {}
+  std::optional<protocol::ApiError> admission() override { return process_refusal(svc_); }
+  bool prepare_blocks() const override { return runners::process_needs_pool(svc_.ctx, start_); }
+  std::optional<protocol::ApiError> prepare() override {
+    return runners::prepare_process_spawn(svc_.ctx, start_, opts_);
+  }
+  // Others may have started while this one was prepared.
+  std::optional<protocol::ApiError> recheck() override { return process_refusal(svc_); }
+  void fill_spec(exec::ExecutionSpec& spec) override {
+    spec.cwd = opts_.cwd;
+    if (opts_.uid) spec.uid = *opts_.uid;
+    if (opts_.gid) spec.gid = *opts_.gid;
+  }
+  std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange&) override {
+    auto format = std::make_unique<ProcessEventFormat>(0, start_.pty, info_.keepalive_ms, true);
+    format_ = format.get();
+    return format;
+  }
+  std::unique_ptr<exec::Runner> start(exec::Execution& e, std::string& error) override {
+    pty::CommandLimits limits;
+    // envd ends the process at the call's deadline (Connect-Timeout-Ms).
+    limits.timeout_ms = static_cast<int64_t>(info_.timeout_ms);
+    limits.kill_grace_ms = svc_.ctx.config.kill_grace_ms;
+    auto runner = runners::CommandRunner::start(svc_.runtime, opts_, limits, keep_stdin(), e, error);
+    if (runner) pid_ = static_cast<uint32_t>(runner->pgid());
+    if (runner && format_) format_->set_pid(pid_);
+    return runner;
+  }
+  void started(exec::Execution& e, http::Exchange*) override {
+    EnvdProcesses::Entry entry;
+    entry.exec_id = e.id();
+    entry.config = req_.process;
+    entry.tag = req_.tag;
+    entry.pid = pid_;
+    entry.pty = start_.pty;
+    svc_.add(std::move(entry));
+    spdlog::info("process {} started: pid {}{}", e.id(), pid_, start_.pty ? " (pty)" : "");
+  }
+  void refuse(http::Exchange& client, const protocol::ApiError& why) override {
+    cn::Code code = why.status == 401   ? cn::Code::unauthenticated
+                    : why.status == 429 ? cn::Code::resource_exhausted
+                    : why.status == 503 ? cn::Code::unavailable
+                                        : cn::Code::invalid_argument;
+    rpc::stream_error(client, {code, why.message});
+  }
+  bool keep_stdin() const { return start_.pty || req_.stdin_open.value_or(true); }
+
+ private:
+  EnvdProcesses& svc_;
+  envd::StartRequest req_;
+  CallInfo info_;
+  runners::ProcessStart start_;
+  pty::SpawnOptions opts_;
+  ProcessEventFormat* format_ = nullptr;  // the client's stream, owned by its reader
+  uint32_t pid_ = 0;
+};
 
 void handle_start(EnvdProcesses& svc, http::Exchange& ex, std::string_view message, const CallInfo& info) {
   auto d = envd::decode_start(message);
   if (!decoded(ex, d, true)) return;
-  if (!svc.executions.accepting()) return rpc::stream_error(ex, {cn::Code::unavailable, "execd is shutting down"});
-  // Refused before anything is looked up or spawned.
-  if (auto err = start_refusal(svc)) return rpc::stream_error(ex, *err);
-  auto w = std::make_unique<StartWork>();
-  w->svc = &svc;
-  w->req = std::move(std::get<envd::StartRequest>(d));
-  w->info = info;
-  w->start.cmd = w->req.process.cmd;
-  w->start.args = w->req.process.args;
-  w->start.envs = w->req.process.envs;
-  w->start.cwd = w->req.process.cwd;
-  w->start.user = info.user;
-  if (w->req.pty) {
-    w->start.pty = true;
-    if (w->req.pty->rows) w->start.rows = static_cast<uint16_t>(std::min<uint32_t>(w->req.pty->rows, 0xffff));
-    if (w->req.pty->cols) w->start.cols = static_cast<uint16_t>(std::min<uint32_t>(w->req.pty->cols, 0xffff));
+  envd::StartRequest req = std::move(std::get<envd::StartRequest>(d));
+  runners::ProcessStart start;
+  start.cmd = req.process.cmd;
+  start.args = req.process.args;
+  start.envs = req.process.envs;
+  start.cwd = req.process.cwd;
+  start.user = info.user;
+  if (req.pty) {
+    start.pty = true;
+    if (req.pty->rows) start.rows = static_cast<uint16_t>(std::min<uint32_t>(req.pty->rows, 0xffff));
+    if (req.pty->cols) start.cols = static_cast<uint16_t>(std::min<uint32_t>(req.pty->cols, 0xffff));
   }
-  http::await(ex, *w);
-  if (!runners::process_needs_pool(svc.ctx, w->start)) {
-    // Nothing that blocks (the default user, its home): prepare here and
-    // save two thread hops, as POST /command does.
-    w->error = runners::prepare_process_spawn(svc.ctx, w->start, w->opts);
-    return start_process(*w);
-  }
-  fs::queue_job<StartWork>(
-      svc.ctx.loop, std::move(w),
-      [](StartWork& w) { w.error = runners::prepare_process_spawn(w.svc->ctx, w.start, w.opts); },
-      [](StartWork& w, int) { start_process(w); });
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::process;
+  spec.content = command_line(req.process);
+  spec.fingerprint = "envd-process";
+  spec.tty = start.pty;
+  auto run = std::make_unique<ProcessStart>(svc, std::move(req), info, std::move(start));
+  spec.stdin_open = run->keep_stdin();
+  svc.launches.launch(&ex, std::move(spec), std::move(run));
 }
 
 // --- Connect ------------------------------------------------------------------

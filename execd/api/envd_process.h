@@ -29,6 +29,7 @@
 #include <unordered_map>
 
 #include "execd/context.h"
+#include "execd/exec/launch.h"
 #include "execd/exec/registry.h"
 #include "execd/routes.h"
 #include "protocol/envd.h"
@@ -38,8 +39,8 @@ namespace execd::api {
 
 class EnvdProcesses {
  public:
-  EnvdProcesses(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions)
-      : ctx(ctx), runtime(runtime), executions(executions) {}
+  EnvdProcesses(const Context& ctx, pty::Runtime& runtime, exec::LaunchPath& launches)
+      : ctx(ctx), runtime(runtime), executions(launches.executions()), launches(launches) {}
 
   struct Entry {
     std::string exec_id;
@@ -62,6 +63,7 @@ class EnvdProcesses {
   const Context& ctx;
   pty::Runtime& runtime;
   exec::Registry& executions;
+  exec::LaunchPath& launches;
 
  private:
   // Entries whose execution the registry has let go of.

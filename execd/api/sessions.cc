@@ -20,6 +20,7 @@
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
 #include "execd/limits.h"
+#include "execd/exec/launch.h"
 #include "execd/exec/reader.h"
 #include "execd/runners/command_spawn.h"
 #include "execd/runners/session.h"
@@ -35,9 +36,8 @@ namespace execd::api {
 namespace codes = protocol::codes;
 using http::Exchange;
 
-SessionRegistry::SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions,
-                                 watch::Hub& watches)
-    : ctx_(ctx), runtime_(runtime), executions_(executions), watches_(watches) {}
+SessionRegistry::SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::LaunchPath& launches)
+    : ctx_(ctx), runtime_(runtime), launches_(launches) {}
 
 size_t SessionRegistry::busy() const {
   size_t n = 0;
@@ -160,96 +160,74 @@ void handle_create(SessionRegistry& reg, Exchange& ex) {
       });
 }
 
-// Refuses a run the session cannot take now; nullptr if it can.
-const char* refuse_run(SessionRegistry& reg, Exchange& ex, const std::string& id) {
-  SessionEntry* e = reg.find(id);
-  if (!e) return respond_unknown_session(ex, id), "";
-  if (e->dead || !e->shell || !e->shell->alive())
-    return ex.respond_error(410, "SESSION_EXITED", "session " + id + " has exited; delete it and create a new one"), "";
-  if (e->shell->busy())
-    return ex.respond_error(409, "SESSION_BUSY", "session " + id + " is already running a command"), "";
-  return nullptr;
-}
-
-// The run's script is written (and, with a timeout, the session's processes
-// listed) on the threadpool; with track_changes the watches on its roots are
-// made next; the run starts back on the loop.
-struct PreparedSessionRun {
-  pty::BashSession::PreparedRun prepared;
-  std::string problem;
+// What a session run brings to a launch (exec/launch): the session must be
+// there, alive and idle when it is asked for and again when it starts; its
+// script is written (and, with a timeout, the session's processes listed)
+// on the threadpool; it runs in the session's shell.
+class SessionRunStart final : public exec::RunStart {
+ public:
+  SessionRunStart(SessionRegistry& reg, std::string session, std::string command, std::string cwd, int64_t timeout_ms,
+                  protocol::Framing framing)
+      : reg_(reg), session_(std::move(session)), command_(std::move(command)), cwd_(std::move(cwd)),
+        timeout_ms_(timeout_ms), framing_(framing) {
+    pty::BashSession* shell = reg_.find(session_)->shell;
+    file_ = shell->next_run_file();
+    shell_pid_ = shell->shell_pid();
+  }
   // A run that never starts (the client left, the session went) leaves no script.
-  ~PreparedSessionRun() { pty::BashSession::discard(prepared); }
-};
+  ~SessionRunStart() override { pty::BashSession::discard(prepared_); }
 
-struct SessionTrackWait : http::Awaitable {};
-
-void begin_run(SessionRegistry& reg, Exchange& ex, const std::shared_ptr<PreparedSessionRun>& job,
-               const std::string& id, const std::string& command, const std::string& cwd, int64_t timeout_ms,
-               const std::vector<std::string>& track, std::unique_ptr<exec::ChangeTracker> tracker) {
+  std::optional<protocol::ApiError> admission() override { return refusal(reg_, session_); }
+  bool prepare_blocks() const override { return true; }
+  std::optional<protocol::ApiError> prepare() override {
+    if (!cwd_.empty()) {
+      struct stat st;
+      if (stat(cwd_.c_str(), &st) != 0) return bad_request("working directory does not exist: " + cwd_);
+      if (!S_ISDIR(st.st_mode)) return bad_request("working directory is not a directory: " + cwd_);
+    }
+    prepared_ = pty::BashSession::prepare_run(file_, shell_pid_, command_, timeout_ms_);
+    return std::nullopt;
+  }
   // The session may have gone or become busy while the jobs ran.
-  if (refuse_run(reg, ex, id)) return;
-  if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions", "max-running"))
-    return;
-  if (!track.empty() && !tracker) {
-    auto wait = std::make_shared<SessionTrackWait>();
-    http::await(ex, *wait);
-    exec::ChangeTracker::open(
-        reg.watches(), track, track_limits(reg.ctx()),
-        [&reg, wait, job, id, command, cwd, timeout_ms, track](std::unique_ptr<exec::ChangeTracker> t,
-                                                               std::optional<protocol::ApiError> err) {
-          Exchange* ex = wait->exchange();
-          if (!ex) return;
-          if (err) return ex->respond_error(err->status, err->code, "track_changes: " + err->message);
-          begin_run(reg, *ex, job, id, command, cwd, timeout_ms, track, std::move(t));
-        });
-    return;
+  std::optional<protocol::ApiError> recheck() override { return refusal(reg_, session_); }
+  std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange& client) override {
+    return exec::envelope_format(framing_);
   }
-  SessionEntry* e = reg.find(id);
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::session_run;
-  spec.id = id + "." + std::to_string(++e->runs);
-  spec.content = command;
-  spec.fingerprint = "session-run";
-  spec.cwd = cwd;
-  spec.owner = id;
-  spec.track_changes = track;
-  exec::Execution& run = reg.executions().create(std::move(spec));
-  if (tracker) run.track(std::move(tracker));
-  auto runner = std::make_unique<runners::SessionRunner>(run, *e->shell);
-  std::string err;
-  auto status = e->shell->run(std::exchange(job->prepared, {}), cwd, timeout_ms, runner.get(), err);
-  if (status != pty::BashSession::RunStatus::started) {
-    run.fail_start(err);
-    return ex.respond_error(500, codes::kRuntimeError, "error running in session. " + err);
+  bool start_failure_refuses() const override { return true; }
+  std::unique_ptr<exec::Runner> start(exec::Execution& e, std::string& error) override {
+    SessionEntry* entry = reg_.find(session_);
+    auto runner = std::make_unique<runners::SessionRunner>(e, *entry->shell);
+    auto status = entry->shell->run(std::exchange(prepared_, {}), cwd_, timeout_ms_, runner.get(), error);
+    if (status == pty::BashSession::RunStatus::started) return runner;
+    error = "error running in session. " + error;
+    return nullptr;
   }
-  e->last_run = run.id();
-  ex.attach(std::make_unique<exec::ExecutionReader>(ex, run, exec::ExecutionReader::Role::original,
-                                                    framing_for(reg.ctx(), ex), 0, 0,
-                                                    std::vector<std::string>{"EXECD-RUN-ID: " + run.id()}));
-  run.start(std::move(runner));
-}
+  void started(exec::Execution& e, http::Exchange*) override { reg_.find(session_)->last_run = e.id(); }
 
-void start_run(SessionRegistry& reg, Exchange& ex, const std::string& id, const std::string& command,
-               const std::string& cwd, int64_t timeout_ms, std::vector<std::string> track) {
-  if (refuse_run(reg, ex, id)) return;
-  auto job = std::make_shared<PreparedSessionRun>();
-  pty::BashSession* shell = reg.find(id)->shell;
-  run_blocking(
-      reg.ctx().loop, ex,
-      [job, file = shell->next_run_file(), pid = shell->shell_pid(), command, cwd, timeout_ms] {
-        if (!cwd.empty()) {
-          struct stat st;
-          if (stat(cwd.c_str(), &st) != 0) return void(job->problem = "working directory does not exist: " + cwd);
-          if (!S_ISDIR(st.st_mode)) return void(job->problem = "working directory is not a directory: " + cwd);
-        }
-        job->prepared = pty::BashSession::prepare_run(file, pid, command, timeout_ms);
-      },
-      [&reg, job, id, command, cwd, timeout_ms, track = std::move(track)](Exchange& ex) {
-        if (!job->problem.empty())
-          return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + job->problem);
-        begin_run(reg, ex, job, id, command, cwd, timeout_ms, track, nullptr);
-      });
-}
+  // Why `id` cannot take a run now, or nothing.
+  static std::optional<protocol::ApiError> refusal(SessionRegistry& reg, const std::string& id) {
+    SessionEntry* e = reg.find(id);
+    if (!e) return protocol::ApiError{404, std::string(codes::kContextNotFound), "session " + id + " not found"};
+    if (e->dead || !e->shell || !e->shell->alive())
+      return protocol::ApiError{410, "SESSION_EXITED", "session " + id + " has exited; delete it and create a new one"};
+    if (e->shell->busy())
+      return protocol::ApiError{409, "SESSION_BUSY", "session " + id + " is already running a command"};
+    return std::nullopt;
+  }
+
+ private:
+  static protocol::ApiError bad_request(const std::string& why) {
+    return {400, std::string(codes::kInvalidRequestBody), "invalid request. " + why};
+  }
+
+  SessionRegistry& reg_;
+  std::string session_, command_, cwd_;
+  int64_t timeout_ms_;
+  protocol::Framing framing_;
+  std::string file_;
+  pid_t shell_pid_;
+  pty::BashSession::PreparedRun prepared_;
+};
 
 void handle_run(SessionRegistry& reg, Exchange& ex) {
   const std::string id = ex.params.get("id");
@@ -257,9 +235,19 @@ void handle_run(SessionRegistry& reg, Exchange& ex) {
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, "invalid request. " + err->message);
   auto& r = std::get<protocol::SessionRunRequest>(decoded);
-  std::string command = std::move(r.command), cwd = std::move(r.cwd);
-  int64_t timeout_ms = r.timeout_ms;
-  start_run(reg, ex, id, command, cwd, timeout_ms, std::move(r.track_changes));
+  if (auto why = SessionRunStart::refusal(reg, id)) return ex.respond_error(why->status, why->code, why->message);
+  SessionEntry* e = reg.find(id);
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::session_run;
+  spec.id = id + "." + std::to_string(++e->runs);
+  spec.content = r.command;
+  spec.fingerprint = "session-run";
+  spec.cwd = r.cwd;
+  spec.owner = id;
+  spec.track_changes = std::move(r.track_changes);
+  reg.launches().launch(&ex, std::move(spec),
+                        std::make_unique<SessionRunStart>(reg, id, std::move(r.command), std::move(r.cwd), r.timeout_ms,
+                                                          framing_for(reg.ctx(), ex)));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "execd/context.h"
+#include "execd/exec/launch.h"
 #include "execd/exec/registry.h"
 #include "execd/routes.h"
 #include "execd/watch/watch.h"
@@ -32,12 +33,12 @@ enum class InterruptResult { not_found, not_running, interrupted };
 
 class SessionRegistry {
  public:
-  SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions, watch::Hub& watches);
+  SessionRegistry(const Context& ctx, pty::Runtime& runtime, exec::LaunchPath& launches);
   ~SessionRegistry();
   const Context& ctx() const { return ctx_; }
   pty::Runtime& runtime() { return runtime_; }
-  exec::Registry& executions() { return executions_; }
-  watch::Hub& watches() { return watches_; }
+  exec::Registry& executions() { return launches_.executions(); }
+  exec::LaunchPath& launches() { return launches_; }
   // Sessions whose shell is running a run now.
   size_t busy() const;
 
@@ -65,8 +66,7 @@ class SessionRegistry {
 
   const Context& ctx_;
   pty::Runtime& runtime_;
-  exec::Registry& executions_;
-  watch::Hub& watches_;
+  exec::LaunchPath& launches_;
   std::map<std::string, std::unique_ptr<SessionEntry>> entries_;
   // Shells of deleted sessions, until they are gone.
   std::map<pty::BashSession*, bool> dying_;

@@ -192,6 +192,9 @@ class Execution final : public RunSink {
   // --- what it is and how it went --------------------------------------
   const std::string& id() const { return spec_.id; }
   const ExecutionSpec& spec() const { return spec_; }
+  // The spec while the run is only reserved (exec/launch fills in what
+  // its preparation found); nothing has been recorded of it yet.
+  ExecutionSpec& reserved_spec() { return spec_; }
   Kind kind() const { return spec_.kind; }
   bool pausable() const { return !runner_ || runner_->pausable(); }
   // Bytes produced per channel (stored or not).
