@@ -27,6 +27,7 @@
 #include <atomic>
 #include <memory>
 
+#include "execd/journal/entries.h"
 #include "execd/api/api.h"
 #include "execd/http/awaiter.h"
 #include "execd/api/download.h"
@@ -376,19 +377,9 @@ class ArchiveUpload final : public http::Source {
     out["replaced"] = j.result.replaced;
     out["archive_bytes"] = spool_->size;
     out["archive_sha256"] = j.sha256;
-    if (svc_.journal.enabled()) {
-      nlohmann::ordered_json e;
-      e["type"] = "file";
-      e["time"] = rfc3339_nano(unix_ns());
-      e["op"] = "extract";
-      e["path"] = j.target;
-      e["archive_sha256"] = j.sha256;
-      e["archive_bytes"] = spool_->size;
-      e["entries"] = j.result.entries;
-      e["bytes"] = j.result.bytes;
-      e["replaced"] = j.result.replaced;
-      svc_.journal.append(e);
-    }
+    if (svc_.journal.enabled())
+      svc_.journal.append(journal::extraction_entry(
+          {j.target, j.sha256, spool_->size, j.result.entries, j.result.bytes, j.result.replaced}));
     responded_ = true;
     send_reply(ex_, FileReply::json(out));
   }

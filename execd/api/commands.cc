@@ -21,6 +21,7 @@
 #include "execd/api/activity.h"
 #include "execd/http/awaiter.h"
 #include "execd/api/sessions.h"
+#include "execd/exec/formats.h"
 #include "execd/exec/launch.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/stdin.h"

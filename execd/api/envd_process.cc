@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "execd/api/connect_rpc.h"
+#include "execd/exec/formats.h"
 #include "execd/exec/reader.h"
 #include "execd/http/connection.h"
 #include "execd/limits.h"
@@ -33,82 +34,7 @@ using rpc::CallInfo;
 // unit with the other api/ files.
 namespace envd_process_impl {
 
-constexpr uint64_t kDefaultKeepaliveMs = 90 * 1000;  // envd's, when the client names none
 constexpr size_t kStdinQueue = 256 << 10;             // input waiting for the process before a writer waits
-
-// --- the stream format --------------------------------------------------------
-
-// A process's stream as E2B's SDKs read it: Connect envelopes of
-// StartResponse/ConnectResponse ({"event": ProcessEvent}), ending with the
-// end event and an end-of-stream message.
-class ProcessEventFormat final : public exec::StreamFormat {
- public:
-  // `start`: the stream of the Start call itself, whose deadline
-  // (Connect-Timeout-Ms) was the process's timeout.
-  ProcessEventFormat(uint32_t pid, bool pty, uint64_t keepalive_ms, bool start)
-      : pid_(pid), pty_(pty), start_(start), keepalive_ms_(keepalive_ms ? keepalive_ms : kDefaultKeepaliveMs) {}
-  void set_pid(uint32_t pid) { pid_ = pid; }
-
-  const char* content_type() const override { return "application/connect+json"; }
-  uint64_t ping_interval_ms() const override { return keepalive_ms_; }
-  void begin(std::string& out, std::string_view, int64_t) override {
-    if (pid_) message(out, [&](std::string& o) { envd::append_start_event(o, pid_); });
-  }
-  void ping(std::string& out, int64_t) override { message(out, envd::append_keepalive_event); }
-  void gap(std::string&, protocol::OutputStream s, uint64_t requested, uint64_t from, int64_t) override {
-    // ProcessEvent has no place for it: named in the trailing metadata.
-    gaps_.emplace_back("execd-gap", std::string(protocol::stream_name(s)) + " " + std::to_string(requested) + "-" +
-                                        std::to_string(from));
-  }
-  void output(std::string& out, protocol::OutputStream s, const uint8_t* data, size_t len, int64_t) override {
-    envd::DataStream ds = pty_ ? envd::DataStream::pty_bytes
-                          : s == protocol::OutputStream::out ? envd::DataStream::stdout_bytes
-                                                             : envd::DataStream::stderr_bytes;
-    message(out, [&](std::string& o) { envd::append_data_event(o, ds, data, len); });
-  }
-  void terminal(std::string& out, const protocol::ExecutionResult& r, int64_t) override {
-    if (!r.start_error.empty()) {
-      cn::Error e{cn::Code::invalid_argument, "error starting process: " + r.start_error};
-      return cn::append_end_stream(out, &e, gaps_);
-    }
-    if (r.timed_out && start_) {
-      // The call's own deadline ended the process: the call failed with it,
-      // so the SDK raises its timeout whichever side noticed first.
-      cn::Error e{cn::Code::deadline_exceeded,
-                  "the process ran past the call's deadline (Connect-Timeout-Ms) and was stopped"};
-      return cn::append_end_stream(out, &e, gaps_);
-    }
-    envd::EndEvent end;
-    if (r.exit_code) {
-      end.exited = true;
-      end.exit_code = *r.exit_code;
-      end.status = "exit status " + std::to_string(*r.exit_code);
-    } else {
-      end.exit_code = -1;
-      end.status = "signal: " + (r.signal_text.empty() ? r.signal : r.signal_text);
-    }
-    if (end.exit_code != 0) end.error = end.status;
-    message(out, [&](std::string& o) { envd::append_end_event(o, end); });
-    cn::append_end_stream(out, nullptr, gaps_);
-  }
-  void background_ack(std::string& out, int64_t) override { cn::append_end_stream(out, nullptr, gaps_); }
-  void overflow(std::string& out, std::string_view message, const protocol::ExecutionResult&, int64_t) override {
-    cn::Error e{cn::Code::resource_exhausted, std::string(message)};
-    cn::append_end_stream(out, &e, gaps_);
-  }
-  void event(std::string&, std::string_view) override {}
-
- private:
-  template <class Fn>
-  static void message(std::string& out, Fn write) {
-    rpc::append_message(out, write);
-  }
-
-  uint32_t pid_;
-  bool pty_, start_;
-  uint64_t keepalive_ms_;
-  cn::Metadata gaps_;
-};
 
 // --- helpers ------------------------------------------------------------------
 
@@ -178,7 +104,7 @@ class ProcessStart final : public exec::RunStart {
     if (opts_.gid) spec.gid = *opts_.gid;
   }
   std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange&) override {
-    auto format = std::make_unique<ProcessEventFormat>(0, start_.pty, info_.keepalive_ms, true);
+    auto format = std::make_unique<exec::ProcessEventFormat>(0, start_.pty, info_.keepalive_ms, true);
     format_ = format.get();
     return format;
   }
@@ -217,7 +143,7 @@ class ProcessStart final : public exec::RunStart {
   CallInfo info_;
   runners::ProcessStart start_;
   pty::SpawnOptions opts_;
-  ProcessEventFormat* format_ = nullptr;  // the client's stream, owned by its reader
+  exec::ProcessEventFormat* format_ = nullptr;  // the client's stream, owned by its reader
   uint32_t pid_ = 0;
 };
 
@@ -261,7 +187,7 @@ void handle_connect(EnvdProcesses& svc, http::Exchange& ex, std::string_view mes
   // attached arrives too (envd drops it).
   auto reader = std::make_unique<exec::ExecutionReader>(
       ex, *e, exec::ExecutionReader::Role::resume,
-      std::make_unique<ProcessEventFormat>(p->pid, p->pty, info.keepalive_ms, false), 0, 0,
+      std::make_unique<exec::ProcessEventFormat>(p->pid, p->pty, info.keepalive_ms, false), 0, 0,
       std::vector<std::string>{"EXECD-RUN-ID: " + e->id()});
   exec::ExecutionReader& r = *reader;
   ex.attach(std::move(reader));

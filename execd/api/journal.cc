@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 
+#include "execd/journal/entries.h"
 #include "execd/http/awaiter.h"
 #include "execd/link.h"
 #include "execd/limits.h"
@@ -470,13 +471,7 @@ void handle_events(Journal& journal, const Context& ctx, http::Exchange& ex) {
   if (source.size() > 256) return ex.respond_error(400, codes::kInvalidRequestBody, "source is longer than 256 bytes");
   const auto& events = std::get<std::vector<std::string>>(decoded);
   uint64_t first = journal.chain().seq + 1;
-  for (const auto& raw : events) {
-    ojson e;
-    e["type"] = "harness";
-    e["time"] = rfc3339_nano(unix_ns());
-    if (!source.empty()) e["source"] = source;
-    journal.append(e, "event", raw);
-  }
+  for (const auto& raw : events) journal.append(journal::harness_entry(source), "event", raw);
   protocol::JournalHead chain = journal.chain();
   if (chain.seq < first + events.size() - 1)
     return ex.respond_error(500, codes::kRuntimeError, "the journal could not be written (see execd's log)");
@@ -588,13 +583,7 @@ void journal_file_change(Journal& journal, std::string op, std::vector<std::stri
   };
   fs::queue_job<FileChangeJob>(journal.loop(), std::move(job), describe, [](FileChangeJob& j, int) {
     if (!j.journal->enabled()) return;
-    ojson e;
-    e["type"] = "file";
-    e["time"] = rfc3339_nano(unix_ns());
-    e["op"] = j.op;
-    for (auto it = j.extra.begin(); it != j.extra.end(); ++it) e[it.key()] = it.value();
-    e["files"] = j.files;
-    j.journal->append(e);
+    j.journal->append(journal::file_entry(j.op, j.extra, std::move(j.files)));
   });
 }
 

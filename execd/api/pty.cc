@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "execd/journal/entries.h"
 #include "execd/api/api.h"
 #include "execd/api/file_jobs.h"
 #include "execd/limits.h"
@@ -208,19 +209,8 @@ void PtyEntry::dismiss_client(int exit_code) {
 }
 
 void PtyEntry::on_pty_exit(int exit_code) {
-  if (reg.journal().enabled()) {
-    nlohmann::ordered_json e;
-    e["type"] = "pty_session";
-    e["time"] = rfc3339_nano(unix_ns());
-    e["id"] = id;
-    e["command"] = command;
-    e["cwd"] = cwd;
-    e["uid"] = getuid();
-    e["started_at"] = rfc3339_nano(created_ns);
-    e["finished_at"] = rfc3339_nano(unix_ns());
-    e["result"] = {{"exit_code", exit_code}};
-    reg.journal().append(e);
-  }
+  if (reg.journal().enabled())
+    reg.journal().append(journal::pty_session_entry(id, command, cwd, getuid(), created_ns, exit_code));
   dismiss_client(exit_code);
   dismiss_viewers(exit_code);
 }

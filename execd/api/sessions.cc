@@ -20,6 +20,7 @@
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
 #include "execd/limits.h"
+#include "execd/exec/formats.h"
 #include "execd/exec/launch.h"
 #include "execd/exec/reader.h"
 #include "execd/runners/command_spawn.h"

@@ -1,6 +1,8 @@
 // execd/exec/execution: see header.
 #include "execd/exec/execution.h"
 
+#include "execd/journal/entries.h"
+
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -419,46 +421,7 @@ protocol::StoredExecution Execution::stored() const {
 }
 
 nlohmann::ordered_json Execution::journal_entry() const {
-  protocol::ExecutionResult res = result();
-  nlohmann::ordered_json e;
-  e["type"] = kind_name(spec_.kind);
-  e["time"] = rfc3339_nano(finished_ns_ ? finished_ns_ : unix_ns());
-  e["id"] = spec_.id;
-  if (spec_.kind == Kind::session_run) e["session"] = spec_.owner;
-  if (spec_.kind == Kind::code_run) {
-    e["context"] = spec_.owner;
-    e["language"] = spec_.language;
-    e["code"] = spec_.content;
-  } else {
-    e["command"] = spec_.content;
-    if (!spec_.argv.empty()) e["argv"] = spec_.argv;
-  }
-  e["cwd"] = spec_.cwd;
-  e["uid"] = spec_.uid ? nlohmann::ordered_json(*spec_.uid) : nlohmann::ordered_json(getuid());
-  if (spec_.gid) e["gid"] = *spec_.gid;
-  if (spec_.kind == Kind::command || spec_.kind == Kind::process) {
-    e["background"] = spec_.background;
-    e["tty"] = spec_.tty;
-  }
-  e["started_at"] = rfc3339_nano(started_ns_);
-  e["finished_at"] = rfc3339_nano(finished_ns_);
-  nlohmann::ordered_json out;
-  out["exit_code"] = res.exit_code ? nlohmann::ordered_json(*res.exit_code) : nlohmann::ordered_json();
-  out["signal"] = res.signal.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(res.signal);
-  out["timed_out"] = res.timed_out;
-  out["interrupted"] = res.interrupted;
-  out["lost"] = lost();
-  if (!res.status.empty()) out["status"] = res.status;
-  if (!res.start_error.empty()) out["error"] = res.start_error;
-  out["execution_time_ms"] = res.execution_time_ms;
-  out["stdout_bytes"] = res.stdout_bytes;
-  out["stderr_bytes"] = res.stderr_bytes;
-  out["stdout_sha256"] = res.stdout_sha256;
-  out["stderr_sha256"] = res.stderr_sha256;
-  if (spec_.stdin_open) out["stdin_bytes"] = stdin_accepted_;
-  e["result"] = out;
-  if (res.changes) e["changes"] = protocol::changes_json(*res.changes);
-  return e;
+  return journal::run_entry(spec_, result(), started_ns_, finished_ns_, lost(), stdin_accepted_);
 }
 
 }  // namespace execd::exec

@@ -71,10 +71,6 @@ class StreamFormat {
   virtual void event(std::string& out, std::string_view json_object) = 0;
 };
 
-// The OpenSandbox event envelope in `framing`; `split_lines` false keeps
-// output chunks as they came (compat framing of kernel output).
-std::unique_ptr<StreamFormat> envelope_format(protocol::Framing framing, bool split_lines = true);
-
 class ExecutionReader final : public http::Source {
  public:
   static constexpr size_t kReadChunk = 256 << 10;
