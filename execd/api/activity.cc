@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "execd/api/awaiter.h"
+#include "execd/clock.h"
 #include "protocol/errors.h"
 #include "protocol/query_values.h"
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "execd/api/awaiter.h"
+#include "execd/clock.h"
 #include "execd/link.h"
 #include "execd/limits.h"
 #include "protocol/errors.h"

@@ -12,6 +12,8 @@
 
 #include "execd/api/api.h"
 #include "execd/api/file_jobs.h"
+#include "execd/clock.h"
+#include "execd/ids.h"
 #include "execd/limits.h"
 #include "execd/http/websocket.h"
 #include "execd/link.h"

@@ -10,7 +10,7 @@
 #include "execd/api/watch.h"
 
 #include "execd/api/awaiter.h"
-#include "execd/context.h"
+#include "execd/clock.h"
 #include "protocol/errors.h"
 #include "protocol/query_values.h"
 #include "protocol/watch.h"
