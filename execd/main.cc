@@ -188,8 +188,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "execd: %s\n", err.c_str());
     return 2;
   }
-  if (ctx.config.show_help) {
-    fputs(execd::kUsage, stdout);
+  if (ctx.config.show_help || ctx.config.show_help_markdown) {
+    fputs((ctx.config.show_help ? execd::usage_text() : execd::usage_markdown()).c_str(), stdout);
     return 0;
   }
   if (ctx.config.show_version) {
