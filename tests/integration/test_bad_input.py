@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -349,6 +350,18 @@ def test_help_and_version():
     p = run_cli("--version")
     assert p.returncode == 0, p.stderr
     assert (p.stdout + p.stderr).strip()
+
+
+def test_command_line_reference_is_what_the_binary_prints():
+    """docs/command-line.md holds what `execd --help-markdown` prints from the
+    flag table the parser reads (execd/config_flags.cc): a flag added,
+    changed or removed without `make docs` fails here."""
+    p = run_cli("--help-markdown")
+    assert p.returncode == 0, p.stderr
+    part = p.stdout.decode()
+    assert "| `--access-token TOKEN` |" in part, part[:500]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "command-line.md").read_text()
+    assert part in doc, "docs/command-line.md differs from `execd --help-markdown`: run `make docs`"
 
 
 def test_port_in_use():
