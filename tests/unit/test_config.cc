@@ -482,3 +482,18 @@ TEST_CASE("config: every flag --help and the reference name is one execd takes")
     }
   }
 }
+
+TEST_CASE("config: every flag that takes a token hides it from commands") {
+  // execd/secrets blanks and withholds what the table marks: a token flag
+  // added without the mark would be readable in /proc/<execd>/cmdline.
+  int tokens = 0;
+  for (const auto& group : execd::config_flags::flag_table())
+    for (const auto& flag : group.flags)
+      if (flag.value_name == "TOKEN") {
+        CAPTURE(flag.name);
+        CHECK(flag.secrecy == execd::config_flags::Secrecy::token);
+        CHECK_FALSE(flag.env.empty());  // and its variable, if set, is withheld too
+        ++tokens;
+      }
+  CHECK(tokens == 3);  // --access-token, --envd-access-token, --jupyter-token
+}
