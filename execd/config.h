@@ -112,9 +112,10 @@ struct Config {
   // "EXECD_ACCESS_TOKEN", "EXECD_ACCESS_TOKEN_FILE", or "" (none). Safe to log.
   std::string access_token_source;
 
-  // Go execd flags accepted for compatibility but not acted on yet (code
-  // interpreting / Jupyter is not implemented). Each one given produces a
-  // warning. jupyter_token is a secret: never log it.
+  // Go execd flags accepted for compatibility and not acted on: execd runs
+  // Jupyter kernels itself, there is no Jupyter server to point at. Each one
+  // given (or its variable set) produces a warning. jupyter_token is a
+  // secret: never log it.
   std::string jupyter_host;                    // --jupyter-host, env JUPYTER_HOST
   std::string jupyter_token;                   // --jupyter-token, env JUPYTER_TOKEN
   int64_t jupyter_idle_poll_interval_ms = 100; // --jupyter-idle-poll-interval, env EXECD_JUPYTER_IDLE_POLL_INTERVAL
