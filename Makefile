@@ -16,7 +16,7 @@ DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev zlib1g-dev node-llhttp nloh
                 nettle-dev libacl1-dev liblzma-dev libzstd-dev liblz4-dev libbz2-dev libxml2-dev libicu-dev \
                 python3-venv curl procps clang lld
 
-.PHONY: all deps venv cli-venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static symbol-order clean \
+.PHONY: all deps venv cli-venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static symbol-order docs clean \
         vm-deps vm-guest test-vm k8s-deps k8s-build test-k8s
 
 all: build
@@ -179,6 +179,11 @@ symbol-order: deps
 	  -DEXECD_SIMDJSON_SOURCE_DIR=$(CURDIR)/$(STATIC_BUILD)-syms/simdjson >/dev/null
 	cmake --build $(STATIC_BUILD)-syms -j$(JOBS) --target execd
 	python3 image/symbol-order.py $(STATIC_BUILD)-syms/execd-static image/execd-static.order
+
+# docs/command-line.md's flag reference, rewritten from what the binary
+# prints (execd --help-markdown, from the flag table in execd/config_flags.cc).
+docs: build
+	python3 docs/update-command-line.py $(BUILD)/execd
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(STATIC_BUILD) $(STATIC_BUILD)-syms $(FUZZ_BUILD)

@@ -1,4 +1,6 @@
 // execd/config: the command line, environment fallbacks and their validation.
+// The flags themselves are rows of one table (execd/config_flags), which
+// the parser, --help and --help-markdown (execd/config_usage) all read.
 // Parsing never exits the process itself; main decides what to do.
 #pragma once
 
@@ -104,15 +106,16 @@ struct Config {
   bool seccomp = false;
   bool landlock = false;
   std::vector<std::string> landlock_writable;  // empty: pty::kDefaultLandlockWritable
-  bool show_help = false, show_version = false;
+  bool show_help = false, show_help_markdown = false, show_version = false;
 
   // Where access_token came from: "--access-token", "--access-token-file",
   // "EXECD_ACCESS_TOKEN", "EXECD_ACCESS_TOKEN_FILE", or "" (none). Safe to log.
   std::string access_token_source;
 
-  // Go execd flags accepted for compatibility but not acted on yet (code
-  // interpreting / Jupyter is not implemented). Each one given produces a
-  // warning. jupyter_token is a secret: never log it.
+  // Go execd flags accepted for compatibility and not acted on: execd runs
+  // Jupyter kernels itself, there is no Jupyter server to point at. Each one
+  // given (or its variable set) produces a warning. jupyter_token is a
+  // secret: never log it.
   std::string jupyter_host;                    // --jupyter-host, env JUPYTER_HOST
   std::string jupyter_token;                   // --jupyter-token, env JUPYTER_TOKEN
   int64_t jupyter_idle_poll_interval_ms = 100; // --jupyter-idle-poll-interval, env EXECD_JUPYTER_IDLE_POLL_INTERVAL
@@ -121,6 +124,9 @@ struct Config {
   // and environment variables that were accepted but are ignored, and flags
   // that were overridden. Never contains a token.
   std::vector<std::string> warnings;
+
+  // Field by field (the tests compare what a flag changed).
+  bool operator==(const Config&) const = default;
 };
 
 // Looks an environment variable up; returns nullptr when unset.
@@ -149,6 +155,10 @@ int64_t parse_duration_ms(const std::string& s);
 // 127.x.y.z, ::1 or localhost.
 bool is_loopback_address(const std::string& host);
 
-extern const char* const kUsage;
+// What --help prints: every flag of the table, grouped, with its default.
+std::string usage_text();
+// What --help-markdown prints: the same as a markdown reference, which
+// docs/command-line.md holds (a test fails when the two differ).
+std::string usage_markdown();
 
 }  // namespace execd

@@ -37,16 +37,8 @@ struct Context {
   std::vector<std::string> child_env() const;
 };
 
-// Milliseconds since the Unix epoch (event timestamps).
-int64_t unix_ms();
-// RFC 3339 with nanoseconds in the local zone, like Go's time.Time JSON.
-std::string rfc3339_nano(int64_t unix_ns);
-int64_t unix_ns();
-// 32 lowercase hex characters from the kernel's CSPRNG (a UUIDv4 without dashes).
-std::string random_id32();
-// A UUIDv4 with dashes.
-std::string random_uuid();
-// Looks a name up in an environment of "K=V" strings; nullptr if absent.
+// Looks a name up in an environment of "K=V" strings (base_env, child_env());
+// nullptr if absent.
 const char* env_lookup(const std::vector<std::string>& env, std::string_view name);
 
 }  // namespace execd

@@ -1,6 +1,7 @@
 // execd/malloc_tuning: see header.
 #include "execd/malloc_tuning.h"
 
+#include <malloc.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -55,6 +56,27 @@ void run_without_malloc_caches(char** argv) {
   execv("/proc/self/exe", argv);
   restore(mark);  // no /proc: run as started
 #endif
+}
+
+void tune_malloc_thresholds() {
+  // glibc gives each thread that allocates its own arena (16 KiB resident
+  // each once used): the pool threads, which allocate little, share one
+  // besides the loop's, so a warm pool costs ~16 KiB, not ~240.
+  mallopt(M_ARENA_MAX, 2);
+  // A fixed mmap threshold: anything of 2 MiB or more (a kernel's large
+  // print as it arrives from the kernel, a burst's buffers) goes back to the
+  // system when freed. glibc's default raises the threshold after each such
+  // free, and the next large buffers then stayed resident for good (256 MiB
+  // ten seconds after one 128 MiB print). Streaming buffers (up to ~0.5 MiB)
+  // stay below it.
+  mallopt(M_MMAP_THRESHOLD, 2 << 20);
+  // Setting the threshold also fixes the trim threshold at its 128 KiB
+  // default: every free at the top of the heap gave pages back, and a
+  // stream's buffers (the output log's, about 1.5 MiB) were faulted in again
+  // for each write (clear_page and page faults were ~10% of execd's CPU per
+  // streamed byte). The daemon's tick trims on its own terms (when quiet, or
+  // when much lies free), so the heap may keep a few MiB between ticks.
+  mallopt(M_TRIM_THRESHOLD, 8 << 20);
 }
 
 }  // namespace execd

@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "execd/context.h"
+#include "execd/clock.h"
 #include "protocol/errors.h"
 #include "pty/cgroup.h"
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "execd/clock.h"
 #include "execd/http/awaiter.h"
 #include "protocol/errors.h"
 #include "protocol/query_values.h"

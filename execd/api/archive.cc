@@ -34,6 +34,7 @@
 #include "execd/api/file_jobs.h"
 #include "execd/api/journal.h"
 #include "execd/api/work_gate.h"
+#include "execd/clock.h"
 #include "execd/context.h"
 #include "execd/http/connection.h"
 #include "execd/link.h"

@@ -15,6 +15,8 @@
 #include "execd/api/api.h"
 #include "execd/http/awaiter.h"
 #include "execd/api/commands.h"
+#include "execd/clock.h"
+#include "execd/ids.h"
 #include "execd/limits.h"
 #include "execd/exec/formats.h"
 #include "execd/exec/reader.h"

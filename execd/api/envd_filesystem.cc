@@ -9,6 +9,7 @@
 #include "execd/http/awaiter.h"
 #include "execd/api/connect_rpc.h"
 #include "execd/api/envd_files.h"
+#include "execd/ids.h"
 #include "execd/context.h"
 #include "execd/http/connection.h"
 #include "execd/runners/command_spawn.h"

@@ -36,6 +36,8 @@
 #include "execd/http/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/api/isolated_layers.h"
+#include "execd/clock.h"
+#include "execd/ids.h"
 #include "execd/exec/reader.h"
 #include "execd/limits.h"
 #include "execd/runners/command.h"

@@ -12,8 +12,9 @@
 #include <map>
 #include <memory>
 
-#include "execd/journal/entries.h"
+#include "execd/clock.h"
 #include "execd/http/awaiter.h"
+#include "execd/journal/entries.h"
 #include "execd/link.h"
 #include "execd/limits.h"
 #include "protocol/errors.h"

@@ -13,6 +13,8 @@
 #include "execd/journal/entries.h"
 #include "execd/api/api.h"
 #include "execd/api/file_jobs.h"
+#include "execd/clock.h"
+#include "execd/ids.h"
 #include "execd/limits.h"
 #include "execd/http/websocket.h"
 #include "execd/link.h"

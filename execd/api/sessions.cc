@@ -19,6 +19,7 @@
 #include "execd/http/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"
+#include "execd/ids.h"
 #include "execd/limits.h"
 #include "execd/exec/formats.h"
 #include "execd/exec/launch.h"

@@ -11,8 +11,8 @@
 // the highest `seq` it read, whichever line carried it.
 #include "execd/api/watch.h"
 
+#include "execd/clock.h"
 #include "execd/http/awaiter.h"
-#include "execd/context.h"
 #include "protocol/errors.h"
 #include "protocol/query_values.h"
 #include "protocol/watch.h"

@@ -6,7 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include "execd/context.h"
+#include "execd/clock.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/registry.h"
 #include "execd/exec/stdin.h"

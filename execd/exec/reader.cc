@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "execd/context.h"
+#include "execd/clock.h"
 #include "execd/exec/formats.h"
 #include "execd/exec/registry.h"
 #include "execd/http/connection.h"

@@ -13,7 +13,7 @@
 #include <map>
 #include <optional>
 
-#include "execd/context.h"
+#include "execd/clock.h"
 #include "execd/exec/execution.h"
 #include "fs/atomic_file.h"
 #include "fs/pool_job.h"

@@ -5,7 +5,8 @@
 #include <set>
 
 #include "execd/api/journal.h"
-#include "execd/context.h"
+#include "execd/clock.h"
+#include "execd/ids.h"
 
 namespace execd::exec {
 

@@ -3,7 +3,7 @@
 
 #include <unistd.h>
 
-#include "execd/context.h"
+#include "execd/clock.h"
 #include "protocol/changes.h"
 
 namespace execd::journal {

@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "execd/context.h"
+#include "execd/clock.h"
 #include "fs/paths.h"
 #include "fs/pool_job.h"
 #include "pty/namespaces.h"

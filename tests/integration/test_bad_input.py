@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -272,6 +273,24 @@ def test_token_not_readable_from_proc(execd_factory):
         assert b"env-token-789" not in res.stdout
 
 
+def test_no_secret_flag_or_variable_reaches_a_command(execd_factory, tmp_path):
+    """Every flag and variable the flag table marks secret (the envd and
+    Jupyter tokens too, and where a token file is): none is in a command's
+    environment, nor readable through /proc/<execd>."""
+    token_file = tmp_path / "envd-token"
+    token_file.write_text("envd-file-token-5\n")
+    env = dict(os.environ, JUPYTER_TOKEN="jupyter-env-token-3", EXECD_ENVD_ACCESS_TOKEN_FILE=str(token_file))
+    ex = execd_factory("--envd-access-token", "envd-flag-token-4", "-jupyter-token=jupyter-flag-token-2", env=env)
+    res = ex.run("env", exact=True)
+    assert res.status == 200 and b"PATH=" in res.stdout
+    for name in (b"JUPYTER_TOKEN", b"EXECD_ENVD_ACCESS_TOKEN_FILE", b"EXECD_ACCESS_TOKEN"):
+        assert name not in res.stdout
+    res = ex.run(f"cat /proc/{ex.pid}/cmdline; cat /proc/{ex.pid}/environ", exact=True)
+    assert res.status == 200 and b"envd-access-token" in res.stdout
+    for secret in (ex.token, "envd-flag-token-4", "jupyter-flag-token-2", "jupyter-env-token-3"):
+        assert secret.encode() not in res.stdout, secret
+
+
 def test_token_never_logged(execd_factory):
     ex = execd_factory("--log-level", "debug", check_exit=False)
     tok = ex.token
@@ -349,6 +368,18 @@ def test_help_and_version():
     p = run_cli("--version")
     assert p.returncode == 0, p.stderr
     assert (p.stdout + p.stderr).strip()
+
+
+def test_command_line_reference_is_what_the_binary_prints():
+    """docs/command-line.md holds what `execd --help-markdown` prints from the
+    flag table the parser reads (execd/config_flags.cc): a flag added,
+    changed or removed without `make docs` fails here."""
+    p = run_cli("--help-markdown")
+    assert p.returncode == 0, p.stderr
+    part = p.stdout.decode()
+    assert "| `--access-token TOKEN` |" in part, part[:500]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "command-line.md").read_text()
+    assert part in doc, "docs/command-line.md differs from `execd --help-markdown`: run `make docs`"
 
 
 def test_port_in_use():

@@ -1,10 +1,12 @@
-// tests/unit/test_config.cc — the command line (execd/config): Go flag
-// syntaxes, every Go execd 1.0.19 flag, token sources and their precedence,
-// env fallbacks, unknown flags.
+// tests/unit/test_config.cc — the command line (execd/config and its flag
+// table, execd/config_flags): Go flag syntaxes, every Go execd 1.0.19 flag,
+// token sources and their precedence, env fallbacks, unknown flags, and that
+// what --help and the reference say agrees with what the parser takes.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "execd/config.h"
+#include "execd/config_flags.h"
 
 using execd::Config;
 
@@ -436,4 +439,61 @@ TEST_CASE("config: --cgroup-spares is a count from 0 to 64, default 2") {
   CHECK(parse({"--cgroup-spares=64", "--insecure-no-auth"}).cfg.cgroup_spares == 64);
   for (const char* bad : {"--cgroup-spares=65", "--cgroup-spares=-1", "--cgroup-spares=x"})
     CHECK(parse({bad, "--insecure-no-auth"}).error.find("--cgroup-spares") != std::string::npos);
+}
+
+TEST_CASE("config: every default --help shows is a value its flag takes back unchanged") {
+  // --help and docs/command-line.md print these defaults: one written in a
+  // form its own flag refuses or reads differently (a duration's units, a
+  // range that leaves it out) would mislead whoever copies it.
+  Parsed baseline = parse({"--insecure-no-auth"});
+  REQUIRE(baseline.error.empty());
+  int checked = 0;
+  for (const auto& group : execd::config_flags::flag_table()) {
+    for (const auto& flag : group.flags) {
+      if (flag.name.empty() || !flag.reader.takes_value || !flag.default_text.empty()) continue;
+      std::string shown = execd::config_flags::default_of(flag);
+      if (shown.empty()) continue;
+      CAPTURE(flag.name);
+      CAPTURE(shown);
+      std::string arg = "--" + flag.name + "=" + shown;
+      Parsed p = parse({arg.c_str(), "--insecure-no-auth"});
+      REQUIRE(p.error.empty());
+      p.cfg.warnings = baseline.cfg.warnings;  // an ignored Go flag warns that it was given
+      CHECK(p.cfg == baseline.cfg);
+      ++checked;
+    }
+  }
+  CHECK(checked > 50);  // the loop did not skip the table
+}
+
+TEST_CASE("config: every flag --help and the reference name is one execd takes") {
+  // Help texts refer to other flags ("needs --vsock-port"); a renamed or
+  // misspelt one would send the reader to a flag that does not exist.
+  for (const std::string& text : {execd::usage_text(), execd::usage_markdown()}) {
+    for (size_t at = text.find("--"); at != std::string::npos; at = text.find("--", at + 2)) {
+      size_t end = at + 2;
+      while (end < text.size() && (isalnum(static_cast<unsigned char>(text[end])) || text[end] == '-')) ++end;
+      std::string name = text.substr(at + 2, end - at - 2);
+      // "--" itself (which ends the flags) and markdown's "| --- |" name no flag.
+      if (name.empty() || !islower(static_cast<unsigned char>(name[0]))) continue;
+      CAPTURE(name);
+      CHECK(execd::config_flags::find_flag(name) != nullptr);
+      at = end - 2;
+    }
+  }
+}
+
+TEST_CASE("config: every flag that takes a token hides it from commands") {
+  // execd/secrets blanks and withholds what the table marks: a token flag
+  // added without the mark would be readable in /proc/<execd>/cmdline.
+  int tokens = 0;
+  for (const auto& group : execd::config_flags::flag_table())
+    for (const auto& flag : group.flags)
+      if (flag.value_name == "TOKEN") {
+        CAPTURE(flag.name);
+        CHECK(flag.secrecy == execd::config_flags::Secrecy::token);
+        CHECK_FALSE(flag.env.empty());  // and its variable, if set, is withheld too
+        ++tokens;
+      }
+  CHECK(tokens == 3);  // --access-token, --envd-access-token, --jupyter-token
 }
