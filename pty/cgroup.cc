@@ -627,6 +627,11 @@ void Containment::arm_spares() {
   }
 }
 
+void Containment::count_child_given_up(const std::string& why) {
+  ++starts_.child_given_up;
+  last_given_up_ = why;
+}
+
 void Containment::count_start(Placement p) {
   switch (p) {
     case Placement::launcher: ++starts_.launcher; break;

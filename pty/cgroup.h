@@ -196,9 +196,15 @@ class Containment {
   // GET /activity; and launchers waiting in spares now.
   struct StartCounts {
     uint64_t launcher = 0, clone_into_cgroup = 0, joined = 0, none = 0;
+    // Processes started from execd itself that were given up on while
+    // waited for (stopped, traced, too slow: killed; their start failed).
+    uint64_t child_given_up = 0;
   };
   void count_start(Placement p);
+  void count_child_given_up(const std::string& why);
   const StartCounts& starts() const { return starts_; }
+  // What the last one given up on was (empty: none yet).
+  const std::string& last_given_up() const { return last_given_up_; }
   size_t waiting_launchers() const;
   // Why launchers were turned off (empty: they were not).
   const std::string& launcher_error() const { return launcher_error_; }
@@ -294,6 +300,7 @@ class Containment {
   size_t launchers_ = 0;  // --cgroup-spares
   std::string launcher_error_;
   StartCounts starts_;
+  std::string last_given_up_;
   bool clone_into_cgroup_ = false;  // v2 and clone3 usable (pty/spawn)
   // Spares are armed once the loop has nothing ready (arm_soon): see cgroup.cc.
   void arm_when_idle();

@@ -136,6 +136,7 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
     cg->drop_launcher();
     cg->close_join_fds();
   }
+  if (sp.child_given_up) containment.count_child_given_up(error);
   place.launcher = nullptr;
   if (rc != 0 && cg && !limits.resources.any() && error.rfind("join cgroup", 0) == 0) {
     // A cgroup the kernel would not let the child into (delegation rules):

@@ -5,8 +5,6 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
-#include <sanitizer/asan_interface.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,31 +23,6 @@ constexpr bool kSupported = true;
 constexpr bool kSupported = false;
 #endif
 
-// System calls that touch neither errno nor anything else of libc's (the
-// launcher runs on the loop thread's thread-local storage beside it).
-__attribute__((always_inline, no_sanitize_address)) inline long raw(long n, long a = 0, long b = 0, long c = 0,
-                                                                     long d = 0) {
-#if defined(__x86_64__)
-  long ret;
-  register long r10 __asm__("r10") = d;
-  __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
-  return ret;
-#elif defined(__aarch64__)
-  register long x8 __asm__("x8") = n;
-  register long x0 __asm__("x0") = a;
-  register long x1 __asm__("x1") = b;
-  register long x2 __asm__("x2") = c;
-  register long x3 __asm__("x3") = d;
-  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory", "cc");
-  return x0;
-#else
-  (void)n, (void)a, (void)b, (void)c, (void)d;
-  return -ENOSYS;
-#endif
-}
-
-constexpr size_t kStackBytes = 256 * 1024;  // reserved; a few pages are ever touched
-constexpr size_t kGuardBytes = 4096;
 constexpr int kMaxJoin = 8;
 
 }  // namespace
@@ -83,7 +56,7 @@ struct Launcher::Shared {
 // What the reaper's callback and the owner share: the mapping goes when
 // both are done with it (the launcher reaped, the owner gone).
 struct Launcher::Mapping {
-  void* base = nullptr;
+  void* base = nullptr;  // a pty/vm_child stack
   bool reaped = false;
   bool owner_gone = false;
   // The launcher is gone: what it left open of its own goes.
@@ -113,96 +86,51 @@ __attribute__((no_sanitize_address)) int launcher_main(void* p) {
   // Not a survivor of execd (the shared descriptor table keeps the go pipe
   // open, so end-of-file would never come): cleared again before a command
   // execs, which outlives execd as any command does.
-  raw(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
-  if (raw(SYS_getppid) != s->parent) return 0;
+  raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
+  if (raw_syscall(SYS_getppid) != s->parent) return 0;
   const RawSigaction dfl{reinterpret_cast<void*>(SIG_DFL), 0, nullptr, 0};
-  for (int i = 0; i < s->reset_count; ++i) raw(SYS_rt_sigaction, s->reset_list[i], reinterpret_cast<long>(&dfl), 0, 8);
+  for (int i = 0; i < s->reset_count; ++i)
+    raw_syscall(SYS_rt_sigaction, s->reset_list[i], reinterpret_cast<long>(&dfl), 0, 8);
   static const char kName[16] = "execd-spare";
-  raw(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>(kName));
+  raw_syscall(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>(kName));
   int joined = 1;
   for (int i = 0; i < s->join_count; ++i) {
-    long r = raw(SYS_write, s->join_fds[i], reinterpret_cast<long>("0"), 1);
+    long r = raw_syscall(SYS_write, s->join_fds[i], reinterpret_cast<long>("0"), 1);
     if (r != 1) {
       joined = r < 0 ? static_cast<int>(r) : -EIO;
       break;
     }
   }
   __atomic_store_n(&s->joined, joined, __ATOMIC_RELEASE);
-  raw(SYS_futex, reinterpret_cast<long>(&s->joined), FUTEX_WAKE, 1);  // wait_joined
+  raw_syscall(SYS_futex, reinterpret_cast<long>(&s->joined), FUTEX_WAKE, 1);  // wait_joined
   __atomic_store_n(&s->joins_closing, 1, __ATOMIC_RELEASE);
-  for (int i = 0; i < s->join_count; ++i) raw(SYS_close, s->join_fds[i]);
+  for (int i = 0; i < s->join_count; ++i) raw_syscall(SYS_close, s->join_fds[i]);
   char b = 0;
   long r = 0;
   if (joined == 1) {
     do {
-      r = raw(SYS_read, s->go_fd, reinterpret_cast<long>(&b), 1);
+      r = raw_syscall(SYS_read, s->go_fd, reinterpret_cast<long>(&b), 1);
     } while (r == -EINTR);
   }
   if (r != 1) {  // retired, or of no use
     __atomic_store_n(&s->go_closing, 1, __ATOMIC_RELEASE);
-    raw(SYS_close, s->go_fd);
+    raw_syscall(SYS_close, s->go_fd);
     return joined == 1 ? 0 : 1;
   }
   // From here the loop thread waits (run): the child procedure may use libc
   // as a vfork child does. Its own descriptor table first, for the dup2s.
-  if (raw(SYS_unshare, CLONE_FILES) != 0) return 127;
-  raw(SYS_prctl, PR_SET_PDEATHSIG, 0);
+  if (raw_syscall(SYS_unshare, CLONE_FILES) != 0) return 127;
+  raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, 0);
   __atomic_store_n(&s->taken, 1, __ATOMIC_RELEASE);
   s->child(s->arg);
   return 127;
 }
 
-int daemon_oom_score_adj = 0;
-// Kept open: a /proc/self path walk and a close less on every start.
-int daemon_oom_score_fd = -1;
-
-void restore_daemon_oom_score_adj() {
-  if (daemon_oom_score_fd < 0) return;
-  char v[16];
-  int n = snprintf(v, sizeof v, "%d", daemon_oom_score_adj);
-  if (pwrite(daemon_oom_score_fd, v, static_cast<size_t>(n), 0) < 0) {
-    // best effort: execd keeps the children's score until the next one
-  }
-}
-
-// Stacks of launchers that are done with them (exec'd or gone), for the
-// next ones: an mmap, the guard page's mprotect, the first page faults and
-// an munmap less per command. Loop thread only.
-constexpr size_t kKeptStacks = 2;
-void* kept_stacks[kKeptStacks];
-size_t kept_stack_count = 0;
-
-void* take_kept_stack() { return kept_stack_count ? kept_stacks[--kept_stack_count] : nullptr; }
-
-void give_back_stack(void* base) {
-  // Under ASan: the child's frames (instrumented code that exec'd and never
-  // returned) left their redzones poisoned in the stack's shadow, and this
-  // ASan clears that neither at munmap nor at a later mmap of the same
-  // addresses: a cold-records slab mapped there faulted on its first write.
-  ASAN_UNPOISON_MEMORY_REGION(base, kStackBytes);
-  if (kept_stack_count < kKeptStacks) kept_stacks[kept_stack_count++] = base;
-  else munmap(base, kStackBytes);
-}
-
 }  // namespace
 
 void Launcher::Mapping::release() {
-  if (base) give_back_stack(base);
+  if (base) give_back_vm_stack(base);
   base = nullptr;
-}
-
-void remember_daemon_oom_score_adj() {
-  if (daemon_oom_score_fd >= 0) return;
-  int fd = open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return;
-  char v[16] = {0};
-  ssize_t n = pread(fd, v, sizeof v - 1, 0);
-  if (n <= 0) {
-    close(fd);
-    return;
-  }
-  daemon_oom_score_adj = atoi(v);
-  daemon_oom_score_fd = fd;
 }
 
 std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>& join_fds,
@@ -215,17 +143,8 @@ std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>
     error = "too many hierarchies for a launcher";
     return nullptr;
   }
-  void* base = take_kept_stack();
-  if (!base) {
-    base = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1,
-                0);
-    if (base == MAP_FAILED) {
-      error = std::string("mmap: ") + strerror(errno);
-      return nullptr;
-    }
-    // A guard page between the shared words and the stack above them.
-    mprotect(static_cast<char*>(base) + 4096, kGuardBytes, PROT_NONE);
-  }
+  void* base = take_vm_stack(error);
+  if (!base) return nullptr;
   auto mapping = std::make_shared<Mapping>();
   mapping->base = base;
   auto* low = static_cast<char*>(base);
@@ -264,7 +183,7 @@ std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  char* top = low + kStackBytes;
+  char* top = low + kVmStackBytes;
   pid_t pid = clone(launcher_main, top, CLONE_VM | CLONE_FILES | CLONE_CHILD_CLEARTID | SIGCHLD, s, nullptr, nullptr,
                     &s->alive);
   int e = errno;

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "pty/vm_child.h"
+
 namespace execd::pty {
 
 class Reaper;
@@ -82,8 +84,5 @@ class Launcher {
   std::shared_ptr<Mapping> mapping_;
   bool used_ = false;
 };
-
-// What execd's own oom_score_adj is, read once (run() restores it).
-void remember_daemon_oom_score_adj();
 
 }  // namespace execd::pty

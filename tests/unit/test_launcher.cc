@@ -1,8 +1,10 @@
-// pty/launcher against the real kernel: a launcher becomes the process it is
-// given (same pid, exit status through the reaper), one killed before it is
-// used reports so and leaves no descriptor behind, and a retired one exits.
+// pty/launcher and pty/vm_child against the real kernel: a launcher becomes
+// the process it is given (same pid, exit status through the reaper), one
+// killed before it is used reports so and leaves no descriptor behind, and a
+// retired one exits; a child on our memory is waited for until its exec,
+// and one stopped before it is given up on within the bounds and killed.
 // Cgroup joins are covered by the integration tests (they need a cgroup).
-// Under ASan, a used launcher's stack comes back with a clean shadow.
+// Under ASan, a used stack comes back with a clean shadow.
 #include "pty/launcher.h"
 
 #include <doctest/doctest.h>
@@ -12,8 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/syscall.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +28,7 @@
 using execd::pty::ExitInfo;
 using execd::pty::Launcher;
 using execd::pty::Reaper;
+using execd::pty::VmChild;
 
 namespace {
 
@@ -34,13 +40,34 @@ int open_fds() {
   return n;
 }
 
+// What a child does before its exec, for the tests to steer: it says its
+// pid, then (optionally) stops itself, waits for a byte, or runs a while.
 struct Child {
   const char* path;
   int exit_code_if_exec_fails;
+  bool stop_itself = false;
+  int wait_fd = -1;     // >= 0: reads a byte from it first
+  int busy_ms = 0;      // > 0: runs (no sleep) this long first
+  volatile pid_t started = 0;
+  volatile bool ran = false;
 };
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 void exec_child(void* p) {
   auto* c = static_cast<Child*>(p);
+  c->ran = true;
+  c->started = static_cast<pid_t>(syscall(SYS_getpid));
+  if (c->stop_itself) kill(c->started, SIGSTOP);  // not blockable
+  if (c->wait_fd >= 0) {
+    char b;
+    if (read(c->wait_fd, &b, 1) != 1) _exit(c->exit_code_if_exec_fails);
+  }
+  for (int64_t until = now_ms() + c->busy_ms; c->busy_ms > 0 && now_ms() < until;) {
+  }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -48,34 +75,6 @@ void exec_child(void* p) {
   _exit(c->exit_code_if_exec_fails);
 }
 
-// Where launcher stacks are mapped now, by their shape in /proc/self/maps: a
-// page for the shared words, a guard page, then the stack (256 KiB in all).
-std::vector<uintptr_t> launcher_stacks() {
-  struct Range {
-    uintptr_t from, to;
-    std::string perms;
-  };
-  std::vector<Range> ranges;
-  std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);) {
-    Range r;
-    char perms[8] = {0};
-    unsigned long from = 0, to = 0;
-    if (sscanf(line.c_str(), "%lx-%lx %7s", &from, &to, perms) != 3) continue;
-    r.from = from;
-    r.to = to;
-    r.perms = perms;
-    ranges.push_back(r);
-  }
-  std::vector<uintptr_t> found;
-  for (size_t i = 0; i + 2 < ranges.size(); ++i) {
-    const Range &a = ranges[i], &g = ranges[i + 1], &st = ranges[i + 2];
-    if (a.perms == "rw-p" && a.to - a.from == 4096 && g.from == a.to && g.perms == "---p" && g.to - g.from == 4096 &&
-        st.from == g.to && st.perms == "rw-p" && st.to - a.from == 256 * 1024)
-      found.push_back(a.from);
-  }
-  return found;
-}
 
 // The first poisoned byte of [base, base + bytes) in ASan's shadow.
 void* poisoned_in(uintptr_t base, size_t bytes) {
@@ -197,15 +196,106 @@ TEST_CASE("a launcher's stack comes back with no poison left by the child that e
   // (this ASan clears the shadow at neither munmap nor mmap).
   Rig rig;
   auto l = rig.start();
-  std::vector<uintptr_t> stacks = launcher_stacks();
-  REQUIRE_FALSE(stacks.empty());
   pid_t pid = l->pid();
   Child c{"/bin/sh", 127};
   REQUIRE(l->run(exec_child, &c));
   CHECK(WEXITSTATUS(rig.reaped_status(pid)) == 7);
   l.reset();
-  for (uintptr_t base : stacks) {
-    void* poisoned = poisoned_in(base, 256 * 1024);
-    CHECK_MESSAGE(poisoned == nullptr, "poisoned at ", poisoned, " in the stack at ", reinterpret_cast<void*>(base));
+  // Back among the kept ones (with the stacks of the tests before).
+  std::vector<void*> stacks = execd::pty::kept_vm_stacks_now();
+  REQUIRE_FALSE(stacks.empty());
+  for (void* base : stacks) {
+    void* poisoned = poisoned_in(reinterpret_cast<uintptr_t>(base), execd::pty::kVmStackBytes);
+    CHECK_MESSAGE(poisoned == nullptr, "poisoned at ", poisoned, " in the stack at ", base);
   }
+}
+
+TEST_CASE("a stack a child given up on may still run on waits for it, then serves again") {
+  // A stopped child killed at the give-up: its stack is kept back until
+  // its CLONE_CHILD_CLEARTID word says it is out of our memory.
+  std::string error;
+  void* base = execd::pty::take_vm_stack(error);
+  REQUIRE(base);
+  // (the word at the low end, as a child's is)
+  auto* w = static_cast<volatile int*>(base);
+  *w = 1;
+  execd::pty::give_back_vm_stack(base, w);
+  auto kept = execd::pty::kept_vm_stacks_now();
+  CHECK(std::find(kept.begin(), kept.end(), base) == kept.end());
+  *w = 0;  // its process let go of the memory
+  void* again = execd::pty::take_vm_stack(error);  // drains what waited
+  kept = execd::pty::kept_vm_stacks_now();
+  CHECK((again == base || std::find(kept.begin(), kept.end(), base) != kept.end()));
+  execd::pty::give_back_vm_stack(again);
+}
+
+// ---- pty/vm_child: the children execd starts itself -------------------------------
+
+TEST_CASE("a child on our memory is waited for until its exec, with clone and with clone3") {
+  Rig rig;
+  for (bool clone3 : {false, true}) {
+#if !defined(__x86_64__)
+    if (clone3) break;
+#endif
+    INFO("clone3: " << clone3);
+    Child c{"/bin/sh", 127};
+    VmChild r = execd::pty::run_vm_child(exec_child, &c, -1, clone3);
+    REQUIRE(r.pid > 0);
+    CHECK(r.error == 0);
+    CHECK_FALSE(r.gave_up.happened());
+    CHECK(c.started == r.pid);
+    int status = rig.reaped_status(r.pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 7);
+  }
+}
+
+TEST_CASE("a child on our memory stopped before its exec is given up on at the first look and killed") {
+  // What a root process racing new pids with SIGSTOP did to vfork: the
+  // parent waited in the kernel until someone sent SIGCONT.
+  Rig rig;
+  for (bool clone3 : {false, true}) {
+#if !defined(__x86_64__)
+    if (clone3) break;
+#endif
+    INFO("clone3: " << clone3);
+    Child c{"/bin/sh", 127};
+    c.stop_itself = true;
+    int64_t t0 = now_ms();
+    VmChild r = execd::pty::run_vm_child(exec_child, &c, -1, clone3);
+    int64_t took = now_ms() - t0;
+    REQUIRE(r.pid > 0);
+    CHECK(r.gave_up.happened());
+    CHECK(r.gave_up.state == 'T');
+    CHECK(took < 200);
+    int status = rig.reaped_status(r.pid);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+  }
+}
+
+TEST_CASE("a child on our memory that is slow but running is waited for") {
+  Rig rig;
+  Child c{"/bin/sh", 127};
+  c.busy_ms = 5 * execd::pty::kHandOverLookMs;
+  VmChild r = execd::pty::run_vm_child(exec_child, &c);
+  REQUIRE(r.pid > 0);
+  CHECK_FALSE(r.gave_up.happened());
+  CHECK(WEXITSTATUS(rig.reaped_status(r.pid)) == 7);
+}
+
+TEST_CASE("process_state reads the state of a process, and 0 for none") {
+  CHECK(execd::pty::process_state(getpid()) == 'R');
+  pid_t pid = fork();
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  REQUIRE(pid > 0);
+  kill(pid, SIGSTOP);
+  for (int i = 0; i < 1000 && execd::pty::process_state(pid) != 'T'; ++i) usleep(1000);
+  CHECK(execd::pty::process_state(pid) == 'T');
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  CHECK(execd::pty::process_state(pid) == 0);
 }
