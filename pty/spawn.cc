@@ -86,7 +86,7 @@ int kernel_sigaction(int sig, const KernelSigaction* act, KernelSigaction* old) 
 }
 
 // Everything the child reads, prepared before it starts: between its clone
-// (or a launcher's run) and exec it must not allocate.
+// (here or in a launcher) and exec it must not allocate.
 struct ChildPlan {
   const ChildSetup::Signals* reset = nullptr;
   bool use_pty = false, inherit_stdio = false, new_session = false;
@@ -120,7 +120,11 @@ struct ChildPlan {
   for (int i = 0; i < c.reset->count; ++i) kernel_sigaction(c.reset->list[i], &dfl, nullptr);
   if (c.use_pty) {
     if (setsid() < 0) child_fail(failure, "setsid");
-    if (ioctl(c.child_in, TIOCSCTTY, 0) < 0) child_fail(failure, "TIOCSCTTY");
+    // The terminal is new, and nobody's but ours; 1 takes it back (with
+    // CAP_SYS_ADMIN) from an earlier child of this very start that was
+    // given up on and killed, whose session may not have let go of it yet
+    // (pty/vm_child does not wait for the end of a killed child's exit).
+    if (ioctl(c.child_in, TIOCSCTTY, 1) < 0) child_fail(failure, "TIOCSCTTY");
   } else if (c.new_session) {
     if (setsid() < 0) child_fail(failure, "setsid");
   } else if (setpgid(0, 0) < 0) {
@@ -137,8 +141,9 @@ struct ChildPlan {
     if (write(c.join_fds[i], "0", 1) != 1) child_fail(failure, "join cgroup");
   if (c.oom_adj_len) {
     // A vfork child's write changes only its own score (the kernel skips
-    // the mm-sharers for a vfork child); a CLONE_VM child's sets execd's
-    // too, which spawn_process (or Launcher::run) puts back.
+    // the mm-sharers for a vfork child: a launcher's command process is
+    // one); a CLONE_VM child's sets execd's too, which spawn_process puts
+    // back.
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
       if (write(fd, c.oom_adj, c.oom_adj_len) < 0) {
@@ -373,9 +378,19 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   placed.join_count = 0;
   pid_t pid = -1;
   if (place.launcher && !opts.isolated) {
-    if (place.launcher->run(run_child, &placed)) {
-      pid = place.launcher->pid();
+    GiveUp why;
+    pid_t p = place.launcher->run(run_child, &placed, why);
+    if (p > 0) {
+      pid = p;
       out.placement = Placement::launcher;
+    } else if (why.happened()) {
+      out.launcher_given_up =
+          "launcher " + std::to_string(place.launcher->pid()) + ": " + why.describe("its command's exec");
+      // What a command's process it had started wrote before it was killed
+      // is not this start's.
+      failure.err = 0;
+      failure.step = nullptr;
+      failure.candidate = -1;
     }
   }
   int fork_errno = 0;

@@ -53,7 +53,7 @@ struct SpawnOptions {
 enum class Placement {
   none,               // no cgroup (process-group mode, or it could not be made)
   joined,             // the child wrote itself into cgroup.procs (a migration)
-  launcher,           // a launcher waiting in the cgroup became it (pty/launcher)
+  launcher,           // a launcher waiting in the cgroup started it there (pty/launcher)
   clone_into_cgroup,  // born in it (clone3 CLONE_INTO_CGROUP, cgroup v2)
 };
 
@@ -63,6 +63,9 @@ struct Spawned {
   int stdin_fd = -1;   // pipe write end or PTY master (same fd as stdout_fd for a PTY)
   int stdout_fd = -1;  // pipe read end or PTY master
   int stderr_fd = -1;  // pipe read end; -1 for a PTY
+  // Not empty: the launcher was given up on (stopped, traced, too slow) and
+  // the child started another way; says why.
+  std::string launcher_given_up;
   // The child itself was given up on (the start failed with ETIMEDOUT).
   bool child_given_up = false;
 };
@@ -112,9 +115,9 @@ struct ChildPlacement {
   // cgroup v2: the cgroup's directory, for clone3's CLONE_INTO_CGROUP (the
   // child is born in it); -1, or a kernel that refuses: cgroup_procs_fds.
   int cgroup_dir_fd = -1;
-  // A launcher made ahead inside the command's cgroup (pty/launcher): the
-  // child runs in it instead, and joins nothing. If it is gone, the child
-  // is started here and joins cgroup_procs_fds.
+  // A launcher made ahead inside the command's cgroup (pty/launcher): it
+  // starts the child there, which joins nothing. If it is gone (or given
+  // up on), the child is started here and joins cgroup_procs_fds.
   Launcher* launcher = nullptr;
   // Written to the child's /proc/self/oom_score_adj (the OOM killer takes a
   // command before execd); unset: inherited.

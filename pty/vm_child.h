@@ -66,7 +66,8 @@ __attribute__((always_inline)) inline long raw_syscall(long n, long a = 0, long 
 #endif
 }
 
-// The bounds of every wait for a child on execd's memory. A look costs an open, a read and a close of
+// The bounds of every wait for a child on execd's memory (a launcher's
+// hand-over included). A look costs an open, a read and a close of
 // /proc/PID/stat (tens of microseconds), and a child that execs in time
 // (well under a millisecond) is never looked at; a slow one that runs is
 // looked at, never killed, until the cap. kHandOverLookMs keeps a /ping

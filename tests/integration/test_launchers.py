@@ -1,20 +1,31 @@
-"""Every wait of execd's loop on a child (pty/vm_child), written as the
-attacks on it. execd runs inside a sandbox whose own processes, root or
-not, are the adversary: a process that stops a child execd starts before
-its exec (SIGSTOP racing new pids, a debugger, a tracer) stopped execd's
-loop with it, as vfork waits in the kernel for the child's exec or exit:
-/ping and every other connection hung until the child was let go of.
+"""Launchers (pty/launcher) and every wait of execd's loop on a child
+(pty/vm_child), written as the attacks on them. execd runs inside a sandbox
+whose own processes, root or not, are the adversary:
+
+* SIGSTOP of every spare launcher (`pkill -STOP execd-spare`, a debugger):
+  the next command's start waited for the launcher's hand-over with no
+  deadline, and /ping and every other connection hung until SIGCONT.
+* A root loop of `pkill -KILL execd-spare`: a launcher became the command
+  under the same pid, so kills landed on commands (1 in 60 `echo`s died).
+* A tracer stalling (or killing) a launcher, or the process it starts for
+  the command, at each phase of the hand-over: the read that waits for the
+  job, taking it (the first system calls after the read), the command's
+  execve; and the children execd starts itself (no spares, no cgroups, an
+  isolated session's holder), for which vfork stopped the loop for as long
+  as the child was stopped.
 
 Throughout, /ping answers within PING_LIMIT (a pinger in a process of its
-own measures every answer); the start that met the stopped child fails
-with a message that says so, and the next one runs. The tracer is strace
-(`-e inject=SYSCALL:delay_enter=...` holds a tracee in a tracing stop,
-state t, for as long as it says), following execd's children.
+own measures every answer), and every command still runs and gives its
+result: started another way when its launcher was given up on. The tracer
+is strace (`-e inject=SYSCALL:delay_enter=...` holds a tracee in a tracing
+stop, state t, for as long as it says).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -22,9 +33,9 @@ import time
 
 import pytest
 
-from execd_client import MACHINE, SLOW, wait_until
+from execd_client import MACHINE, SLOW, process_alive, wait_until
 
-# /ping within 100 ms while a child is stopped. Sanitized daemons are several times slower in everything they do, so the
+# /ping within 100 ms while a launcher (or a child) is stopped. Sanitized daemons are several times slower in everything they do, so the
 # limit widens there (the bounds in execd are the same).
 PING_LIMIT = 0.1 * (2 if SLOW > 1 else 1)
 # How long strace holds a tracee: far past every bound in execd, so that a
@@ -106,10 +117,37 @@ class Pinger:
                                f"of {len(self.latencies)}")
 
 
+def mode(ex) -> str:
+    st, h, _ = ex.request("GET", "/ping", token=False)
+    assert st == 200
+    return h["x-execd-containment"]
+
+
+def spares(ex) -> list[int]:
+    return MACHINE.call("spare_pids", ex.pid)
+
+
+def wait_spares(ex, n: int, what: str) -> list[int]:
+    def ready():
+        pids = spares(ex)
+        return pids if len(pids) == n else None
+    return wait_until(ready, 5 * SLOW, what=what)
+
+
 def starts(ex) -> dict:
     st, js = ex.json("GET", "/activity")
     assert st == 200, js
     return js["starts"]
+
+
+def send(pid: int, sig: int):
+    if MACHINE.remote:
+        MACHINE.call("kill", pid, int(sig))
+    else:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def proc_field(pid: int, name: str) -> str | None:
@@ -123,6 +161,23 @@ def proc_field(pid: int, name: str) -> str | None:
     return None
 
 
+def state(pid: int) -> str | None:
+    s = proc_field(pid, "State")
+    return s[0] if s else None
+
+
+@pytest.fixture
+def ex(execd_factory):
+    """A daemon with spare launchers (on cgroup v2 with clone3 usable there
+    are none: EXECD_NO_CLONE3 makes it use them, as under Docker's seccomp
+    profile)."""
+    d = execd_factory(env=dict(os.environ, EXECD_NO_CLONE3="1"))
+    if mode(d) == "process-group":
+        pytest.skip("no usable cgroups on this machine (execd reports process-group)")
+    assert d.run("true", exact=True).terminal["exit_code"] == 0  # spares come with the first command
+    return d
+
+
 def run_ok(ex, i: int):
     """A command whose output proves it ran: `echo $((i * 7))`."""
     r = ex.run(f"echo $(({i} * 7))", exact=True, sock_timeout=20 * SLOW)
@@ -130,6 +185,86 @@ def run_ok(ex, i: int):
     assert r.terminal.get("exit_code") == 0, r.terminal
     assert r.stdout == f"{i * 7}\n".encode(), r.stdout
     return r
+
+
+def test_stopped_spares_are_given_up_on_and_commands_start_another_way(ex):
+    stopped = wait_spares(ex, 2, "two spare launchers")
+    before = starts(ex)
+    for pid in stopped:
+        send(pid, signal.SIGSTOP)
+    wait_until(lambda: all(state(p) == "T" for p in stopped), 5 * SLOW, what="the spares to stop")
+    try:
+        with Pinger(ex) as ping:
+            for i in range(6):
+                run_ok(ex, i)
+    finally:
+        # What a daemon that waits without a deadline needs to get going again.
+        for pid in stopped:
+            send(pid, signal.SIGKILL)
+    ping.check("while every spare launcher was stopped")
+    after = starts(ex)
+    assert after["launcher_given_up"] - before["launcher_given_up"] == 2, (before, after)
+    assert "stopped (state T)" in ex.json("GET", "/activity")[1]["last_given_up"]
+    # Each was killed (by execd: the kill above came after the commands),
+    # and fresh ones wait in their place.
+    fresh = wait_spares(ex, 2, "two fresh spare launchers")
+    assert not set(fresh) & set(stopped)
+    before = starts(ex)
+    run_ok(ex, 99)
+    assert starts(ex)["launcher"] == before["launcher"] + 1
+
+
+def test_a_spare_stopped_while_a_command_waits_for_it_is_given_up_on_within_the_bound(ex):
+    # The spare is stopped at the moment its command's start looks at it
+    # (stopped right before the request): the start takes no longer than a
+    # look, a kill and a start another way.
+    stopped = wait_spares(ex, 2, "two spare launchers")
+    for pid in stopped:
+        send(pid, signal.SIGSTOP)
+    wait_until(lambda: all(state(p) == "T" for p in stopped), 5 * SLOW, what="the spares to stop")
+    try:
+        t0 = time.monotonic()
+        run_ok(ex, 3)
+        took = time.monotonic() - t0
+    finally:
+        for pid in stopped:
+            send(pid, signal.SIGKILL)
+    assert took < PING_LIMIT + 0.05 * SLOW, f"the command took {took * 1000:.0f} ms"
+
+
+def test_a_kill_loop_on_execd_spare_never_kills_a_command(ex):
+    if MACHINE.remote or not shutil.which("pkill"):
+        pytest.skip("needs pkill on this machine")
+    wait_spares(ex, 2, "two spare launchers")
+    stop = threading.Event()
+    rounds = [0]
+
+    def kill_loop():
+        # A root loop killing execd-spare processes (of this daemon only:
+        # others run beside this test). pkill reads the name, then kills
+        # the pid.
+        while not stop.is_set():
+            if subprocess.run(["pkill", "-KILL", "-P", str(ex.pid), "-x", "execd-spare"]).returncode == 0:
+                rounds[0] += 1
+
+    killer = threading.Thread(target=kill_loop, daemon=True)
+    killer.start()
+    results = []
+    try:
+        for i in range(300):
+            results.append(ex.run(f"echo {i}", exact=True, sock_timeout=20 * SLOW))
+    finally:
+        stop.set()
+        killer.join(10)
+    died = [i for i, r in enumerate(results) if r.terminal.get("signal") == "SIGKILL"]
+    wrong = [i for i, r in enumerate(results) if r.terminal.get("exit_code") != 0 or r.stdout != f"{i}\n".encode()]
+    assert died == [], f"{len(died)} of {len(results)} commands died of the kills aimed at execd-spare: {died}"
+    assert wrong == [], [(i, results[i].terminal, results[i].stdout) for i in wrong[:5]]
+    assert rounds[0] > 10, "the loop killed spares"
+    # Busy launchers are renamed before they start a command: the loop
+    # caught some of them too (or the command started another way).
+    s = starts(ex)
+    assert s["launcher"] + s["joined"] >= 300, s
 
 
 # ---- a tracer at each phase -------------------------------------------------------------------------------
@@ -160,6 +295,47 @@ class Tracer:
             self.proc.terminate()
         self.proc.wait(30)
         return False
+
+
+# (name, the inject rule, follow the command's process)
+SPARE_PHASES = [
+    # The read in which an idle launcher waits for its job: strace restarts
+    # it on attach, and holds it at its entry.
+    ("stalled in the read that waits for the job", f"read:delay_enter={STALL_US}", False),
+    # The first system calls after the job's byte (this code: the rename
+    # and the clone of the command's process; before: unshare, then prctl).
+    ("stalled taking the job", f"prctl,unshare,clone:delay_enter={STALL_US}", False),
+    # The command's process (a launcher before: the launcher itself) at its
+    # execve, and at its first steps (process group, stdio).
+    ("command process stalled at its execve", f"execve:delay_enter={STALL_US}", True),
+    ("command process stalled at its dup2", f"dup2:delay_enter={STALL_US}", True),
+    # Killed at its clone: nothing ran, the command starts another way.
+    ("killed taking the job", "prctl,unshare,clone:signal=SIGKILL", False),
+]
+
+
+@pytest.mark.parametrize("phase,inject,follow", SPARE_PHASES, ids=[p[0].replace(" ", "-") for p in SPARE_PHASES])
+def test_a_traced_spare_at_each_phase_keeps_ping_fast_and_commands_right(ex, phase, inject, follow):
+    if not strace_available():
+        pytest.skip("needs strace on this machine")
+    traced = wait_spares(ex, 2, "two spare launchers")
+    before = starts(ex)
+    with Tracer(traced, inject, follow):
+        if inject.startswith("read:delay"):
+            wait_until(lambda: all(state(p) == "t" for p in traced), 10 * SLOW, what="the reads to be held")
+        with Pinger(ex) as ping:
+            for i in range(3):
+                run_ok(ex, i)
+    ping.check(f"with both spares {phase}")
+    after = starts(ex)
+    if "delay" in inject:
+        # Both traced spares were taken and given up on (a fresh one serves the third).
+        assert after["launcher_given_up"] - before["launcher_given_up"] == 2, (phase, before, after)
+        assert "traced (state t)" in ex.json("GET", "/activity")[1]["last_given_up"]
+    for p in traced:
+        wait_until(lambda: not process_alive(p), 5 * SLOW, what=f"the traced spare {p} to be gone")
+    # And the daemon goes on as before.
+    run_ok(ex, 42)
 
 
 # ---- the children execd starts itself ------------------------------------------------------------------
