@@ -2,6 +2,7 @@
 #include "pty/cgroup.h"
 
 #include "pty/launcher.h"
+#include "pty/vm_child.h"
 #include "pty/spawn.h"
 
 #include <dirent.h>
@@ -312,7 +313,16 @@ int CommandCgroup::population() const {
   if (removed_) return 0;
   std::string s;
   if (!read_procs(s)) return -1;  // opened afresh: see Counter in the header
-  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+  int n = static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+  if (n > 0 && departing_here()) {
+    // The launcher that started the command exits right after its exec;
+    // under load (or stopped) it can still be here.
+    std::string line = std::to_string(departing_pid_) + "\n";
+    size_t at = s.find(line);
+    while (at != std::string::npos && at != 0 && s[at - 1] != '\n') at = s.find(line, at + 1);
+    if (at != std::string::npos) --n;
+  }
+  return n;
 }
 
 void CommandCgroup::signal_all(int sig) {
@@ -431,6 +441,8 @@ bool CommandCgroup::try_remove() {
 void CommandCgroup::mark_removed() {
   removed_ = true;
   close_counters();
+  departing_pid_ = -1;
+  departing_reaped_.reset();
   // An owner may keep the object a while yet (a session until it ends); its
   // paths are dead weight from here on.
   std::vector<std::string>().swap(dirs_);
@@ -627,6 +639,16 @@ void Containment::arm_spares() {
   }
 }
 
+void Containment::count_launcher_given_up(const std::string& why) {
+  ++starts_.launcher_given_up;
+  last_given_up_ = why;
+}
+
+void Containment::count_child_given_up(const std::string& why) {
+  ++starts_.child_given_up;
+  last_given_up_ = why;
+}
+
 void Containment::count_start(Placement p) {
   switch (p) {
     case Placement::launcher: ++starts_.launcher; break;
@@ -645,11 +667,18 @@ size_t Containment::waiting_launchers() const {
 
 Launcher* CommandCgroup::launcher() const { return launcher_ && !launcher_->failed() ? launcher_.get() : nullptr; }
 
-void CommandCgroup::drop_launcher() { launcher_.reset(); }
+void CommandCgroup::drop_launcher() {
+  if (launcher_ && !launcher_->reaped()) {
+    departing_pid_ = launcher_->pid();
+    departing_reaped_ = launcher_->reaped_flag();
+  }
+  launcher_.reset();
+}
 
-namespace {
-constexpr int kJoinWaitMs = 1000;
-}  // namespace
+void CommandCgroup::let_launcher_go() {
+  if (departing_here()) kill(departing_pid_, SIGKILL);  // not reaped: still that process
+  else departing_reaped_.reset();
+}
 
 // A launcher's clone (~70 µs with its pipe and descriptor work, after a
 // pause) must not be on the path of the command that took the spare. The
@@ -756,14 +785,18 @@ std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits,
     ready_.erase(ready_.begin());
     make_ahead();
     // A launcher in it: it is there (a populated cgroup cannot be removed).
-    // One still joining is waited for: the vfork child that would take its
-    // place would wait for that very migration anyway.
-    if (cg->launcher_ && cg->launcher_->wait_joined(kJoinWaitMs)) return cg;
+    // One still joining takes the job all the same: its run() waits for the
+    // join with a deadline, as for the job (a child started here instead
+    // would wait for that very migration anyway). Waiting for the join
+    // here had no deadline worth the name (a second), and a stopped
+    // launcher held the loop for it.
+    if (cg->launcher()) return cg;
     if (cg->launcher_) {
       // Failed (its cgroup was removed from outside) or dead: gone first,
-      // so that the count below is of commands only.
-      cg->launcher_->retire();
-      cg->launcher_->wait_gone(kJoinWaitMs);
+      // so that the count below is of commands only (a failed one never
+      // joined; a dead one goes at once).
+      cg->launcher_->kill();
+      cg->launcher_->wait_gone(kHandOverLookMs);
       cg->drop_launcher();
     }
     // Still there? (its cgroup.procs is gone once something outside execd
@@ -902,12 +935,13 @@ void Containment::shutdown() {
   if (frozen_) thaw();
   // Launchers first: one in the middle of its join is in no cgroup.procs
   // yet, so the kill below would miss it and it would join a cgroup that is
-  // then never removed. Each exits once its join is done.
+  // then never removed. Killed by pid (a stopped one would never read the
+  // end-of-file that retires an idle one); the wait is bounded.
   std::vector<std::unique_ptr<Launcher>> retiring;
   for (auto& cg : ready_)
     if (cg->launcher_) retiring.push_back(std::move(cg->launcher_));
-  for (auto& l : retiring) l->retire();
-  for (auto& l : retiring) l->wait_gone(1000);
+  for (auto& l : retiring) l->kill();
+  for (auto& l : retiring) l->wait_gone(kGoneCapMs);
   retiring.clear();
   kill_everything();
   // SIGKILLed members take a moment to leave; a bounded wait, then rmdir.

@@ -74,12 +74,17 @@ class CommandCgroup {
   int dir_fd() const { return dir_fd_; }
 
   const std::string& name() const { return name_; }
-  // A spare's launcher (pty/launcher), waiting inside it to become the
-  // command; nullptr when it has none or its launcher is of no use.
+  // A spare's launcher (pty/launcher), waiting inside it to start the
+  // command there; nullptr when it has none or its launcher is of no use.
   Launcher* launcher() const;
   // The command has started (through the launcher or not): what is left of
-  // the launcher goes.
+  // the launcher goes. It exits (used: right after the command's exec), but
+  // until the reaper has it, it is a member that is none of the command's:
+  // population() does not count it.
   void drop_launcher();
+  // The command has ended: a launcher of its start still here (stopped,
+  // say) is killed, so that it leaves the cgroup.
+  void let_launcher_go();
   // Processes in it now (-1 if it cannot be read).
   int population() const;
   // SIGKILL to every member, setsid() ones included. Returns how many were signalled.
@@ -128,6 +133,10 @@ class CommandCgroup {
   std::vector<int> join_fds_;
   int dir_fd_ = -1;
   std::unique_ptr<Launcher> launcher_;
+  // The launcher that started this cgroup's command, until reaped.
+  pid_t departing_pid_ = -1;
+  std::shared_ptr<const bool> departing_reaped_;
+  bool departing_here() const { return departing_pid_ > 0 && departing_reaped_ && !*departing_reaped_; }
   // Opened with the directories (on the pool, for a cgroup made ahead), so
   // that a command's end reads its counters without a path walk and an open
   // of each file, which had been ~100 us of every round trip.
@@ -196,9 +205,17 @@ class Containment {
   // GET /activity; and launchers waiting in spares now.
   struct StartCounts {
     uint64_t launcher = 0, clone_into_cgroup = 0, joined = 0, none = 0;
+    // Given up on while waited for (stopped, traced, too slow: killed): a
+    // launcher (its command then started another way), and a process
+    // started from execd itself (its start failed).
+    uint64_t launcher_given_up = 0, child_given_up = 0;
   };
   void count_start(Placement p);
+  void count_launcher_given_up(const std::string& why);
+  void count_child_given_up(const std::string& why);
   const StartCounts& starts() const { return starts_; }
+  // What the last one given up on was (empty: none yet).
+  const std::string& last_given_up() const { return last_given_up_; }
   size_t waiting_launchers() const;
   // Why launchers were turned off (empty: they were not).
   const std::string& launcher_error() const { return launcher_error_; }
@@ -294,6 +311,7 @@ class Containment {
   size_t launchers_ = 0;  // --cgroup-spares
   std::string launcher_error_;
   StartCounts starts_;
+  std::string last_given_up_;
   bool clone_into_cgroup_ = false;  // v2 and clone3 usable (pty/spawn)
   // Spares are armed once the loop has nothing ready (arm_soon): see cgroup.cc.
   void arm_when_idle();

@@ -136,6 +136,8 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
     cg->drop_launcher();
     cg->close_join_fds();
   }
+  if (!sp.launcher_given_up.empty()) containment.count_launcher_given_up(sp.launcher_given_up);
+  if (sp.child_given_up) containment.count_child_given_up(error);
   place.launcher = nullptr;
   if (rc != 0 && cg && !limits.resources.any() && error.rfind("join cgroup", 0) == 0) {
     // A cgroup the kernel would not let the child into (delegation rules):
@@ -276,6 +278,7 @@ void Command::maybe_finish() {
     if (u.peak_memory_bytes > 0) outcome_.max_rss_kib = u.peak_memory_bytes / 1024;
     outcome_.oom_killed = u.oom_killed;
     outcome_.pids_limit_hit = u.pids_limit_hit;
+    cgroup_->let_launcher_go();
     outcome_.leftover_processes = cgroup_->population();
     stop(timeout_timer_);
   } else {

@@ -1,8 +1,9 @@
 // pty/confine: the steps the spawn child takes besides pty/spawn's own, in
 // one place so that spawn makes two calls: entering an isolated session's
 // namespaces (pty/namespaces made them) and standing on the hardening floor
-// (pty/hardening). Both run in the vfork child: async-signal-safe, no
-// allocation, everything prepared by the parent.
+// (pty/hardening). Both run in the spawn child (on execd's memory until its
+// exec, as a vfork child): async-signal-safe, no allocation, everything
+// prepared by the parent.
 //
 //   parent: PidNamespaceScope   (the child is born in the session's pid ns)
 //   child:  ... pty/spawn: process group, stdio, cgroup, oom score ...
@@ -28,7 +29,7 @@ struct IsolatedEntry {
 
 // A process is born in the pid namespace its parent's thread has chosen for
 // children: on the spawning thread, the session's for as long as this scope
-// lives (the vfork), then execd's own again.
+// lives (the clone), then execd's own again.
 class PidNamespaceScope {
  public:
   explicit PidNamespaceScope(const IsolatedEntry* entry);

@@ -7,6 +7,7 @@
 #include <linux/capability.h>
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <sched.h>
 #include <stddef.h>
 #include <sys/prctl.h>
@@ -18,6 +19,7 @@
 #include <cstring>
 
 #include "fs/small_file.h"
+#include "pty/vm_child.h"
 
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
 #define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
@@ -236,7 +238,27 @@ const char* probe_in_child(const Hardening& h, int& err) {
   if (pid < 0) {
     r.err = errno;
   } else {
-    if (read(p[0], &r, sizeof r) != sizeof r) r = {"probe child died", 0};
+    // Its answer (or its exit) within the bounds of every wait for a
+    // child (pty/vm_child): one stopped at start-up is killed, not waited
+    // for, and the layers it was to try are reported as refused.
+    const int64_t start = monotonic_ms();
+    bool answered = false;
+    for (;;) {
+      pollfd pfd{p[0], POLLIN, 0};
+      if (poll(&pfd, 1, kHandOverLookMs) > 0) {
+        answered = true;
+        break;
+      }
+      char st = process_state(pid);
+      if (st == 'T' || st == 't' || monotonic_ms() - start >= kHandOverCapMs) break;
+    }
+    if (!answered) {
+      kill(pid, SIGKILL);
+      r = {"probe child stopped or too slow (killed)", 0};
+    } else if (read(p[0], &r, sizeof r) != sizeof r) {
+      r = {"probe child died", 0};
+    }
+    // Exited, or SIGKILLed (which ends a stopped or traced one too).
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
   }

@@ -5,8 +5,6 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
-#include <sanitizer/asan_interface.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,32 +23,10 @@ constexpr bool kSupported = true;
 constexpr bool kSupported = false;
 #endif
 
-// System calls that touch neither errno nor anything else of libc's (the
-// launcher runs on the loop thread's thread-local storage beside it).
-__attribute__((always_inline, no_sanitize_address)) inline long raw(long n, long a = 0, long b = 0, long c = 0,
-                                                                     long d = 0) {
-#if defined(__x86_64__)
-  long ret;
-  register long r10 __asm__("r10") = d;
-  __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
-  return ret;
-#elif defined(__aarch64__)
-  register long x8 __asm__("x8") = n;
-  register long x0 __asm__("x0") = a;
-  register long x1 __asm__("x1") = b;
-  register long x2 __asm__("x2") = c;
-  register long x3 __asm__("x3") = d;
-  __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory", "cc");
-  return x0;
-#else
-  (void)n, (void)a, (void)b, (void)c, (void)d;
-  return -ENOSYS;
-#endif
-}
-
-constexpr size_t kStackBytes = 256 * 1024;  // reserved; a few pages are ever touched
-constexpr size_t kGuardBytes = 4096;
 constexpr int kMaxJoin = 8;
+// Launcher::Shared::child_alive before the command's process exists (its
+// CLONE_CHILD_CLEARTID makes it 0 at the exec).
+constexpr int kUnborn = -1;
 
 }  // namespace
 
@@ -65,11 +41,17 @@ constexpr int kMaxJoin = 8;
 // someone close a reused number), and what it did not mark, execd closes
 // once the launcher is gone (reaped, or past its exec).
 struct Launcher::Shared {
-  volatile pid_t alive;       // CLONE_CHILD_CLEARTID: 0 once it exec'd or exited
+  volatile pid_t alive;       // CLONE_CHILD_CLEARTID: 0 once it exited
   volatile int joined;        // 0 joining, 1 joined, < 0: -errno of the failed write
-  volatile int taken;         // it took the job (run)
   volatile int joins_closing;  // it closes (or closed) join_fds itself
   volatile int go_closing;     // it closes (or closed) go_fd itself
+  // The command's process (run): its pid (CLONE_PARENT_SETTID, written
+  // before the launcher returns from the clone), its CLONE_CHILD_CLEARTID
+  // word (kUnborn until then; 0 once it exec'd or exited; the word the loop
+  // waits on), and the launcher's clone's -errno if it failed.
+  volatile pid_t child_tid;
+  volatile int child_alive;
+  volatile int clone_error;
   pid_t parent;
   int go_fd;
   int join_count;
@@ -83,7 +65,7 @@ struct Launcher::Shared {
 // What the reaper's callback and the owner share: the mapping goes when
 // both are done with it (the launcher reaped, the owner gone).
 struct Launcher::Mapping {
-  void* base = nullptr;
+  void* base = nullptr;  // a pty/vm_child stack
   bool reaped = false;
   bool owner_gone = false;
   // The launcher is gone: what it left open of its own goes.
@@ -108,101 +90,87 @@ struct RawSigaction {
   uint64_t mask;
 };
 
+// The clone of the command's process: CLONE_VFORK with no stack of its own,
+// so it runs on ours (as a vfork child does) while we wait in the kernel;
+// CLONE_PARENT: execd's child, not ours (reaped there, and it does not go
+// with us); born in our cgroup. The exit signal is ours (SIGCHLD).
+constexpr long kCommandClone =
+    CLONE_VM | CLONE_VFORK | CLONE_PARENT | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD;
+
 __attribute__((no_sanitize_address)) int launcher_main(void* p) {
   auto* s = static_cast<Launcher::Shared*>(p);
   // Not a survivor of execd (the shared descriptor table keeps the go pipe
-  // open, so end-of-file would never come): cleared again before a command
-  // execs, which outlives execd as any command does.
-  raw(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
-  if (raw(SYS_getppid) != s->parent) return 0;
+  // open, so end-of-file would never come). The command's process does not
+  // inherit it: it outlives execd as any command does.
+  raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
+  if (raw_syscall(SYS_getppid) != s->parent) return 0;
   const RawSigaction dfl{reinterpret_cast<void*>(SIG_DFL), 0, nullptr, 0};
-  for (int i = 0; i < s->reset_count; ++i) raw(SYS_rt_sigaction, s->reset_list[i], reinterpret_cast<long>(&dfl), 0, 8);
+  for (int i = 0; i < s->reset_count; ++i)
+    raw_syscall(SYS_rt_sigaction, s->reset_list[i], reinterpret_cast<long>(&dfl), 0, 8);
   static const char kName[16] = "execd-spare";
-  raw(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>(kName));
+  raw_syscall(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>(kName));
   int joined = 1;
   for (int i = 0; i < s->join_count; ++i) {
-    long r = raw(SYS_write, s->join_fds[i], reinterpret_cast<long>("0"), 1);
+    long r = raw_syscall(SYS_write, s->join_fds[i], reinterpret_cast<long>("0"), 1);
     if (r != 1) {
       joined = r < 0 ? static_cast<int>(r) : -EIO;
       break;
     }
   }
   __atomic_store_n(&s->joined, joined, __ATOMIC_RELEASE);
-  raw(SYS_futex, reinterpret_cast<long>(&s->joined), FUTEX_WAKE, 1);  // wait_joined
+  raw_syscall(SYS_futex, reinterpret_cast<long>(&s->joined), FUTEX_WAKE, 1);  // wait_joined
   __atomic_store_n(&s->joins_closing, 1, __ATOMIC_RELEASE);
-  for (int i = 0; i < s->join_count; ++i) raw(SYS_close, s->join_fds[i]);
+  for (int i = 0; i < s->join_count; ++i) raw_syscall(SYS_close, s->join_fds[i]);
   char b = 0;
   long r = 0;
   if (joined == 1) {
     do {
-      r = raw(SYS_read, s->go_fd, reinterpret_cast<long>(&b), 1);
+      r = raw_syscall(SYS_read, s->go_fd, reinterpret_cast<long>(&b), 1);
     } while (r == -EINTR);
   }
   if (r != 1) {  // retired, or of no use
     __atomic_store_n(&s->go_closing, 1, __ATOMIC_RELEASE);
-    raw(SYS_close, s->go_fd);
+    raw_syscall(SYS_close, s->go_fd);
     return joined == 1 ? 0 : 1;
   }
-  // From here the loop thread waits (run): the child procedure may use libc
-  // as a vfork child does. Its own descriptor table first, for the dup2s.
-  if (raw(SYS_unshare, CLONE_FILES) != 0) return 127;
-  raw(SYS_prctl, PR_SET_PDEATHSIG, 0);
-  __atomic_store_n(&s->taken, 1, __ATOMIC_RELEASE);
-  s->child(s->arg);
-  return 127;
-}
-
-int daemon_oom_score_adj = 0;
-// Kept open: a /proc/self path walk and a close less on every start.
-int daemon_oom_score_fd = -1;
-
-void restore_daemon_oom_score_adj() {
-  if (daemon_oom_score_fd < 0) return;
-  char v[16];
-  int n = snprintf(v, sizeof v, "%d", daemon_oom_score_adj);
-  if (pwrite(daemon_oom_score_fd, v, static_cast<size_t>(n), 0) < 0) {
-    // best effort: execd keeps the children's score until the next one
+  // Busy: a `pkill execd-spare` that read the old name and kills this pid
+  // now can only kill this launcher (the command started another way, or
+  // unharmed if it exists already); and the command's process, which
+  // starts with our name, never bears the spare's.
+  static const char kBusyName[16] = "execd-start";
+  raw_syscall(SYS_prctl, PR_SET_NAME, reinterpret_cast<long>(kBusyName));
+#if defined(__x86_64__)  // clone(flags, stack, parent_tid, child_tid, tls)
+  long pid = raw_syscall(SYS_clone, kCommandClone, 0, reinterpret_cast<long>(&s->child_tid),
+                         reinterpret_cast<long>(&s->child_alive), 0);
+#else  // aarch64: clone(flags, stack, parent_tid, tls, child_tid)
+  long pid = raw_syscall(SYS_clone, kCommandClone, 0, reinterpret_cast<long>(&s->child_tid), 0,
+                         reinterpret_cast<long>(&s->child_alive));
+#endif
+  if (pid == 0) {
+    // The command's process, on our stack below our frame while we wait
+    // in the kernel: the child procedure may use libc as a vfork child
+    // does (the loop thread waits with raw system calls only).
+    s->child(s->arg);
+    raw_syscall(SYS_exit, 127);
   }
-}
-
-// Stacks of launchers that are done with them (exec'd or gone), for the
-// next ones: an mmap, the guard page's mprotect, the first page faults and
-// an munmap less per command. Loop thread only.
-constexpr size_t kKeptStacks = 2;
-void* kept_stacks[kKeptStacks];
-size_t kept_stack_count = 0;
-
-void* take_kept_stack() { return kept_stack_count ? kept_stacks[--kept_stack_count] : nullptr; }
-
-void give_back_stack(void* base) {
-  // Under ASan: the child's frames (instrumented code that exec'd and never
-  // returned) left their redzones poisoned in the stack's shadow, and this
-  // ASan clears that neither at munmap nor at a later mmap of the same
-  // addresses: a cold-records slab mapped there faulted on its first write.
-  ASAN_UNPOISON_MEMORY_REGION(base, kStackBytes);
-  if (kept_stack_count < kKeptStacks) kept_stacks[kept_stack_count++] = base;
-  else munmap(base, kStackBytes);
+  if (pid < 0) {
+    __atomic_store_n(&s->clone_error, static_cast<int>(pid), __ATOMIC_RELEASE);
+    raw_syscall(SYS_futex, reinterpret_cast<long>(&s->child_alive), FUTEX_WAKE, 1);
+  }
+  return 0;
 }
 
 }  // namespace
 
 void Launcher::Mapping::release() {
-  if (base) give_back_stack(base);
+  if (!base) return;
+  // The launcher is gone (reaped, or out of the memory): whatever it
+  // cloned, the kernel wrote its pid before the launcher could get that
+  // far. The command's process ran on this stack: one given up on may not
+  // have left it yet (its word is not 0), and the stack waits for it.
+  auto* s = static_cast<Launcher::Shared*>(base);
+  give_back_vm_stack(base, __atomic_load_n(&s->child_tid, __ATOMIC_ACQUIRE) ? &s->child_alive : nullptr);
   base = nullptr;
-}
-
-void remember_daemon_oom_score_adj() {
-  if (daemon_oom_score_fd >= 0) return;
-  int fd = open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return;
-  char v[16] = {0};
-  ssize_t n = pread(fd, v, sizeof v - 1, 0);
-  if (n <= 0) {
-    close(fd);
-    return;
-  }
-  daemon_oom_score_adj = atoi(v);
-  daemon_oom_score_fd = fd;
 }
 
 std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>& join_fds,
@@ -215,17 +183,8 @@ std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>
     error = "too many hierarchies for a launcher";
     return nullptr;
   }
-  void* base = take_kept_stack();
-  if (!base) {
-    base = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1,
-                0);
-    if (base == MAP_FAILED) {
-      error = std::string("mmap: ") + strerror(errno);
-      return nullptr;
-    }
-    // A guard page between the shared words and the stack above them.
-    mprotect(static_cast<char*>(base) + 4096, kGuardBytes, PROT_NONE);
-  }
+  void* base = take_vm_stack(error);
+  if (!base) return nullptr;
   auto mapping = std::make_shared<Mapping>();
   mapping->base = base;
   auto* low = static_cast<char*>(base);
@@ -264,7 +223,7 @@ std::unique_ptr<Launcher> Launcher::start(Reaper& reaper, const std::vector<int>
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  char* top = low + kStackBytes;
+  char* top = low + kVmStackBytes;
   pid_t pid = clone(launcher_main, top, CLONE_VM | CLONE_FILES | CLONE_CHILD_CLEARTID | SIGCHLD, s, nullptr, nullptr,
                     &s->alive);
   int e = errno;
@@ -303,16 +262,13 @@ Launcher::~Launcher() {
 
 namespace {
 
-constexpr int kSliceMs = 10;
-
-// Waits while *word == value, in slices of kSliceMs, up to `ms`, giving up
-// early when give_up() says so; true if it changed.
-template <class GiveUp>
-bool wait_while(volatile int* word, int value, int ms, GiveUp give_up) {
-  for (int waited = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == value; waited += kSliceMs) {
+// Waits while *word == value, in slices of kHandOverLookMs, up to `ms`,
+// giving up early when give_up() says so; true if it changed.
+template <class Stop>
+bool wait_while(const volatile int* word, int value, int ms, Stop give_up) {
+  for (int waited = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) == value; waited += kHandOverLookMs) {
     if (waited >= ms || give_up()) return false;
-    struct timespec slice = {0, kSliceMs * 1000 * 1000};
-    syscall(SYS_futex, word, FUTEX_WAIT, value, &slice, nullptr, 0);
+    futex_wait_ms(word, value, kHandOverLookMs);
   }
   return true;
 }
@@ -338,7 +294,19 @@ bool Launcher::wait_gone(int ms) {
   if (!mapping_ || !mapping_->base) return true;
   auto* s = static_cast<Shared*>(mapping_->base);
   pid_t v = __atomic_load_n(&s->alive, __ATOMIC_ACQUIRE);
-  return v == 0 || wait_while(reinterpret_cast<volatile int*>(&s->alive), v, ms, [] { return false; });
+  return v == 0 || wait_while(reinterpret_cast<const volatile int*>(&s->alive), v, ms, [] { return false; });
+}
+
+void Launcher::kill() {
+  used_ = true;
+  if (pid_ > 0 && mapping_ && !mapping_->reaped) ::kill(pid_, SIGKILL);
+}
+
+bool Launcher::reaped() const { return !mapping_ || mapping_->reaped; }
+
+std::shared_ptr<const bool> Launcher::reaped_flag() const {
+  if (!mapping_) return std::make_shared<const bool>(true);
+  return std::shared_ptr<const bool>(mapping_, &mapping_->reaped);
 }
 
 bool Launcher::joined() const { return shared_ && !used_ && __atomic_load_n(&shared_->joined, __ATOMIC_ACQUIRE) == 1; }
@@ -348,34 +316,74 @@ bool Launcher::failed() const {
   return __atomic_load_n(&shared_->joined, __ATOMIC_ACQUIRE) < 0 || __atomic_load_n(&shared_->alive, __ATOMIC_ACQUIRE) == 0;
 }
 
-bool Launcher::run(void (*child)(void*), void* arg) {
-  if (failed()) return false;
+pid_t Launcher::run(void (*child)(void*), void* arg, GiveUp& why) {
+  if (failed()) return -1;
   Shared* s = shared_;
   s->child = child;
   s->arg = arg;
-  s->taken = 0;
+  s->child_tid = 0;
+  s->clone_error = 0;
+  __atomic_store_n(&s->child_alive, kUnborn, __ATOMIC_RELEASE);
+  // From the write on, the command's process may run beside this thread on
+  // its thread-local storage: raw system calls, and no signal handler.
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   char b = 1;
-  ssize_t w = write(go_write_, &b, 1);
-  if (w == 1) {
-    pid_t v;
-    while ((v = __atomic_load_n(&s->alive, __ATOMIC_ACQUIRE)) != 0)
-      syscall(SYS_futex, &s->alive, FUTEX_WAIT, v, nullptr, nullptr, 0);
-  }
+  bool woken = raw_syscall(SYS_write, go_write_, reinterpret_cast<long>(&b), 1) == 1;
+  pid_t pid = woken ? hand_over(why) : -1;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   used_ = true;
-  if (w != 1 || !__atomic_load_n(&s->taken, __ATOMIC_ACQUIRE)) return false;
-  // The child set its own score, and with it execd's (one per mm).
-  restore_daemon_oom_score_adj();
-  reaper_->unwatch(pid_);  // the caller's now
-  mapping_->close_what_it_left();  // past its exec (or exit): the shared table is execd's alone
-  shared_ = nullptr;
-  mapping_->release();  // it left the mapping at its exec or exit
+  // Past its read (it never touches the go pipe again), or killed: what it
+  // left open of the shared table is execd's to close. (Not woken: still
+  // idle in its read, it reads end-of-file below and exits; what it leaves
+  // is closed when it is reaped.)
+  if (woken) mapping_->close_what_it_left();
   close(go_write_);
   go_write_ = -1;
-  return true;
+  return pid;
+}
+
+pid_t Launcher::hand_over(GiveUp& why) {
+  Shared* s = shared_;
+  const int64_t start = monotonic_ms();
+  int64_t next_look = start + kHandOverLookMs;
+  for (;;) {
+    int v = __atomic_load_n(&s->child_alive, __ATOMIC_ACQUIRE);
+    if (v == 0) return __atomic_load_n(&s->child_tid, __ATOMIC_ACQUIRE);  // exec'd or exited
+    if (v == kUnborn) {
+      // Gone, or its clone failed, before there was a command's process:
+      // nothing ran. (The kernel writes child_tid before the launcher is
+      // back from its clone, so it is read after alive.)
+      bool gone = __atomic_load_n(&s->alive, __ATOMIC_ACQUIRE) == 0;
+      bool refused = __atomic_load_n(&s->clone_error, __ATOMIC_ACQUIRE) != 0;
+      if ((gone || refused) && __atomic_load_n(&s->child_tid, __ATOMIC_ACQUIRE) == 0) return -1;
+    }
+    int64_t now = monotonic_ms();
+    if (now < next_look) {
+      // Woken by the command's exec (or exit), or by a failed clone; a
+      // launcher that dies first is seen at the next look.
+      futex_wait_ms(&s->child_alive, v, static_cast<int>(next_look - now));
+      continue;
+    }
+    // The command's process once there is one, else the launcher (which
+    // is in its vfork wait, 'D', while the command's process runs).
+    pid_t c = __atomic_load_n(&s->child_tid, __ATOMIC_ACQUIRE);
+    char st = process_state(c > 0 ? c : pid_);
+    if (st == 'T' || st == 't' || now - start >= kHandOverCapMs) {
+      why.state = st;
+      why.waited_ms = static_cast<int>(now - start);
+      break;
+    }
+    next_look = now + kHandOverLookMs;
+  }
+  // Given up on: the launcher first, so that no command's process can come
+  // after (once it is out of the memory, or held at its exit by a tracer,
+  // it is past any clone it was in); then the one it made, if it made one.
+  kill_and_wait_gone(pid_, &s->alive);
+  pid_t c = __atomic_load_n(&s->child_tid, __ATOMIC_ACQUIRE);
+  if (c > 0) kill_and_wait_gone(c, &s->child_alive);
+  return -1;
 }
 
 }  // namespace execd::pty

@@ -1,15 +1,16 @@
 // pty/namespaces: see header.
 //
-// The holder is started with vfork, as every process execd starts: this
-// thread first takes a new pid namespace for its children (unshare
-// CLONE_NEWPID affects only children, and is allowed in a threaded process),
-// so the child is born as its PID 1; the thread goes back to execd's own
-// right after. The child makes the other namespaces itself (unshare of
-// mount, ipc, uts and network namespaces is allowed in a vfork child; a user
-// namespace is not, as it shares its parent's memory: the holder makes that
-// after its exec). Everything the child does is prepared here as a list of
-// steps over strings that outlive the vfork; the child only makes system
-// calls.
+// The holder is started as every process execd starts, sharing execd's
+// memory until its exec (pty/vm_child: the loop waits for that with a
+// deadline, where vfork had none): this thread first takes a new pid
+// namespace for its children (unshare CLONE_NEWPID affects only children,
+// and is allowed in a threaded process), so the child is born as its PID 1;
+// the thread goes back to execd's own right after. The child makes the
+// other namespaces itself (mount, ipc, uts and network; the user namespace
+// of uid_mode userns is made after its exec, where mapping execd's uid 0
+// keeps CAP_SETFCAP out of the picture). Everything the child does is
+// prepared here as a list of steps over strings that outlive it; the child
+// only makes system calls.
 #include "pty/namespaces.h"
 
 #include <errno.h>
@@ -35,9 +36,10 @@
 
 #include "pty/hardening.h"
 #include "pty/spawn.h"
+#include "pty/vm_child.h"
 
-// The locals read by the vfork child are set before vfork and never changed
-// after it, which is what -Wclobbered cannot see.
+// The locals read by the child are set before it starts and never changed
+// after, which is what -Wclobbered cannot see.
 #pragma GCC diagnostic ignored "-Wclobbered"
 
 namespace execd::pty {
@@ -294,6 +296,66 @@ bool build_steps(const SessionPlan& plan, Plan& out, std::string& error) {
   return true;
 }
 
+// What the holder's child reads: everything prepared before its clone.
+struct HolderChild {
+  const char* staging;
+  const char* hostname;
+  size_t hostname_len;
+  bool new_net;
+  bool make_userns;
+  int unshare_flags;
+  int devnull;
+  int ready_w;
+  int exe;
+  const Step* steps;
+  size_t step_count;
+  const Hardening* hardening;
+  char* const* argv;
+  char* const* envp;
+  HolderFailure* failure;
+};
+
+[[noreturn]] void holder_child_fail(const HolderChild& c, const char* step, const char* path) {
+  c.failure->err = errno;
+  c.failure->path = path;
+  c.failure->step = step;
+  _exit(127);
+}
+
+// The holder before its exec, on execd's memory (pty/vm_child).
+[[noreturn]] void holder_child(void* p) {
+  const HolderChild& c = *static_cast<const HolderChild*>(p);
+  // Its own session: signals to execd's process group do not reach it;
+  // it dies with execd (the kernel then kills the whole session).
+  if (setsid() < 0) holder_child_fail(c, "setsid", nullptr);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) holder_child_fail(c, "prctl PDEATHSIG", nullptr);
+  if (dup2(c.devnull, 0) < 0 || dup2(c.devnull, 1) < 0 || dup2(c.ready_w, 3) < 0) holder_child_fail(c, "dup2", nullptr);
+  if (unshare(c.unshare_flags) != 0)
+    holder_child_fail(c, "unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWNET)", nullptr);
+  for (size_t i = 0; i < c.step_count; ++i) {
+    const Step& s = c.steps[i];
+    if (do_step(s) != 0 && !(s.tolerate_missing && errno == ENOENT)) holder_child_fail(c, step_name(s), s.b);
+  }
+  if (sethostname(c.hostname, c.hostname_len) != 0) holder_child_fail(c, "sethostname", nullptr);
+  if (c.new_net) bring_loopback_up();
+  if (chdir(c.staging) != 0) holder_child_fail(c, "chdir to the new root", c.staging);
+  if (syscall(SYS_pivot_root, ".", ".") != 0) holder_child_fail(c, "pivot_root", c.staging);
+  if (umount2(".", MNT_DETACH) != 0) holder_child_fail(c, "detach the old root", nullptr);
+  if (chdir("/") != 0) holder_child_fail(c, "chdir /", nullptr);
+  // The holder keeps nothing of root's powers. For uid_mode userns it
+  // gives them up after its exec, once it has made the user namespace:
+  // mapping execd's uid 0 needs CAP_SETFCAP when the namespace is made.
+  if (!c.make_userns) {
+    if (const char* step = c.hardening->child_before_credentials(true)) holder_child_fail(c, step, nullptr);
+    if (const char* step = c.hardening->child_before_exec(true, -1)) holder_child_fail(c, step, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  syscall(SYS_execveat, c.exe, "", c.argv, c.envp, AT_EMPTY_PATH);
+  holder_child_fail(c, "exec execd as the session's init", nullptr);
+}
+
 }  // namespace
 
 int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, std::string& error) {
@@ -336,26 +398,26 @@ int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, 
     error = std::string("open /dev/null: ") + strerror(e);
     return e;
   }
-  const int unshare_flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (plan.share_net ? 0 : CLONE_NEWNET);
-  const char* staging = plan.staging.c_str();
-  const char* hostname = plan.hostname.c_str();
-  const size_t hostname_len = plan.hostname.size();
-  const bool new_net = !plan.share_net;
-  const bool make_userns = plan.userns.has_value();
-  const int ready_w = ready[1];
-  const Step* step_list = steps.steps.data();
-  const size_t step_count = steps.steps.size();
   HolderFailure failure;
-
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid;
-  int vfork_errno = 0;
+  HolderChild child{plan.staging.c_str(),
+                    plan.hostname.c_str(),
+                    plan.hostname.size(),
+                    !plan.share_net,
+                    plan.userns.has_value(),
+                    CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (plan.share_net ? 0 : CLONE_NEWNET),
+                    devnull,
+                    ready[1],
+                    exe,
+                    steps.steps.data(),
+                    steps.steps.size(),
+                    hardening,
+                    argv.data(),
+                    envp,
+                    &failure};
+  VmChild c;
   {
     NewPidNamespaceForChildren pid_namespace;
     if (pid_namespace.error()) {
-      pthread_sigmask(SIG_SETMASK, &old, nullptr);
       int e = pid_namespace.error();
       close(ready[0]);
       close(ready[1]);
@@ -363,53 +425,24 @@ int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, 
       error = std::string("unshare(CLONE_NEWPID): ") + strerror(e);
       return e;
     }
-    pid = vfork();
-    if (pid == 0) {
-      auto fail = [&](const char* step, const char* path) {
-        failure.err = errno;
-        failure.path = path;
-        failure.step = step;
-        _exit(127);
-      };
-      // Its own session: signals to execd's process group do not reach it;
-      // it dies with execd (the kernel then kills the whole session).
-      if (setsid() < 0) fail("setsid", nullptr);
-      if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail("prctl PDEATHSIG", nullptr);
-      if (dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(ready_w, 3) < 0) fail("dup2", nullptr);
-      if (unshare(unshare_flags) != 0) fail("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWNET)", nullptr);
-      for (size_t i = 0; i < step_count; ++i) {
-        const Step& s = step_list[i];
-        if (do_step(s) != 0 && !(s.tolerate_missing && errno == ENOENT)) fail(step_name(s), s.b);
-      }
-      if (sethostname(hostname, hostname_len) != 0) fail("sethostname", nullptr);
-      if (new_net) bring_loopback_up();
-      if (chdir(staging) != 0) fail("chdir to the new root", staging);
-      if (syscall(SYS_pivot_root, ".", ".") != 0) fail("pivot_root", staging);
-      if (umount2(".", MNT_DETACH) != 0) fail("detach the old root", nullptr);
-      if (chdir("/") != 0) fail("chdir /", nullptr);
-      // The holder keeps nothing of root's powers. For uid_mode userns it
-      // gives them up after its exec, once it has made the user namespace:
-      // mapping execd's uid 0 needs CAP_SETFCAP when the namespace is made.
-      if (!make_userns) {
-        if (const char* step = hardening->child_before_credentials(true)) fail(step, nullptr);
-        if (const char* step = hardening->child_before_exec(true, -1)) fail(step, nullptr);
-      }
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      syscall(SYS_execveat, exe, "", argv.data(), envp, AT_EMPTY_PATH);
-      fail("exec execd as the session's init", nullptr);
-    }
-    vfork_errno = errno;
+    // Waited for with a deadline (a vfork child stopped by SIGSTOP had
+    // stopped execd with it): a holder stopped or traced before its exec
+    // is killed, and the session is not made.
+    c = run_vm_child(holder_child, &child);
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   close(ready[1]);
   close(devnull);
-  if (pid < 0) {
+  if (c.gave_up.happened()) {
     close(ready[0]);
-    error = std::string("vfork: ") + strerror(vfork_errno);
-    return vfork_errno;
+    error = "the session's holder was " + c.gave_up.describe();
+    return ETIMEDOUT;
   }
+  if (c.pid < 0) {
+    close(ready[0]);
+    error = std::string("clone: ") + strerror(c.error);
+    return c.error;
+  }
+  pid_t pid = c.pid;
   if (failure.step) {
     // The child has _exit()ed; the reaper collects it.
     close(ready[0]);
@@ -510,6 +543,50 @@ void close_namespaces(IsolatedEntry& e) {
 
 // --- what the kernel allows ---------------------------------------------------
 
+namespace {
+
+// The trials' children, on execd's memory (pty/vm_child).
+struct ProbeChild {
+  const char* proc = nullptr;
+  const char* merged = nullptr;
+  const char* overlay_data = nullptr;
+  volatile int err = 0;
+  const char* volatile step = nullptr;
+  volatile int overlay_err = -1;
+};
+
+[[noreturn]] void probe_namespaces_child(void* p) {
+  auto& r = *static_cast<ProbeChild*>(p);
+  auto fail = [&](const char* step) {
+    r.err = errno;
+    r.step = step;
+    _exit(1);
+  };
+  if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) != 0)
+    fail("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWNET)");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail("make the mount tree private");
+  if (mount("proc", r.proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+    fail("mount /proc of a new pid namespace");
+  r.overlay_err = mount("overlay", r.merged, "overlay", 0, r.overlay_data) == 0 ? 0 : errno;
+  _exit(0);
+}
+
+struct UsernsProbeChild {
+  char map[64] = {0};
+  volatile bool ok = false;
+};
+
+[[noreturn]] void probe_userns_child(void* p) {
+  auto& u = *static_cast<UsernsProbeChild*>(p);
+  if (unshare(CLONE_NEWUSER) != 0) _exit(1);
+  int fd = open("/proc/self/uid_map", O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, u.map, strlen(u.map)) < 0) _exit(2);
+  u.ok = true;
+  _exit(0);
+}
+
+}  // namespace
+
 IsolationProbe probe_isolation(const std::string& scratch_dir) {
   IsolationProbe p;
   struct utsname u {};
@@ -527,49 +604,25 @@ IsolationProbe probe_isolation(const std::string& scratch_dir) {
               proc = dir + "/proc";
   for (const std::string& d : {scratch_dir, dir, lower, upper, work, merged, proc}) mkdir(d.c_str(), 0700);
   std::string overlay_data = "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work;
-  const char* c_proc = proc.c_str();
-  const char* c_merged = merged.c_str();
-  const char* c_data = overlay_data.c_str();
-  struct {
-    volatile int err = 0;
-    const char* volatile step = nullptr;
-    volatile int overlay_err = -1;
-  } result;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+  ProbeChild result;
+  result.proc = proc.c_str();
+  result.merged = merged.c_str();
+  result.overlay_data = overlay_data.c_str();
   pid_t pid = -1;
   int fork_errno = 0, pidns_errno = 0;
+  GiveUp gave_up;
   {
     NewPidNamespaceForChildren pid_namespace;
     pidns_errno = pid_namespace.error();
     if (!pidns_errno) {
-      pid = vfork();
-      if (pid == 0) {
-        auto fail = [&](const char* step) {
-          result.err = errno;
-          result.step = step;
-          _exit(1);
-        };
-        if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) != 0)
-          fail("unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWNET)");
-        if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail("make the mount tree private");
-        if (mount("proc", c_proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
-          fail("mount /proc of a new pid namespace");
-        result.overlay_err = mount("overlay", c_merged, "overlay", 0, c_data) == 0 ? 0 : errno;
-        _exit(0);
-      }
-      fork_errno = errno;
+      // On execd's memory, waited for with a deadline (pty/vm_child).
+      VmChild c = run_vm_child(probe_namespaces_child, &result);
+      pid = c.pid;
+      fork_errno = c.error;
+      gave_up = c.gave_up;
     }
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid > 0) {
-    // The child ran to its _exit (vfork waited for it). Reaped here, on the
-    // loop thread, before the reaper's SIGCHLD handling can run: nobody
-    // watches for it.
-    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
+  // The child has exited (or was killed); the reaper collects it.
   for (const std::string& d : {proc, merged, work + "/work", work, upper, lower, dir}) rmdir(d.c_str());
   const char* hint =
       " (a seccomp profile such as Docker's default refuses namespaces to a process without CAP_SYS_ADMIN; execd "
@@ -578,8 +631,12 @@ IsolationProbe probe_isolation(const std::string& scratch_dir) {
     p.message = std::string("creating namespaces failed: unshare(CLONE_NEWPID): ") + strerror(pidns_errno) + hint;
     return p;
   }
+  if (gave_up.happened()) {
+    p.message = "the trial of namespaces was " + gave_up.describe();
+    return p;
+  }
   if (pid < 0) {
-    p.message = std::string("vfork: ") + strerror(fork_errno);
+    p.message = std::string("clone: ") + strerror(fork_errno);
     return p;
   }
   if (result.step) {
@@ -592,29 +649,19 @@ IsolationProbe probe_isolation(const std::string& scratch_dir) {
   if (!p.overlay)
     p.message = "overlay mounts fail here (" + std::string(strerror(result.overlay_err)) + " with the upper in " +
                 scratch_dir + "): workspace mode overlay, diff and commit are unavailable";
-  // A user namespace, as the holder makes it (a forked child: single-threaded).
-  int uerr = 0;
+  // A user namespace, as the holder makes it. (A process sharing execd's
+  // memory may make one, as the holder after its exec; a forked child had copied
+  // execd's page tables, and its waitpid had no deadline.)
+  UsernsProbeChild userns;
   // Outside uid read first: inside an unmapped namespace geteuid() is the overflow uid.
-  const unsigned outside_uid = static_cast<unsigned>(geteuid());
-  pid_t child = fork();
-  if (child == 0) {
-    if (unshare(CLONE_NEWUSER) != 0) _exit(1);
-    char map[64];
-    snprintf(map, sizeof map, "1000 %u 1\n", outside_uid);
-    int fd = open("/proc/self/uid_map", O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || write(fd, map, strlen(map)) < 0) _exit(2);
-    _exit(0);
-  }
-  if (child < 0) {
-    uerr = errno;
-  } else {
-    int st = 0;
-    while (waitpid(child, &st, 0) < 0 && errno == EINTR) {
-    }
-    p.userns = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-  }
+  snprintf(userns.map, sizeof userns.map, "1000 %u 1\n", static_cast<unsigned>(geteuid()));
+  VmChild uc = run_vm_child(probe_userns_child, &userns);
+  int uerr = uc.error;
+  p.userns = uc.pid > 0 && !uc.gave_up.happened() && userns.ok;
   if (!p.userns) {
-    std::string why = uerr ? strerror(uerr) : "unshare(CLONE_NEWUSER) or its uid map was refused";
+    std::string why = uerr                         ? strerror(uerr)
+                      : uc.gave_up.happened() ? "the trial was " + uc.gave_up.describe()
+                                              : "unshare(CLONE_NEWUSER) or its uid map was refused";
     p.message += std::string(p.message.empty() ? "" : "; ") + "uid_mode userns is unavailable: " + why;
   }
   return p;

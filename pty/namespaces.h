@@ -3,7 +3,7 @@
 //
 // A session is held by one process, its holder: the first process (PID 1)
 // of a new pid namespace, with new mount, ipc and uts namespaces (and a new
-// network namespace unless the network is shared). Between vfork and exec
+// network namespace unless the network is shared). Between its clone and exec
 // it builds the session's root from the host's (pty/namespaces.cc: the
 // plan), pivots into it, gives up every capability and execs execd itself
 // as a tiny init (`execd --isolated-init`, holder_main) that reaps what the
@@ -68,8 +68,10 @@ struct Holder {
 };
 
 // Starts a holder for `plan`. Blocks the calling (loop) thread until the
-// holder has built the root and exec'd (a few milliseconds), or failed.
-// 0, or an errno with `error` naming the step.
+// holder has built the root and exec'd (a few milliseconds), or failed, or
+// was given up on (stopped or traced before its exec, or past the cap of
+// pty/vm_child: killed, ETIMEDOUT). 0, or an errno with `error` naming the
+// step.
 int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, std::string& error);
 
 // `execd --isolated-init [--userns UID GID]`: the holder after its exec.

@@ -1,17 +1,15 @@
 // pty/spawn: see header.
 #include "pty/spawn.h"
 
-// The locals read by the vfork child are set before vfork and never changed
-// after it, which is what -Wclobbered cannot see.
+// The locals read by the child are set before it starts and never changed
+// after, which is what -Wclobbered cannot see.
 #pragma GCC diagnostic ignored "-Wclobbered"
 
 #include <fcntl.h>
 #include <sched.h>
 #include <grp.h>
 #include <signal.h>
-#include <sanitizer/asan_interface.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -28,11 +26,12 @@
 #include "pty/confine.h"
 #include "pty/hardening.h"
 #include "pty/launcher.h"
+#include "pty/vm_child.h"
 
 namespace execd::pty {
 namespace {
 
-// Filled by the vfork child (which shares our memory) when a step fails.
+// Filled by the child (which shares our memory until its exec) when a step fails.
 struct ChildFailure {
   volatile int err = 0;
   volatile const char* step = nullptr;
@@ -86,8 +85,8 @@ int kernel_sigaction(int sig, const KernelSigaction* act, KernelSigaction* old) 
   return static_cast<int>(syscall(SYS_rt_sigaction, sig, act, old, sizeof(uint64_t)));
 }
 
-// Everything the child reads, prepared before it starts: between vfork (or
-// a launcher's run) and exec it must not allocate.
+// Everything the child reads, prepared before it starts: between its clone
+// (here or in a launcher) and exec it must not allocate.
 struct ChildPlan {
   const ChildSetup::Signals* reset = nullptr;
   bool use_pty = false, inherit_stdio = false, new_session = false;
@@ -121,7 +120,11 @@ struct ChildPlan {
   for (int i = 0; i < c.reset->count; ++i) kernel_sigaction(c.reset->list[i], &dfl, nullptr);
   if (c.use_pty) {
     if (setsid() < 0) child_fail(failure, "setsid");
-    if (ioctl(c.child_in, TIOCSCTTY, 0) < 0) child_fail(failure, "TIOCSCTTY");
+    // The terminal is new, and nobody's but ours; 1 takes it back (with
+    // CAP_SYS_ADMIN) from an earlier child of this very start that was
+    // given up on and killed, whose session may not have let go of it yet
+    // (pty/vm_child does not wait for the end of a killed child's exit).
+    if (ioctl(c.child_in, TIOCSCTTY, 1) < 0) child_fail(failure, "TIOCSCTTY");
   } else if (c.new_session) {
     if (setsid() < 0) child_fail(failure, "setsid");
   } else if (setpgid(0, 0) < 0) {
@@ -138,8 +141,9 @@ struct ChildPlan {
     if (write(c.join_fds[i], "0", 1) != 1) child_fail(failure, "join cgroup");
   if (c.oom_adj_len) {
     // A vfork child's write changes only its own score (the kernel skips
-    // the mm-sharing parent for a vfork child; a launcher's sets execd's
-    // too, which Launcher::run puts back).
+    // the mm-sharers for a vfork child: a launcher's command process is
+    // one); a CLONE_VM child's sets execd's too, which spawn_process puts
+    // back.
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
       if (write(fd, c.oom_adj, c.oom_adj_len) < 0) {
@@ -181,67 +185,9 @@ struct ChildPlan {
 }
 
 
-// clone3 into a cgroup (v2's CLONE_INTO_CGROUP): the child is born in the
-// command's cgroup, with no migration at all. With CLONE_VM | CLONE_VFORK
-// it is a vfork child on a stack of its own (clone3 cannot share the
-// parent's as vfork does), so it enters run_child through a trampoline.
-struct Clone3Args {  // struct clone_args, version 2 (88 bytes)
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
-};
-constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;
+// clone3 into a cgroup (v2's CLONE_INTO_CGROUP, pty/vm_child): the child
+// is born in the command's cgroup, with no migration at all.
 bool clone3_usable = true;  // false once the kernel (or a seccomp profile, as Docker's) refused it
-
-#if defined(__x86_64__)
-extern "C" long execd_clone3_run(Clone3Args* args, size_t size, void (*fn)(void*), void* arg);
-// The child has the parent's registers but rsp (the new stack's top) and
-// rax (0): fn and arg ride in r8 and r9, which the syscall keeps.
-asm(R"(
-  .text
-  .globl execd_clone3_run
-  .type execd_clone3_run, @function
-execd_clone3_run:
-  mov %rdx, %r8
-  mov %rcx, %r9
-  mov $435, %eax
-  syscall
-  test %rax, %rax
-  jnz 1f
-  xor %ebp, %ebp
-  mov %r9, %rdi
-  call *%r8
-  mov $127, %edi
-  mov $231, %eax
-  syscall
-  hlt
-1:
-  ret
-  .size execd_clone3_run, .-execd_clone3_run
-)");
-
-long clone_into_cgroup(int cgroup_fd, ChildPlan* plan) {
-  constexpr size_t kStack = 256 * 1024;
-  // One per thread, reused: a vfork child has the parent stopped meanwhile.
-  static thread_local void* stack = nullptr;
-  if (!stack) {
-    void* m = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (m == MAP_FAILED) return -errno;
-    stack = m;
-  }
-  Clone3Args a{};
-  a.flags = CLONE_VM | CLONE_VFORK | kCloneIntoCgroup;
-  a.exit_signal = SIGCHLD;
-  a.stack = reinterpret_cast<uint64_t>(stack);
-  a.stack_size = kStack;
-  a.cgroup = static_cast<uint64_t>(cgroup_fd);
-  long pid = execd_clone3_run(&a, sizeof a, run_child, plan);
-  // The child exec'd from instrumented frames: their poison stays in the
-  // shadow (see pty/launcher's stacks), under the next child's frames.
-  ASAN_UNPOISON_MEMORY_REGION(stack, kStack);
-  return pid;
-}
-#else
-long clone_into_cgroup(int, ChildPlan*) { return -ENOSYS; }
-#endif
 
 }  // namespace
 
@@ -418,7 +364,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   ChildFailure failure;
   plan.failure = &failure;
 
-  // Isolation: the pid namespace is chosen by this thread before the vfork.
+  // Isolation: the pid namespace is chosen by this thread before the clone.
   PidNamespaceScope pid_namespace(opts.isolated);
   if (pid_namespace.error()) {
     errno = pid_namespace.error();
@@ -432,38 +378,58 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   placed.join_count = 0;
   pid_t pid = -1;
   if (place.launcher && !opts.isolated) {
-    if (place.launcher->run(run_child, &placed)) {
-      pid = place.launcher->pid();
+    GiveUp why;
+    pid_t p = place.launcher->run(run_child, &placed, why);
+    if (p > 0) {
+      pid = p;
       out.placement = Placement::launcher;
+    } else if (why.happened()) {
+      out.launcher_given_up =
+          "launcher " + std::to_string(place.launcher->pid()) + ": " + why.describe("its command's exec");
+      // What a command's process it had started wrote before it was killed
+      // is not this start's.
+      failure.err = 0;
+      failure.step = nullptr;
+      failure.candidate = -1;
     }
   }
   int fork_errno = 0;
+  GiveUp gave_up;
   if (pid < 0) {
-    // Block every signal so no handler of ours runs in the child before it
-    // has reset the dispositions to their defaults (a launcher has its own).
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    // A process on our memory (pty/vm_child), waited for with a deadline,
+    // where vfork (or clone3's CLONE_VFORK) stopped this thread in the
+    // kernel for as long as the child took: a stopped child stopped execd.
+    VmChild c;
     if (place.cgroup_dir_fd >= 0 && clone3_usable) {
-      long r = clone_into_cgroup(place.cgroup_dir_fd, &placed);
-      if (r > 0) {
-        pid = static_cast<pid_t>(r);
+      c = run_vm_child(run_child, &placed, place.cgroup_dir_fd);
+      if (c.pid > 0) {
         out.placement = Placement::clone_into_cgroup;
-      } else if (r == -ENOSYS || r == -EPERM || r == -E2BIG) {
-        clone3_usable = false;  // and the vfork child below joins, as before
+      } else if (c.error == ENOSYS || c.error == EPERM || c.error == E2BIG) {
+        clone3_usable = false;  // and the child below joins, as before
       }
     }
-    if (pid < 0) {
-      pid = vfork();
-      if (pid == 0) run_child(&plan);
+    if (c.pid <= 0 && !c.gave_up.happened()) {
+      c = run_vm_child(run_child, &plan);
       out.placement = plan.join_count ? Placement::joined : Placement::none;
     }
-    fork_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    pid = c.pid;
+    fork_errno = c.error;
+    gave_up = c.gave_up;
+    // It set its own oom_score_adj, and with it execd's (one per mm; a
+    // vfork child's would have been its own).
+    if ((pid > 0 || gave_up.happened()) && plan.oom_adj_len) restore_daemon_oom_score_adj();
+  }
+  if (gave_up.happened()) {
+    // Stopped or traced before its exec (or that slow): killed, and this
+    // start fails rather than wait on it.
+    error = "the new process was " + gave_up.describe();
+    out.child_given_up = true;
+    cleanup();
+    return ETIMEDOUT;
   }
   if (pid < 0) {
     errno = fork_errno;
-    return fail("vfork");
+    return fail("clone");
   }
   if (failure.step) {
     // The child has already _exit()ed; the reaper collects it.

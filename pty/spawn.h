@@ -1,8 +1,10 @@
 // pty/spawn: starting a process, fast and with everything set before exec:
 // its own process group (or session, for a PTY), credentials with the user's
 // supplementary groups, working directory, environment, and stdio as pipes
-// or a PTY. Uses vfork so the cost stays close to posix_spawn; the child only
-// makes async-signal-safe system calls between vfork and exec.
+// or a PTY. The child shares execd's memory until its exec, as a vfork child
+// does, so the cost stays close to posix_spawn (pty/vm_child: the wait for
+// it has a deadline); it only makes async-signal-safe system calls before
+// its exec.
 #pragma once
 
 #include <signal.h>
@@ -50,8 +52,8 @@ struct SpawnOptions {
 // How the child got into its cgroup.
 enum class Placement {
   none,               // no cgroup (process-group mode, or it could not be made)
-  joined,             // a vfork child wrote itself into cgroup.procs (a migration)
-  launcher,           // a launcher waiting in the cgroup became it (pty/launcher)
+  joined,             // the child wrote itself into cgroup.procs (a migration)
+  launcher,           // a launcher waiting in the cgroup started it there (pty/launcher)
   clone_into_cgroup,  // born in it (clone3 CLONE_INTO_CGROUP, cgroup v2)
 };
 
@@ -61,6 +63,11 @@ struct Spawned {
   int stdin_fd = -1;   // pipe write end or PTY master (same fd as stdout_fd for a PTY)
   int stdout_fd = -1;  // pipe read end or PTY master
   int stderr_fd = -1;  // pipe read end; -1 for a PTY
+  // Not empty: the launcher was given up on (stopped, traced, too slow) and
+  // the child started another way; says why.
+  std::string launcher_given_up;
+  // The child itself was given up on (the start failed with ETIMEDOUT).
+  bool child_given_up = false;
 };
 
 // What every child gets back from execd's own process state: the soft
@@ -108,17 +115,18 @@ struct ChildPlacement {
   // cgroup v2: the cgroup's directory, for clone3's CLONE_INTO_CGROUP (the
   // child is born in it); -1, or a kernel that refuses: cgroup_procs_fds.
   int cgroup_dir_fd = -1;
-  // A launcher made ahead inside the command's cgroup (pty/launcher): the
-  // child runs in it instead of a vfork child, and joins nothing. If it is
-  // gone, the vfork child joins cgroup_procs_fds as before.
+  // A launcher made ahead inside the command's cgroup (pty/launcher): it
+  // starts the child there, which joins nothing. If it is gone (or given
+  // up on), the child is started here and joins cgroup_procs_fds.
   Launcher* launcher = nullptr;
   // Written to the child's /proc/self/oom_score_adj (the OOM killer takes a
   // command before execd); unset: inherited.
   std::optional<int> oom_score_adj;
 };
 
-// Returns 0, or an errno with `error` describing the failing step. All
-// returned fds are non-blocking and close-on-exec.
+// Returns 0, or an errno with `error` describing the failing step (ETIMEDOUT:
+// the child was stopped, traced or too slow before its exec, and is killed).
+// All returned fds are non-blocking and close-on-exec.
 // The child gets back what `place.setup` says (signals, open-files limit).
 int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, const ChildPlacement& place = {});
 

@@ -79,7 +79,10 @@ void handle_activity(ActivityService& s, http::Exchange& ex) {
   j["starts"] = {{"launcher", starts.launcher},
                  {"clone_into_cgroup", starts.clone_into_cgroup},
                  {"joined", starts.joined},
-                 {"uncontained", starts.none}};
+                 {"uncontained", starts.none},
+                 {"launcher_given_up", starts.launcher_given_up},
+                 {"child_given_up", starts.child_given_up}};
+  if (!s.containment.last_given_up().empty()) j["last_given_up"] = s.containment.last_given_up();
   j["spare_launchers"] = s.containment.waiting_launchers();
   ex.respond_json(200, j.dump(-1, ' ', false, ojson::error_handler_t::replace));
 }

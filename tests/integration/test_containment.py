@@ -515,16 +515,24 @@ def test_a_command_after_a_pause_starts_in_its_cgroup_without_joining_it(cg_exec
     before = activity(ex)["starts"]
     for _ in range(3):
         time.sleep(0.2)  # the pause an agent makes between commands: the case under test
-        r = ex.run("echo $$; grep -E ':(freezer)?:/' /proc/self/cgroup | head -1; "
+        r = ex.run("echo $$ $PPID; grep -E ':(freezer)?:/' /proc/self/cgroup | head -1; "
                    "cat /proc/self/oom_score_adj", exact=True)
-        pid, cgroup_line, adj = r.stdout.decode().split("\n")[:3]
+        pids, cgroup_line, adj = r.stdout.decode().split("\n")[:3]
+        pid, ppid = (int(x) for x in pids.split())
         assert r.terminal["exit_code"] == 0, r.stdout
         assert f"/execd-{ex.pid}/cmd-" in cgroup_line, r.stdout
         assert adj == "500", "a command gets the OOM killer's attention before execd"
+        assert ppid == ex.pid, "execd's child, whoever cloned it"
         if v1:
-            assert int(pid) in waiting, ("the command is the launcher that waited in its cgroup", pid, waiting)
+            # A launcher that waited in the cgroup started it under a pid of
+            # its own (never a launcher's: a kill aimed at execd-spare cannot
+            # reach a command), and then exited.
+            assert pid not in waiting, ("a command is never a launcher", pid, waiting)
+            wait_until(lambda: any(not process_alive(w) for w in waiting), 5 * SLOW,
+                       what="the launcher that started it to exit")
             waiting = wait_spares(ex, 2, "spares armed again")
-        # The kernel gives one score to processes sharing memory: execd's own is put back.
+        # The kernel gives one score to processes sharing memory (but to a
+        # vfork child's, which a launcher's command is): execd's own is its own.
         assert own_oom_score_adj(ex.pid) == daemon_adj
     after = activity(ex)["starts"]
     placed = "launcher" if v1 else "clone_into_cgroup"

@@ -1,8 +1,13 @@
-// pty/launcher against the real kernel: a launcher becomes the process it is
-// given (same pid, exit status through the reaper), one killed before it is
-// used reports so and leaves no descriptor behind, and a retired one exits.
-// Cgroup joins are covered by the integration tests (they need a cgroup).
-// Under ASan, a used launcher's stack comes back with a clean shadow.
+// pty/launcher and pty/vm_child against the real kernel: a launcher starts
+// the process it is given as a new child of ours (a pid of its own, exit
+// status through the reaper) and exits; one killed before it is used reports
+// so and leaves no descriptor behind; a retired one exits. Every wait for a
+// child on our memory is bounded: a stopped launcher, or a stopped child
+// before its exec, is given up on within the bounds and killed; a launcher
+// killed after it started the child takes no child with it; a child that is
+// slow but running is waited for. Cgroup joins are covered by the
+// integration tests (they need a cgroup). Under ASan, a used stack comes
+// back with a clean shadow.
 #include "pty/launcher.h"
 
 #include <doctest/doctest.h>
@@ -12,17 +17,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/syscall.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loop_scratch.h"
 #include "pty/reaper.h"
 
 using execd::pty::ExitInfo;
+using execd::pty::GiveUp;
 using execd::pty::Launcher;
 using execd::pty::Reaper;
+using execd::pty::VmChild;
 
 namespace {
 
@@ -34,13 +46,34 @@ int open_fds() {
   return n;
 }
 
+// What a child does before its exec, for the tests to steer: it says its
+// pid, then (optionally) stops itself, waits for a byte, or runs a while.
 struct Child {
   const char* path;
   int exit_code_if_exec_fails;
+  bool stop_itself = false;
+  int wait_fd = -1;     // >= 0: reads a byte from it first
+  int busy_ms = 0;      // > 0: runs (no sleep) this long first
+  volatile pid_t started = 0;
+  volatile bool ran = false;
 };
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 void exec_child(void* p) {
   auto* c = static_cast<Child*>(p);
+  c->ran = true;
+  c->started = static_cast<pid_t>(syscall(SYS_getpid));
+  if (c->stop_itself) kill(c->started, SIGSTOP);  // not blockable
+  if (c->wait_fd >= 0) {
+    char b;
+    if (read(c->wait_fd, &b, 1) != 1) _exit(c->exit_code_if_exec_fails);
+  }
+  for (int64_t until = now_ms() + c->busy_ms; c->busy_ms > 0 && now_ms() < until;) {
+  }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -48,34 +81,8 @@ void exec_child(void* p) {
   _exit(c->exit_code_if_exec_fails);
 }
 
-// Where launcher stacks are mapped now, by their shape in /proc/self/maps: a
-// page for the shared words, a guard page, then the stack (256 KiB in all).
-std::vector<uintptr_t> launcher_stacks() {
-  struct Range {
-    uintptr_t from, to;
-    std::string perms;
-  };
-  std::vector<Range> ranges;
-  std::ifstream maps("/proc/self/maps");
-  for (std::string line; std::getline(maps, line);) {
-    Range r;
-    char perms[8] = {0};
-    unsigned long from = 0, to = 0;
-    if (sscanf(line.c_str(), "%lx-%lx %7s", &from, &to, perms) != 3) continue;
-    r.from = from;
-    r.to = to;
-    r.perms = perms;
-    ranges.push_back(r);
-  }
-  std::vector<uintptr_t> found;
-  for (size_t i = 0; i + 2 < ranges.size(); ++i) {
-    const Range &a = ranges[i], &g = ranges[i + 1], &st = ranges[i + 2];
-    if (a.perms == "rw-p" && a.to - a.from == 4096 && g.from == a.to && g.perms == "---p" && g.to - g.from == 4096 &&
-        st.from == g.to && st.perms == "rw-p" && st.to - a.from == 256 * 1024)
-      found.push_back(a.from);
-  }
-  return found;
-}
+// The state letter of a process ('Z' for a zombie), 0 if there is none.
+char state_of(pid_t pid) { return execd::pty::process_state(pid); }
 
 // The first poisoned byte of [base, base + bytes) in ASan's shadow.
 void* poisoned_in(uintptr_t base, size_t bytes) {
@@ -100,7 +107,8 @@ struct Rig {
     REQUIRE_MESSAGE(l, error);
     return l;
   }
-  // Waits (the loop running) until `pid` has been reaped through the reaper.
+  // Waits (the loop running) until `pid` has been reaped through the reaper
+  // (not a launcher's: the launcher watches its own).
   int reaped_status(pid_t pid) {
     int status = -1;
     bool done = false;
@@ -114,6 +122,14 @@ struct Rig {
     });
     return status;
   }
+  // Reaps (the loop running) until the launcher has been collected.
+  bool launcher_reaped(const Launcher& l) {
+    s.run_until([&] {
+      reaper.reap();
+      return l.reaped();
+    });
+    return l.reaped();
+  }
   // Reaps until the descriptors are back to where they were.
   bool no_descriptor_left() {
     s.run_until([&] {
@@ -126,26 +142,35 @@ struct Rig {
 
 }  // namespace
 
-TEST_CASE("a launcher becomes the process it is given, with its pid, and leaves no descriptor") {
+TEST_CASE("a launcher starts the process it is given as a new child of ours, then exits, and leaves no descriptor") {
   Rig rig;
   auto l = rig.start();
   CHECK(l->wait_joined(1000));
-  pid_t pid = l->pid();
   Child c{"/bin/sh", 127};
-  REQUIRE(l->run(exec_child, &c));
+  GiveUp why;
+  pid_t pid = l->run(exec_child, &c, why);
+  REQUIRE(pid > 0);
+  CHECK_FALSE(why.happened());
+  // A fresh pid, ours (CLONE_PARENT): never the launcher's, which a kill
+  // aimed at execd-spare could reach.
+  CHECK(pid != l->pid());
+  CHECK(c.started == pid);
   int status = rig.reaped_status(pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 7);
+  CHECK(rig.launcher_reaped(*l));
   l.reset();
-  CHECK(open_fds() == rig.fds_before);
+  CHECK(rig.no_descriptor_left());
 }
 
-TEST_CASE("a child that fails in a launcher exits 127 and is still the launcher's pid") {
+TEST_CASE("a child that fails in a launcher exits 127 under a pid of its own") {
   Rig rig;
   auto l = rig.start();
-  pid_t pid = l->pid();
   Child c{"/nonexistent/sh", 127};
-  REQUIRE(l->run(exec_child, &c));
+  GiveUp why;
+  pid_t pid = l->run(exec_child, &c, why);
+  REQUIRE(pid > 0);
+  CHECK(pid != l->pid());
   int status = rig.reaped_status(pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 127);
@@ -159,22 +184,146 @@ TEST_CASE("a launcher killed before it is used says so, and what it held is clos
   CHECK(l->wait_gone(2000));
   CHECK(l->failed());
   Child c{"/bin/sh", 127};
-  CHECK_FALSE(l->run(exec_child, &c));  // nothing ran: the caller starts the process another way
+  GiveUp why;
+  CHECK(l->run(exec_child, &c, why) == -1);  // nothing ran: the caller starts the process another way
+  CHECK_FALSE(c.ran);
   l.reset();
   CHECK(rig.no_descriptor_left());
+}
+
+TEST_CASE("a launcher killed after its job was handed over, before its clone, is noticed within a look") {
+  // A launcher stopped in its read, killed once the job is written (so that
+  // it dies without cloning): run() sees it gone at the next look.
+  Rig rig;
+  auto l = rig.start();
+  REQUIRE(l->wait_joined(1000));
+  pid_t spare = l->pid();
+  kill(spare, SIGSTOP);
+  REQUIRE(execd::pty::process_state(spare) != 0);
+  std::thread killer([spare] {
+    // Stopped: it cannot have read the job yet, whenever this comes.
+    for (int i = 0; i < 1000 && state_of(spare) != 'T'; ++i) usleep(1000);
+    kill(spare, SIGKILL);
+  });
+  Child c{"/bin/sh", 127};
+  GiveUp why;
+  int64_t t0 = now_ms();
+  pid_t pid = l->run(exec_child, &c, why);
+  int64_t took = now_ms() - t0;
+  killer.join();
+  CHECK(pid == -1);
+  CHECK_FALSE(c.ran);
+  CHECK(took < 500);
+  CHECK(rig.launcher_reaped(*l));
+  l.reset();
+  CHECK(rig.no_descriptor_left());
+}
+
+TEST_CASE("a stopped launcher is given up on at the first look: killed, and nothing ran") {
+  Rig rig;
+  auto l = rig.start();
+  REQUIRE(l->wait_joined(1000));
+  kill(l->pid(), SIGSTOP);
+  for (int i = 0; i < 1000 && state_of(l->pid()) != 'T'; ++i) usleep(1000);
+  REQUIRE(state_of(l->pid()) == 'T');
+  Child c{"/bin/sh", 127};
+  GiveUp why;
+  int64_t t0 = now_ms();
+  pid_t pid = l->run(exec_child, &c, why);
+  int64_t took = now_ms() - t0;
+  CHECK(pid == -1);
+  CHECK(why.happened());
+  CHECK(why.state == 'T');
+  CHECK_FALSE(c.ran);
+  // The first look comes after kHandOverLookMs; the kill and the wait for
+  // its exit are quick. Far below the cap for running children.
+  CHECK(took < 200);
+  CHECK(took < execd::pty::kHandOverCapMs);
+  CHECK(rig.launcher_reaped(*l));
+  l.reset();
+  CHECK(rig.no_descriptor_left());
+}
+
+TEST_CASE("a command process stopped before its exec is given up on: it and its launcher are killed") {
+  Rig rig;
+  auto l = rig.start();
+  REQUIRE(l->wait_joined(1000));
+  Child c{"/bin/sh", 127};
+  c.stop_itself = true;
+  GiveUp why;
+  int64_t t0 = now_ms();
+  pid_t pid = l->run(exec_child, &c, why);
+  int64_t took = now_ms() - t0;
+  CHECK(pid == -1);
+  CHECK(c.ran);
+  REQUIRE(c.started > 0);
+  CHECK(why.state == 'T');
+  CHECK(took < 200);
+  // Killed (it is ours to reap: CLONE_PARENT), and its launcher too.
+  int status = rig.reaped_status(c.started);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  CHECK(rig.launcher_reaped(*l));
+  l.reset();
+  CHECK(rig.no_descriptor_left());
+}
+
+TEST_CASE("a launcher killed after it started the command's process takes no command with it") {
+  // The command's process waits for a byte before its exec; meanwhile its
+  // launcher (in its vfork wait) is killed, then the byte comes: the
+  // command execs and exits 7 as if nothing happened.
+  Rig rig;
+  auto l = rig.start();
+  REQUIRE(l->wait_joined(1000));
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  Child c{"/bin/sh", 127};
+  c.wait_fd = p[0];
+  pid_t spare = l->pid();
+  std::thread helper([&] {
+    for (int i = 0; i < 2000 && c.started == 0; ++i) usleep(500);
+    kill(spare, SIGKILL);
+    // A zombie until reaped (the test's thread is in run()).
+    for (int i = 0; i < 2000 && state_of(spare) != 'Z'; ++i) usleep(500);
+    REQUIRE(write(p[1], "x", 1) == 1);
+  });
+  GiveUp why;
+  pid_t pid = l->run(exec_child, &c, why);
+  helper.join();
+  CHECK_FALSE(why.happened());
+  REQUIRE(pid > 0);
+  CHECK(pid == c.started);
+  int status = rig.reaped_status(pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 7);
+  CHECK(rig.launcher_reaped(*l));
+  close(p[0]);
+  close(p[1]);
+  l.reset();
+  CHECK(rig.no_descriptor_left());
+}
+
+TEST_CASE("a command process that is slow but running before its exec is waited for, not given up on") {
+  Rig rig;
+  auto l = rig.start();
+  REQUIRE(l->wait_joined(1000));
+  Child c{"/bin/sh", 127};
+  c.busy_ms = 5 * execd::pty::kHandOverLookMs;  // several looks see it running
+  GiveUp why;
+  pid_t pid = l->run(exec_child, &c, why);
+  CHECK_FALSE(why.happened());
+  REQUIRE(pid > 0);
+  CHECK(WEXITSTATUS(rig.reaped_status(pid)) == 7);
 }
 
 TEST_CASE("a retired launcher exits and leaves no descriptor") {
   Rig rig;
   auto l = rig.start();
-  pid_t pid = l->pid();
   l->retire();
   CHECK(l->wait_gone(2000));
-  int status = rig.reaped_status(pid);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(rig.launcher_reaped(*l));
   l.reset();
-  CHECK(open_fds() == rig.fds_before);
+  CHECK(rig.no_descriptor_left());
 }
 
 TEST_CASE("joining a cgroup.procs that refuses makes the launcher of no use") {
@@ -197,15 +346,108 @@ TEST_CASE("a launcher's stack comes back with no poison left by the child that e
   // (this ASan clears the shadow at neither munmap nor mmap).
   Rig rig;
   auto l = rig.start();
-  std::vector<uintptr_t> stacks = launcher_stacks();
-  REQUIRE_FALSE(stacks.empty());
-  pid_t pid = l->pid();
   Child c{"/bin/sh", 127};
-  REQUIRE(l->run(exec_child, &c));
+  GiveUp why;
+  pid_t pid = l->run(exec_child, &c, why);
+  REQUIRE(pid > 0);
   CHECK(WEXITSTATUS(rig.reaped_status(pid)) == 7);
+  CHECK(rig.launcher_reaped(*l));
   l.reset();
-  for (uintptr_t base : stacks) {
-    void* poisoned = poisoned_in(base, 256 * 1024);
-    CHECK_MESSAGE(poisoned == nullptr, "poisoned at ", poisoned, " in the stack at ", reinterpret_cast<void*>(base));
+  // Back among the kept ones (with the stacks of the tests before).
+  std::vector<void*> stacks = execd::pty::kept_vm_stacks_now();
+  REQUIRE_FALSE(stacks.empty());
+  for (void* base : stacks) {
+    void* poisoned = poisoned_in(reinterpret_cast<uintptr_t>(base), execd::pty::kVmStackBytes);
+    CHECK_MESSAGE(poisoned == nullptr, "poisoned at ", poisoned, " in the stack at ", base);
   }
+}
+
+TEST_CASE("a stack a child given up on may still run on waits for it, then serves again") {
+  // A stopped child killed at the give-up: its stack is kept back until
+  // its CLONE_CHILD_CLEARTID word says it is out of our memory.
+  std::string error;
+  void* base = execd::pty::take_vm_stack(error);
+  REQUIRE(base);
+  // (the word at the low end, as a child's is)
+  auto* w = static_cast<volatile int*>(base);
+  *w = 1;
+  execd::pty::give_back_vm_stack(base, w);
+  auto kept = execd::pty::kept_vm_stacks_now();
+  CHECK(std::find(kept.begin(), kept.end(), base) == kept.end());
+  *w = 0;  // its process let go of the memory
+  void* again = execd::pty::take_vm_stack(error);  // drains what waited
+  kept = execd::pty::kept_vm_stacks_now();
+  CHECK((again == base || std::find(kept.begin(), kept.end(), base) != kept.end()));
+  execd::pty::give_back_vm_stack(again);
+}
+
+// ---- pty/vm_child: the children execd starts itself -------------------------------
+
+TEST_CASE("a child on our memory is waited for until its exec, with clone and with clone3") {
+  Rig rig;
+  for (bool clone3 : {false, true}) {
+#if !defined(__x86_64__)
+    if (clone3) break;
+#endif
+    INFO("clone3: " << clone3);
+    Child c{"/bin/sh", 127};
+    VmChild r = execd::pty::run_vm_child(exec_child, &c, -1, clone3);
+    REQUIRE(r.pid > 0);
+    CHECK(r.error == 0);
+    CHECK_FALSE(r.gave_up.happened());
+    CHECK(c.started == r.pid);
+    int status = rig.reaped_status(r.pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 7);
+  }
+}
+
+TEST_CASE("a child on our memory stopped before its exec is given up on at the first look and killed") {
+  // What a root process racing new pids with SIGSTOP did to vfork: the
+  // parent waited in the kernel until someone sent SIGCONT.
+  Rig rig;
+  for (bool clone3 : {false, true}) {
+#if !defined(__x86_64__)
+    if (clone3) break;
+#endif
+    INFO("clone3: " << clone3);
+    Child c{"/bin/sh", 127};
+    c.stop_itself = true;
+    int64_t t0 = now_ms();
+    VmChild r = execd::pty::run_vm_child(exec_child, &c, -1, clone3);
+    int64_t took = now_ms() - t0;
+    REQUIRE(r.pid > 0);
+    CHECK(r.gave_up.happened());
+    CHECK(r.gave_up.state == 'T');
+    CHECK(took < 200);
+    int status = rig.reaped_status(r.pid);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGKILL);
+  }
+}
+
+TEST_CASE("a child on our memory that is slow but running is waited for") {
+  Rig rig;
+  Child c{"/bin/sh", 127};
+  c.busy_ms = 5 * execd::pty::kHandOverLookMs;
+  VmChild r = execd::pty::run_vm_child(exec_child, &c);
+  REQUIRE(r.pid > 0);
+  CHECK_FALSE(r.gave_up.happened());
+  CHECK(WEXITSTATUS(rig.reaped_status(r.pid)) == 7);
+}
+
+TEST_CASE("process_state reads the state of a process, and 0 for none") {
+  CHECK(execd::pty::process_state(getpid()) == 'R');
+  pid_t pid = fork();
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  REQUIRE(pid > 0);
+  kill(pid, SIGSTOP);
+  for (int i = 0; i < 1000 && execd::pty::process_state(pid) != 'T'; ++i) usleep(1000);
+  CHECK(execd::pty::process_state(pid) == 'T');
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  CHECK(execd::pty::process_state(pid) == 0);
 }
