@@ -14,7 +14,7 @@ PORT ?= 44772
 DEB_PACKAGES := cmake g++ make pkg-config libuv1-dev zlib1g-dev node-llhttp nlohmann-json3-dev libsimdjson-dev \
                 libspdlog-dev libfmt-dev doctest-dev libssl-dev libarchive-dev \
                 nettle-dev libacl1-dev liblzma-dev libzstd-dev liblz4-dev libbz2-dev libxml2-dev libicu-dev \
-                python3-venv curl procps clang lld
+                python3-venv curl procps clang lld strace
 
 .PHONY: all deps venv cli-venv e2b-js opensandbox-js build build-asan build-fuzz run test unit integration fuzz fuzz-smoke test-image bench static symbol-order docs clean \
         vm-deps vm-guest test-vm k8s-deps k8s-build test-k8s
