@@ -251,7 +251,10 @@ def test_a_kill_loop_on_execd_spare_never_kills_a_command(ex):
     killer.start()
     results = []
     try:
-        for i in range(300):
+        # At least 300 commands and until the loop has killed 20 spares (a
+        # slow, loaded or sanitized machine respawns spares less often).
+        while len(results) < 300 or (rounds[0] < 20 and len(results) < 3000):
+            i = len(results)
             results.append(ex.run(f"echo {i}", exact=True, sock_timeout=20 * SLOW))
     finally:
         stop.set()
@@ -260,11 +263,11 @@ def test_a_kill_loop_on_execd_spare_never_kills_a_command(ex):
     wrong = [i for i, r in enumerate(results) if r.terminal.get("exit_code") != 0 or r.stdout != f"{i}\n".encode()]
     assert died == [], f"{len(died)} of {len(results)} commands died of the kills aimed at execd-spare: {died}"
     assert wrong == [], [(i, results[i].terminal, results[i].stdout) for i in wrong[:5]]
-    assert rounds[0] > 10, "the loop killed spares"
+    assert rounds[0] >= 20, f"the loop killed {rounds[0]} spares in {len(results)} commands"
     # Busy launchers are renamed before they start a command: the loop
     # caught some of them too (or the command started another way).
     s = starts(ex)
-    assert s["launcher"] + s["joined"] >= 300, s
+    assert s["launcher"] + s["joined"] >= len(results), s
 
 
 # ---- a tracer at each phase -------------------------------------------------------------------------------
