@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <iterator>
+
 #include "execd/clock.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/registry.h"
@@ -15,25 +17,28 @@
 
 namespace execd::exec {
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::command:
-      return "command";
-    case Kind::session_run:
-      return "session_run";
-    case Kind::code_run:
-      return "code_run";
-    case Kind::process:
-      return "process";
-    case Kind::isolated_run:
-      return "isolated_run";
-  }
-  return "command";
+namespace {
+// One row per Kind, in the enum's order.
+constexpr KindTraits kKinds[] = {
+    {"command", "session", "command", "command", true, false},
+    {"session_run", "session", "command", "execution", true, false},
+    {"code_run", "context", "code", "execution", false, true},
+    {"process", "session", "command", "command", true, false},
+    {"isolated_run", "session", "command", "execution", true, false},
+};
+static_assert(std::size(kKinds) == kKindCount, "one row per Kind");
+}  // namespace
+
+const KindTraits& kind_traits(Kind k) {
+  size_t i = static_cast<size_t>(k);
+  return kKinds[i < kKindCount ? i : 0];
 }
 
+const char* kind_name(Kind k) { return kind_traits(k).name; }
+
 std::optional<Kind> kind_from_name(std::string_view name) {
-  for (Kind k : {Kind::command, Kind::session_run, Kind::code_run, Kind::process, Kind::isolated_run})
-    if (name == kind_name(k)) return k;
+  for (size_t i = 0; i < kKindCount; ++i)
+    if (name == kKinds[i].name) return static_cast<Kind>(i);
   return std::nullopt;
 }
 
@@ -106,7 +111,7 @@ void Execution::fail_start(const std::string& error) {
   last_error_ = error;
   protocol::ExecutionResult r;
   r.start_error = error;
-  if (spec_.kind == Kind::code_run) r.status = "start_failed";
+  if (kind_traits(spec_.kind).status_result) r.status = "start_failed";
   finish(std::move(r));
 }
 
@@ -192,7 +197,7 @@ void Execution::finish_now(protocol::ExecutionResult r) {
   // No more output: the log's files close once written.
   if (log_) log_->seal();
   if (stdin_body_) stdin_body_->fail(409, protocol::codes::kRuntimeError,
-                                     std::string("the ") + (spec_.kind == Kind::command || spec_.kind == Kind::process ? "command" : "execution") +
+                                     std::string("the ") + kind_traits(spec_.kind).noun +
                                          " has finished");
   each_reader([](ExecutionReader& r) { r.on_finished(); });
   registry_.records().persist(*this);
@@ -337,7 +342,7 @@ std::string Execution::status_json() const {
   if (finished_ns_) j["finished_at"] = rfc3339_nano(finished_ns_);
   // Beyond the Go daemon: what ran, and the structured result once finished.
   if (spec_.kind != Kind::command) j["kind"] = kind_name(spec_.kind);
-  if (!spec_.owner.empty()) j[spec_.kind == Kind::code_run ? "context" : "session"] = spec_.owner;
+  if (!spec_.owner.empty()) j[kind_traits(spec_.kind).owner_field] = spec_.owner;
   j["background"] = spec_.background;
   if (done() && r.start_error.empty() && !lost()) {
     j["signal"] = r.signal.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.signal);
@@ -373,7 +378,7 @@ nlohmann::ordered_json Execution::summary_json(bool with_content) const {
   j["id"] = spec_.id;
   j["kind"] = kind_name(spec_.kind);
   j["running"] = !done();
-  if (!spec_.owner.empty()) j[spec_.kind == Kind::code_run ? "context" : "session"] = spec_.owner;
+  if (!spec_.owner.empty()) j[kind_traits(spec_.kind).owner_field] = spec_.owner;
   j["background"] = spec_.background;
   j["started_at"] = rfc3339_nano(started_ns_);
   if (finished_ns_) j["finished_at"] = rfc3339_nano(finished_ns_);
@@ -386,7 +391,7 @@ nlohmann::ordered_json Execution::summary_json(bool with_content) const {
     if (!r.start_error.empty()) j["error"] = r.start_error;
   }
   if (with_content) {
-    j[spec_.kind == Kind::code_run ? "code" : "command"] = spec_.content;
+    j[kind_traits(spec_.kind).content_field] = spec_.content;
     if (!spec_.argv.empty()) j["argv"] = spec_.argv;
   }
   return j;

@@ -64,6 +64,17 @@ class Registry;
 enum class Kind : uint8_t { command, session_run, code_run, process, isolated_run };
 // How many kinds there are (arrays indexed by kind are this long).
 inline constexpr size_t kKindCount = static_cast<size_t>(Kind::isolated_run) + 1;
+// What differs between kinds, in one row each (execution.cc's table): a
+// new kind is a row here, a RunStart and a route, not a branch in the model.
+struct KindTraits {
+  const char* name;          // in records, the journal and status documents
+  const char* owner_field;   // what status calls spec.owner: "session", "context"
+  const char* content_field; // what the summary calls spec.content: "command", "code"
+  const char* noun;          // "the <noun> has finished" to a late stdin write
+  bool split_lines;          // compat framing splits output into lines (a kernel's chunks are its own)
+  bool status_result;        // ends with a status (ok, error, start_failed) instead of leftover counts
+};
+const KindTraits& kind_traits(Kind k);
 const char* kind_name(Kind k);
 std::optional<Kind> kind_from_name(std::string_view name);
 

@@ -21,7 +21,7 @@ struct LogRead {
 ExecutionReader::ExecutionReader(http::Exchange& ex, Execution& exec, Role role, protocol::Framing framing,
                                  uint64_t from_stdout, uint64_t from_stderr, std::vector<std::string> extra_headers)
     // Kernel output comes in chunks the kernel chose; compat framing keeps them.
-    : ExecutionReader(ex, exec, role, envelope_format(framing, exec.kind() != Kind::code_run), from_stdout,
+    : ExecutionReader(ex, exec, role, envelope_format(framing, kind_traits(exec.kind()).split_lines), from_stdout,
                       from_stderr, std::move(extra_headers)) {}
 
 ExecutionReader::ExecutionReader(http::Exchange& ex, Execution& exec, Role role, std::unique_ptr<StreamFormat> format,
