@@ -106,7 +106,7 @@ integration: build build-asan static venv e2b-js opensandbox-js
 	  release=$(CURDIR)/$(BUILD)/execd static=$(CURDIR)/$(BUILD)/execd-static
 
 # test-vm (5 min) is opt-in since the suite grew past the 30 minute budget
-# with it (see README "Deployment").
+# with it (see docs/deployment.md).
 test: unit integration fuzz-smoke cli-venv
 	JOBS=$(JOBS) $(VENV)/bin/pytest -q -rs tests/image
 

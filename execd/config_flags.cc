@@ -557,7 +557,7 @@ std::vector<FlagGroup> build_table() {
            {.name = "no-new-privs", .reader = switch_on(&Config::no_new_privs),
             .help = "no_new_privs on every process (setuid binaries and file capabilities grant nothing)"},
            {.name = "seccomp", .reader = switch_on(&Config::seccomp),
-            .help = "execd's syscall deny-list (README, \"Hardening floor\") on every process (implies "
+            .help = "execd's syscall deny-list (docs/security.md, \"Hardening floor\") on every process (implies "
                     "--no-new-privs)"},
            {.name = "landlock", .reader = switch_on(&Config::landlock),
             .help = "every process may write only beneath --landlock-writable (implies --no-new-privs)"},

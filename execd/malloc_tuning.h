@@ -5,7 +5,7 @@
 // resident heap pages (the loop's and six pool threads' caches), most of
 // what the burst left. Without them the freed chunks go back to the arena,
 // where the daemon's trim returns their pages. No CPU cost was measurable
-// (README, "Memory goes back").
+// (docs/limits.md, "Memory goes back").
 //
 // glibc reads its tunables only when a process starts, and offers no call
 // to change this one later. So execd starts itself again, once, with

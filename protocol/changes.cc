@@ -197,7 +197,7 @@ nlohmann::ordered_json changes_json(const ChangeSummary& s) {
   ojson j;
   j["roots"] = s.roots;
   // How entries are attributed to this run: by time (see "What a run
-  // changed" in the README), with the ones that may be another's marked.
+  // changed" in docs/api.md), with the ones that may be another's marked.
   j["attribution"] = "time-window";
   ojson list = ojson::array();
   uint64_t marked = 0;

@@ -6,7 +6,7 @@
 //  * a Landlock ruleset: writes only beneath a list of paths;
 //  * a seccomp deny-list of syscalls ordinary work has no use for and that
 //    attack the kernel, the host or the daemon (the list and its reasons are
-//    in hardening.cc and the README).
+//    in hardening.cc and docs/security.md).
 // Prepared once at start-up (probing what the kernel allows, so the report
 // says what is really enforced), then applied in the vfork child between
 // fork and exec by pty/confine, which calls the two child-side steps below.

@@ -8,8 +8,8 @@
 // Here the child is cloned with CLONE_VM | CLONE_CHILD_CLEARTID on a stack
 // of its own, and the loop thread waits on the futex word the kernel clears
 // (and wakes) when the child lets go of the shared memory, at its exec or its
-// exit. The wait is bounded (see the constants below and README
-// "Containment"): it looks at the child's state every kHandOverLookMs; a
+// exit. The wait is bounded (see the constants below and
+// docs/containment.md): it looks at the child's state every kHandOverLookMs; a
 // stopped or traced child (T or t) is given up on at the first look, one that
 // runs or sleeps in the kernel at kHandOverCapMs. A child given up on is
 // SIGKILLed, and the wait goes on (bounded) until it has left the memory.

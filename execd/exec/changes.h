@@ -14,7 +14,7 @@
 // a finished command left) was active while one of its events was queued;
 // `concurrent_runs` names them. execd does not see which process made a
 // change (fanotify could say, with CAP_SYS_ADMIN and a kernel that reports
-// pids for directory events; see the README), nor processes it did not
+// pids for directory events; see docs/api.md), nor processes it did not
 // start.
 //
 // Ownership: the Execution owns its tracker; the tracker holds a lease on

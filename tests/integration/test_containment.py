@@ -216,7 +216,7 @@ def test_timeout_bounds_jobs_left_after_the_shell_exits(cg_execd, warm):
 
 
 def test_a_leftover_of_a_warm_cgroup_is_counted_and_timed_out(cg_execd):
-    # The README's promise, as the execution-model issue found it broken:
+    # docs/containment.md's promise, as the execution-model issue found it broken:
     # {"command":"sleep 60 & echo started","timeout":1000} after other commands.
     ex = cg_execd()
     for _ in range(5):

@@ -51,7 +51,7 @@ def test_sigkill_mid_run_then_restart(execd_factory, tmp_path):
     wait_until(lambda: len(pids_with_cmdline(marker)) >= 3, 10 * SLOW, what="both sleeps (and a shell) running")
     wait_until(lambda: ex.logs("lost-2")[2] == b"forked\n", 10 * SLOW, what="lost-2 output")
     # Records reach the disk shortly after the event, from the threadpool: a
-    # SIGKILL before that loses them (the README says so), which is not what
+    # SIGKILL before that loses them (docs/api.md says so), which is not what
     # this test is about. Both starts (with their start ticks) and done-1's
     # end must be on disk first.
     def written():

@@ -1,8 +1,8 @@
 """track_changes: what a run changed under its roots, in the terminal event,
 the status, the journal entry and the record kept across a restart; for
 commands, session runs and code runs. A change made while another run was
-active is marked as possibly that run's (attribution by time; see the
-README), and the list is bounded with the truncation said."""
+active is marked as possibly that run's (attribution by time; see
+docs/api.md, "What a run changed"), and the list is bounded with the truncation said."""
 
 from __future__ import annotations
 
