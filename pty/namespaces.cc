@@ -60,6 +60,7 @@ struct Step {
   uid_t uid = 0;                  // own: chown and chmod
   gid_t gid = 0;
   mode_t mode = 0;
+  bool recursive = true;          // read_only: what is mounted below the target too
 };
 
 // Strings with stable addresses for the steps, and the steps.
@@ -83,8 +84,8 @@ int do_step(const Step& s) {
     case Step::Op::read_only: {
       struct mount_attr attr {};
       attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID;
-      return static_cast<int>(
-          syscall(SYS_mount_setattr, AT_FDCWD, s.b, static_cast<unsigned>(AT_RECURSIVE), &attr, sizeof attr));
+      return static_cast<int>(syscall(SYS_mount_setattr, AT_FDCWD, s.b, static_cast<unsigned>(s.recursive ? AT_RECURSIVE : 0),
+                                      &attr, sizeof attr));
     }
     case Step::Op::mkdir:
       return mkdir(s.b, 0755) == 0 || errno == EEXIST ? 0 : -1;
@@ -234,8 +235,25 @@ bool build_steps(const SessionPlan& plan, Plan& out, std::string& error) {
     MK(Step::Op::symlink, R + "/dev/stdin", "/proc/self/fd/0");
     MK(Step::Op::symlink, R + "/dev/stdout", "/proc/self/fd/1");
     MK(Step::Op::symlink, R + "/dev/stderr", "/proc/self/fd/2");
-    // The session's own processes only.
+    // The session's own processes only. The kernel lets uid 0 write what
+    // procfs gives root by mode alone, capabilities or not: /proc/sys
+    // (core_pattern names a program the kernel runs as the host's root),
+    // the sysrq trigger, interrupt affinities, bus and driver knobs. Those
+    // are read-only, as in a container; /proc/sys/user is not: its limits
+    // ask for CAP_SYS_RESOURCE whatever the uid, and a uid_mode userns
+    // holder sets its namespace's there (no user namespace below it). It is
+    // a mount of its own below /proc/sys, which alone is made read-only.
     M("proc", R + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
+    for (const char* knob : {"sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "scsi", "driver"}) {
+      std::string at = R + "/proc/" + knob;
+      M(at, at, nullptr, MS_BIND, "", true);
+      if (at == R + "/proc/sys") M(at + "/user", at + "/user", nullptr, MS_BIND, "", true);
+      Step ro{Step::Op::read_only};
+      ro.b = out.keep(at);
+      ro.tolerate_missing = true;
+      ro.recursive = false;
+      out.add(ro);
+    }
     if (plan.tmp_tmpfs) M("tmpfs", R + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
     else M("/tmp", R + "/tmp", nullptr, MS_BIND | MS_REC, "");
     M("tmpfs", R + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
@@ -497,7 +515,7 @@ void holder_main(int argc, char** argv) {
     snprintf(map, sizeof map, "%s %u 1\n", argv[4], outside_gid);
     if (!write_proc_text("/proc/self/gid_map", map)) holder_fail("write gid_map");
     // No user namespaces below this one (bubblewrap's --disable-userns).
-    write_proc_text("/proc/sys/user/max_user_namespaces", "0");
+    if (!write_proc_text("/proc/sys/user/max_user_namespaces", "0")) holder_fail("write max_user_namespaces");
     // And none of the capabilities the new namespace gave the holder.
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct none[2]{};

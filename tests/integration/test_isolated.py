@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+import stat
 import tarfile
 import time
 
@@ -689,3 +690,78 @@ def test_a_tracked_root_renamed_inside_a_session_is_followed(iso, tmp_path):
         assert (ws / "renamed" / "f").read_text() == "after\n"
     finally:
         assert iso.request("DELETE", f"/v1/isolated/session/{sid}")[0] == 200
+
+
+# ---- What a session can and cannot do ------------------------------------------------------------
+#
+# A session's processes are uid 0 (or the uid they are given) without
+# capabilities; each test tries, from inside, what a session must not do,
+# next to a control that shows the attempt is a real one (the same thing
+# done by execd's plain /command on the host, or by a session made otherwise).
+
+def out_of(s, code: str) -> str:
+    """stdout and stderr of a foreground run, merged."""
+    return stdout(s.run(f"{{\n{code}\n}} 2>&1"))
+
+
+def host_sh(ex, command: str, **fields) -> str:
+    """What execd's plain /command (on the host, as root unless told) prints."""
+    r = ex.run(command + " 2>&1", exact=True, **fields)
+    assert r.status == 200, r.raw[:300]
+    return r.stdout.decode()
+
+
+def writable_sysfs_file() -> str | None:
+    for top in ("/sys/kernel", "/sys/fs/cgroup", "/sys/module"):
+        for root, dirs, files in os.walk(top):
+            for name in files:
+                p = os.path.join(root, name)
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IWUSR and st.st_uid == 0:
+                    return p
+    return None
+
+
+def test_cannot_write_outside_its_mounts(iso, tmp_path):
+    targets = ["/etc/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/net/ipv4/ip_forward",
+               "/proc/sysrq-trigger"]
+    sysfs = writable_sysfs_file()
+    if sysfs:
+        targets.append(sysfs)
+    targets = [t for t in targets if os.path.exists(t)]
+    # Opening for writing is the check (nothing is written): root without
+    # capabilities passes procfs's owner checks, so core_pattern, which
+    # names a program the kernel runs as the host's root, is the one that
+    # matters. Control: opened the same way by the host's uid 0 without
+    # capabilities, they open (but the root file system's, where a plain
+    # command has no such bar: its mode does not say root-only).
+    probe = ("import os, sys\n"
+             "for p in sys.argv[1:]:\n"
+             "    try:\n"
+             "        os.close(os.open(p, os.O_WRONLY)); print(p, 'opened')\n"
+             "    except OSError as e:\n"
+             "        print(p, os.strerror(e.errno))\n")
+    req, ws = workspace(tmp_path)
+    script = ws / "probe.py"
+    script.write_text(probe)
+    proc_targets = [t for t in targets if t.startswith("/proc/") or t.startswith("/sys/")]
+    control = host_sh(iso, f"setpriv --bounding-set=-all --inh-caps=-all python3 {script} {' '.join(proc_targets)}")
+    assert control.splitlines() == [f"{t} opened" for t in proc_targets], control
+    with service(iso).session(req) as s:
+        out = out_of(s, f"python3 {script} {' '.join(targets)} /proc/sys/user/max_user_namespaces; mkdir /new-dir; "
+                        f"echo 500 > /proc/self/oom_score_adj && cat /proc/self/oom_score_adj")
+    for t in targets:
+        # The root view's files may be refused before their mount is asked
+        # (an ID-mapped file of root's is nobody's: Permission denied).
+        assert f"{t} Read-only file system" in out or (t.startswith("/etc/") and f"{t} Permission denied" in out), \
+            (t, out)
+    # /proc/sys/user stays a writable mount (a uid_mode userns holder sets
+    # its namespace's limits there), but its limits ask for CAP_SYS_RESOURCE.
+    assert "/proc/sys/user/max_user_namespaces Permission denied" in out, out
+    assert re.search(r"mkdir: cannot create directory .?/new-dir.?: Read-only file system", out), out
+    # What belongs to the session's own processes stays theirs.
+    assert out.endswith("500\n"), out
+    assert not os.path.exists("/new-dir")
