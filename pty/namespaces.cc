@@ -321,6 +321,7 @@ struct HolderChild {
   size_t hostname_len;
   bool new_net;
   bool make_userns;
+  bool refuse_namespaces;  // pty::session_filter on the holder too
   int unshare_flags;
   int devnull;
   int ready_w;
@@ -365,7 +366,7 @@ struct HolderChild {
   // mapping execd's uid 0 needs CAP_SETFCAP when the namespace is made.
   if (!c.make_userns) {
     if (const char* step = c.hardening->child_before_credentials(true)) holder_child_fail(c, step, nullptr);
-    if (const char* step = c.hardening->child_before_exec(true, -1)) holder_child_fail(c, step, nullptr);
+    if (const char* step = c.hardening->child_before_exec(true, -1, c.refuse_namespaces)) holder_child_fail(c, step, nullptr);
   }
   sigset_t none;
   sigemptyset(&none);
@@ -393,6 +394,7 @@ int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, 
   // The holder's exec: everything as C strings now.
   std::string uid, gid;
   std::vector<char*> argv = {const_cast<char*>("execd-isolated-init"), const_cast<char*>("--isolated-init")};
+  if (plan.refuse_namespaces) argv.push_back(const_cast<char*>("--refuse-namespaces"));
   if (plan.userns) {
     uid = std::to_string(plan.userns->first);
     gid = std::to_string(plan.userns->second);
@@ -422,6 +424,7 @@ int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, 
                     plan.hostname.size(),
                     !plan.share_net,
                     plan.userns.has_value(),
+                    plan.refuse_namespaces,
                     CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (plan.share_net ? 0 : CLONE_NEWNET),
                     devnull,
                     ready[1],
@@ -502,17 +505,26 @@ bool write_proc_text(const char* path, const char* text) {
 void holder_main(int argc, char** argv) {
   // Nothing but the ready channel survives from execd.
   syscall(SYS_close_range, 4u, ~0u, 0u);
-  if (argc >= 5 && strcmp(argv[2], "--userns") == 0) {
+  // [--refuse-namespaces] [--userns UID GID]
+  int at = 2;
+  bool refuse_namespaces = false;
+  if (at < argc && strcmp(argv[at], "--refuse-namespaces") == 0) {
+    refuse_namespaces = true;
+    ++at;
+  }
+  if (at + 2 < argc && strcmp(argv[at], "--userns") == 0) {
+    const char* inside_uid = argv[at + 1];
+    const char* inside_gid = argv[at + 2];
     // The session's identity: its uid and gid map to execd's own, one each,
     // and setgroups is off (the kernel's rule for such a map).
     uid_t outside_uid = geteuid();
     gid_t outside_gid = getegid();
     if (unshare(CLONE_NEWUSER) != 0) holder_fail("unshare(CLONE_NEWUSER)");
     char map[64];
-    snprintf(map, sizeof map, "%s %u 1\n", argv[3], outside_uid);
+    snprintf(map, sizeof map, "%s %u 1\n", inside_uid, outside_uid);
     if (!write_proc_text("/proc/self/uid_map", map)) holder_fail("write uid_map");
     if (!write_proc_text("/proc/self/setgroups", "deny")) holder_fail("write setgroups");
-    snprintf(map, sizeof map, "%s %u 1\n", argv[4], outside_gid);
+    snprintf(map, sizeof map, "%s %u 1\n", inside_gid, outside_gid);
     if (!write_proc_text("/proc/self/gid_map", map)) holder_fail("write gid_map");
     // No user namespaces below this one (bubblewrap's --disable-userns).
     if (!write_proc_text("/proc/sys/user/max_user_namespaces", "0")) holder_fail("write max_user_namespaces");
@@ -522,6 +534,10 @@ void holder_main(int argc, char** argv) {
     for (int c = 0; c <= 63; ++c) prctl(PR_CAPBSET_DROP, c, 0, 0, 0);
     if (syscall(SYS_capset, &hdr, none) != 0) holder_fail("capset");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) holder_fail("prctl no_new_privs");
+    // Without a user namespace the holder got its filter before its exec;
+    // here, once it has made the session's. The holder too: a process of
+    // the session that took it over (ptrace) must not find it unfiltered.
+    if (refuse_namespaces && install_session_filter()) holder_fail("seccomp filter");
   }
   if (write(3, "ok\n", 3) != 3) _exit(1);
   close(3);
@@ -661,6 +677,27 @@ IsolationProbe probe_isolation(const std::string& scratch_dir) {
     p.message = std::string("creating namespaces failed: ") + result.step + ": " + strerror(result.err) +
                 (result.err == EPERM || result.err == EACCES ? hint : "");
     return p;
+  }
+  // The filter every process of a session gets (a forked child tries it).
+  session_filter();  // built here, in the parent
+  pid_t trial = fork();
+  if (trial == 0) {
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(2);
+    if (install_session_filter()) _exit(3);
+    _exit(unshare(CLONE_NEWUSER) != 0 && errno == EPERM ? 0 : 4);
+  }
+  if (trial > 0) {
+    int st = 0;
+    while (waitpid(trial, &st, 0) < 0 && errno == EINTR) {
+    }
+    p.refuses_namespaces = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    p.namespaces_message =
+        p.refuses_namespaces ? "every process of a session is refused new namespaces, user namespaces included (seccomp)"
+        : WIFEXITED(st) && WEXITSTATUS(st) == 3
+            ? "the kernel refuses seccomp filters here: processes of a session can make user namespaces"
+            : "the namespace filter did not hold in a trial: processes of a session can make user namespaces";
+  } else {
+    p.namespaces_message = std::string("fork: ") + strerror(errno) + ": processes of a session can make user namespaces";
   }
   p.available = true;
   p.overlay = result.overlay_err == 0;

@@ -60,6 +60,7 @@ struct SessionPlan {
   std::vector<std::string> hide;       // host directories covered by an empty read-only tmpfs
   std::string hostname = "sandbox";
   std::optional<std::pair<uint32_t, uint32_t>> userns;  // uid_mode userns: the ids inside
+  bool refuse_namespaces = false;      // the holder and every run get pty::session_filter
 };
 
 struct Holder {
@@ -93,6 +94,8 @@ struct IsolationProbe {
   bool setpriv = false;        // runs may take another uid (CAP_SETUID)
   std::string message;         // why not, or what is missing
   std::string kernel;          // uname release
+  bool refuses_namespaces = false;  // pty::session_filter works here
+  std::string namespaces_message;
 };
 IsolationProbe probe_isolation(const std::string& scratch_dir);
 

@@ -128,6 +128,7 @@ const pty::IsolationProbe& IsolatedRegistry::probe() {
       probe_ = pty::probe_isolation(ctx_.config.state_dir + "/isolated");
       spdlog::info("isolated sessions: {}{}{}", probe_->available ? "available" : "unavailable",
                    probe_->message.empty() ? "" : ": ", probe_->message);
+      if (probe_->available) spdlog::info("isolated sessions: {}", probe_->namespaces_message);
     }
   }
   return *probe_;
@@ -623,6 +624,13 @@ void handle_capabilities(IsolatedRegistry& reg, Exchange& ex) {
   }
   h["ebpf"] = layer({pty::LayerState::unsupported, "execd has no eBPF observation"});
   j["hardening"] = std::move(h);
+  // Whether a session's processes may make namespaces; not upstream's.
+  if (p.available) {
+    ojson n;
+    n["refused"] = p.refuses_namespaces;
+    n["message"] = p.namespaces_message;
+    j["new_namespaces"] = std::move(n);
+  }
   ex.respond_json(200, j.dump());
 }
 
@@ -672,6 +680,7 @@ void handle_create(IsolatedRegistry& reg, Exchange& ex) {
     s->run_uid = s->spec.uid.value_or(geteuid());
     s->run_gid = s->spec.gid.value_or(s->spec.uid ? *s->spec.uid : getegid());
   }
+  s->plan.refuse_namespaces = s->entry.refuse_namespaces = p.refuses_namespaces;
   s->create = std::make_unique<CreateWait>();
   http::await(ex, *s->create);
   reg.begin(s);

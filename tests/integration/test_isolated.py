@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import re
 import socket
 import stat
@@ -71,6 +72,10 @@ def test_capabilities_report_what_the_kernel_allows(iso):
     assert h.init_mode in ("pid1", "subreaper")
     for layer in (h.cap_drop, h.seccomp, h.landlock):
         assert layer.state == "disabled", layer
+    # Not upstream's: whether sessions may make namespaces (the SDK keeps
+    # unknown fields; read raw).
+    raw = iso.json("GET", "/v1/isolated/capabilities")[1]
+    assert raw["new_namespaces"]["refused"] is True, raw["new_namespaces"]
 
 
 def test_namespaces_refused_is_reported_not_faked(execd_factory):
@@ -699,6 +704,10 @@ def test_a_tracked_root_renamed_inside_a_session_is_followed(iso, tmp_path):
 # next to a control that shows the attempt is a real one (the same thing
 # done by execd's plain /command on the host, or by a session made otherwise).
 
+def caps_raw(ex) -> dict:
+    return ex.json("GET", "/v1/isolated/capabilities")[1]
+
+
 def out_of(s, code: str) -> str:
     """stdout and stderr of a foreground run, merged."""
     return stdout(s.run(f"{{\n{code}\n}} 2>&1"))
@@ -765,3 +774,61 @@ def test_cannot_write_outside_its_mounts(iso, tmp_path):
     # What belongs to the session's own processes stays theirs.
     assert out.endswith("500\n"), out
     assert not os.path.exists("/new-dir")
+
+
+@pytest.mark.parametrize("uid_mode", ["setpriv", "userns"])
+def test_cannot_make_namespaces_or_mount(iso, tmp_path, uid_mode):
+    if uid_mode == "userns" and not caps_raw(iso)["userns_available"]:
+        pytest.skip("uid_mode userns unavailable here")
+    # unshare(CLONE_NEWUSER) in the machine's 32-bit calling convention
+    # (int 0x80 from 64-bit code), which a filter keyed on x86_64's numbers
+    # alone would let through: 0 made one, -1 refused, -38 no 32-bit
+    # convention in this kernel.
+    int80 = ("import ctypes, mmap\n"
+             "code = bytes([0x53, 0xb8, 0x36, 1, 0, 0, 0xbb, 0, 0, 0, 0x10, 0xcd, 0x80, 0x5b, 0xc3])\n"
+             "m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+             "m.write(code)\n"
+             "f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\n"
+             "print('int80', f())\n")
+    req, ws = workspace(tmp_path)
+    script = ws / "int80.py"
+    script.write_text(int80)
+    x86 = platform.machine() == "x86_64"
+    tries = "unshare -U true && echo made-user; unshare -m true && echo made-mount; " \
+            "mount -t tmpfs none /mnt && echo mounted; " \
+            "python3 -c 'import threading, subprocess; t = threading.Thread(target=print, args=(\"thread\",)); " \
+            "t.start(); t.join(); print(subprocess.run([\"echo\", \"child\"], capture_output=True).stdout.decode().strip())'"
+    if x86:
+        tries += f"; python3 {script}"
+    # Control: execd's plain commands (the host's root) make them.
+    control = host_sh(iso, "unshare -U true && echo made-user" + (f"; python3 {script}" if x86 else ""))
+    assert control.startswith("made-user\n"), control
+    if uid_mode == "userns":
+        req.uid_mode, req.uid, req.gid = "userns", 1000, 1000
+        os.chmod(ws, 0o755)
+    with service(iso).session(req) as s:
+        out = out_of(s, tries)
+    # EPERM from the filter (a userns session's own namespace also allows
+    # no more user namespaces below it: ENOSPC, were the filter not first).
+    assert out.splitlines()[0] == "unshare: unshare failed: Operation not permitted", out  # unshare -U
+    assert "made-user" not in out and "made-mount" not in out and "mounted" not in out, out
+    # Threads and child processes still work (clone3 is ENOSYS, libc falls back to clone).
+    assert "thread\nchild\n" in out, out
+    if x86 and "int80 -38" not in control:
+        assert control.endswith("int80 0\n"), control
+        assert "int80 -1\n" in out, out  # -EPERM
+
+
+def test_cannot_use_the_kernel_keyring(iso, tmp_path):
+    # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, create): the
+    # keyrings of uid 0, which the host's root shares.
+    nr = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+    if nr is None:
+        pytest.skip("keyctl's number unknown on " + platform.machine())
+    code = (f"python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+            f"r = libc.syscall({nr}, 0, -4, 1); print(r if r >= 0 else os.strerror(ctypes.get_errno()))'")
+    control = host_sh(iso, code)
+    assert int(control) > 0, control
+    req, _ = workspace(tmp_path)
+    with service(iso).session(req) as s:
+        assert out_of(s, code) == "Operation not permitted\n"
