@@ -18,6 +18,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <variant>
 
@@ -25,6 +26,7 @@
 #include "fs/ops.h"
 #include "protocol/isolated.h"
 #include "pty/hardening.h"
+#include "pty/namespaces.h"
 
 using namespace execd;
 
@@ -228,4 +230,29 @@ TEST_CASE("isolated session filter: no namespaces, no keyrings; threads and chil
     CHECK(under_session_filter([] { return static_cast<int>(-unshare_int80(0)); }) == 0);
   }
 #endif
+}
+
+TEST_CASE("isolated root view: the host mounts in tree order, one per path, the replaced paths left out") {
+  std::vector<std::string> skip{"/proc", "/dev"};
+  std::vector<std::string> mounts = pty::host_mount_points(skip);
+  auto beneath = [](const std::string& p, const std::string& root) {
+    return p.size() > root.size() && p.compare(0, root.size(), root) == 0 && p[root.size()] == '/';
+  };
+  std::set<std::string> seen;
+  for (size_t i = 0; i < mounts.size(); ++i) {
+    const std::string& m = mounts[i];
+    CAPTURE(m);
+    CHECK(m.size() > 1);
+    CHECK(m[0] == '/');
+    CHECK(seen.insert(m).second);
+    for (const std::string& s : skip) CHECK_FALSE((m == s || beneath(m, s)));
+    // What lies below a mount follows it at once, so a view that falls
+    // back to a whole copy skips exactly its own.
+    size_t j = i + 1;
+    while (j < mounts.size() && beneath(mounts[j], m)) ++j;
+    for (size_t k = j; k < mounts.size(); ++k) CHECK_FALSE(beneath(mounts[k], m));
+  }
+  // This process's /sys is a mount (and /sys/fs/cgroup, where there is one, follows it).
+  struct stat sys {}, root {};
+  if (stat("/sys", &sys) == 0 && stat("/", &root) == 0 && sys.st_dev != root.st_dev) CHECK(seen.count("/sys") == 1);
 }
