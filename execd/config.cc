@@ -3,6 +3,10 @@
 // environment fallbacks the table names, and the checks that span flags.
 #include "execd/config.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <unordered_set>
 
 #include "execd/config_flags.h"
@@ -123,6 +127,20 @@ std::string parse_config(int argc, char** argv, Config& cfg, EnvGetter env) {
   // What spans flags. First, where execd listens.
   if (!cfg.tcp && cfg.vsock_port == 0) return "--no-tcp needs --vsock-port (execd would listen nowhere)";
   cfg.state_dir_given = was_given("state-dir");
+
+  // Whichever wins, a file named for a token is a secret of execd's.
+  // As the kernel finds them (symlinks resolved, a relative path made
+  // absolute): isolated sessions cover the files themselves.
+  auto add_secret = [&](const std::string& f) {
+    char real[PATH_MAX];
+    if (realpath(f.c_str(), real)) cfg.secret_files.emplace_back(real);
+    else if (f[0] != '/' && getcwd(real, sizeof real)) cfg.secret_files.push_back(std::string(real) + "/" + f);
+    else cfg.secret_files.push_back(f);
+  };
+  for (const std::string* f : {&tokens.access_token_file, &tokens.envd_access_token_file})
+    if (!f->empty()) add_secret(*f);
+  for (const char* var : {"EXECD_ACCESS_TOKEN_FILE", "EXECD_ENVD_ACCESS_TOKEN_FILE"})
+    if (const char* path = getenv_nonempty(var)) add_secret(path);
 
   // Access token: the first source found wins; only that one is read.
   if (was_given("access-token")) {

@@ -100,6 +100,14 @@ struct Config {
   // of the allowed paths (as upstream's allowed_writable).
   bool isolation = true;
   std::vector<std::string> isolated_allowed_paths = {"/workspace", "/mnt", "/media", "/data"};
+  // How a session sees the host's root (pty/namespaces RootView): automatic
+  // (ID-mapped where the kernel and file system allow it, else masked),
+  // idmapped (or no isolation), masked. In --isolated-root-view's order.
+  enum class RootViewChoice : uint8_t { automatic, idmapped, masked };
+  RootViewChoice isolated_root_view = RootViewChoice::automatic;
+  // Every file named as holding one of execd's tokens (flags and their
+  // environment variables, read or not): isolated sessions never see them.
+  std::vector<std::string> secret_files;
   // The hardening floor under every process execd starts (pty/hardening).
   bool drop_caps = false;
   bool no_new_privs = false;

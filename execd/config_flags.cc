@@ -552,6 +552,11 @@ std::vector<FlagGroup> build_table() {
             .help = "no isolated sessions: /v1/isolated/capabilities says so"},
            {.name = "isolated-allowed-paths", .value_name = "LIST", .reader = paths(&Config::isolated_allowed_paths),
             .help = "binds and extra_writable of isolated sessions must lie beneath one of these (':'-separated)"},
+           {.name = "isolated-root-view", .value_name = "MODE",
+            .reader = choice(&Config::isolated_root_view, {"auto", "idmapped", "masked"}),
+            .help = "how sessions see the host's root: idmapped (the host root's files are nobody's in a session), "
+                    "masked (the root as it is, a fixed list of root-only files covered), or auto (idmapped where "
+                    "the kernel and root file system allow it, else masked; README, \"Isolated sessions\")"},
            {.name = "drop-caps", .reader = switch_on(&Config::drop_caps),
             .help = "every process execd starts keeps only Docker's default capabilities"},
            {.name = "no-new-privs", .reader = switch_on(&Config::no_new_privs),

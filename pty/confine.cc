@@ -65,7 +65,8 @@ const char* confine_before_credentials(const IsolatedEntry* entry, const Hardeni
 
 const char* confine_before_exec(const IsolatedEntry* entry, const Hardening* hardening) {
   if (!hardening) return nullptr;
-  return hardening->child_before_exec(entry != nullptr, entry ? entry->landlock : -1);
+  return hardening->child_before_exec(entry != nullptr, entry ? entry->landlock : -1,
+                                      entry && entry->refuse_namespaces);
 }
 
 }  // namespace execd::pty

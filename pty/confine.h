@@ -25,6 +25,7 @@ struct IsolatedEntry {
   int mnt = -1, pid = -1, net = -1, ipc = -1, uts = -1;
   int user = -1;  // uid_mode userns: entered last, after the groups are cleared
   int landlock = -1;
+  bool refuse_namespaces = false;  // pty::session_filter, when the floor's filter is off
 };
 
 // A process is born in the pid namespace its parent's thread has chosen for

@@ -156,6 +156,64 @@ std::vector<sock_filter> build_filter() {
   return f;
 }
 
+// The session filter's checks for one calling convention, by that
+// convention's numbers; every path returns.
+struct SessionCalls {
+  int clone, unshare, clone3, add_key, request_key, keyctl;
+};
+
+void session_checks(std::vector<sock_filter>& f, const SessionCalls& c, uint32_t x32_bit) {
+  f.push_back(stmt(BPF_LD | BPF_W | BPF_ABS, kNrOffset));
+  // x32 numbers are x86_64's with a high bit: the same calls.
+  if (x32_bit) f.push_back(stmt(BPF_ALU | BPF_AND | BPF_K, ~x32_bit));
+  f.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(c.clone3), 0, 1));
+  f.push_back(stmt(BPF_RET | BPF_K, kRetEnosys));
+  for (int nr : {c.add_key, c.request_key, c.keyctl}) {
+    f.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
+    f.push_back(stmt(BPF_RET | BPF_K, kRetEperm));
+  }
+  for (auto [nr, mask] : {std::pair<int, uint32_t>{c.clone, kCloneNewMask},
+                          std::pair<int, uint32_t>{c.unshare, kCloneNewMask | kCloneNewTime}}) {
+    f.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 4));
+    f.push_back(stmt(BPF_LD | BPF_W | BPF_ABS, kArg0Offset));
+    f.push_back(jump(BPF_JMP | BPF_JSET | BPF_K, mask, 0, 1));
+    f.push_back(stmt(BPF_RET | BPF_K, kRetEperm));
+    f.push_back(stmt(BPF_RET | BPF_K, kRetAllow));
+  }
+  f.push_back(stmt(BPF_RET | BPF_K, kRetAllow));
+}
+
+#if defined(__x86_64__)
+constexpr uint32_t kCompatArch = AUDIT_ARCH_I386;
+// arch/x86/entry/syscalls/syscall_32.tbl
+constexpr SessionCalls kCompatCalls{120, 310, 435, 286, 287, 288};
+#elif defined(__aarch64__)
+constexpr uint32_t kCompatArch = AUDIT_ARCH_ARM;
+// arch/arm/tools/syscall.tbl
+constexpr SessionCalls kCompatCalls{120, 337, 435, 309, 310, 311};
+#endif
+
+std::vector<sock_filter> build_session_filter() {
+#ifdef SYS_clone3
+  const int clone3 = SYS_clone3;
+#else
+  const int clone3 = 435;
+#endif
+  std::vector<sock_filter> native, compat;
+  session_checks(native, {SYS_clone, SYS_unshare, clone3, SYS_add_key, SYS_request_key, SYS_keyctl}, kX32Bit);
+  session_checks(compat, kCompatCalls, 0);
+  std::vector<sock_filter> f;
+  f.push_back(stmt(BPF_LD | BPF_W | BPF_ABS, kArchOffset));
+  f.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, kAuditArch, 0, static_cast<uint8_t>(native.size())));
+  f.insert(f.end(), native.begin(), native.end());
+  // A still holds the architecture here.
+  f.push_back(jump(BPF_JMP | BPF_JEQ | BPF_K, kCompatArch, 0, static_cast<uint8_t>(compat.size())));
+  f.insert(f.end(), compat.begin(), compat.end());
+  // No other convention reaches this kernel; refused if one did.
+  f.push_back(stmt(BPF_RET | BPF_K, kRetEperm));
+  return f;
+}
+
 int landlock_abi() {
   long v = syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
   return v < 0 ? -errno : static_cast<int>(v);
@@ -268,6 +326,19 @@ const char* probe_in_child(const Hardening& h, int& err) {
 }
 
 }  // namespace
+
+const sock_fprog& session_filter() {
+  static const std::vector<sock_filter> filter = build_session_filter();
+  static const sock_fprog program{static_cast<unsigned short>(filter.size()),
+                                  const_cast<sock_filter*>(filter.data())};
+  return program;
+}
+
+const char* install_session_filter() {
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &session_filter(), 0, 0) != 0)
+    return "seccomp filter of the isolated session";
+  return nullptr;
+}
 
 const char* const kDefaultLandlockWritable[] = {"/tmp", "/var/tmp", "/dev", "/proc", "/run",
                                                 "/workspace", "/home", "/root", nullptr};
@@ -427,7 +498,7 @@ const char* Hardening::child_before_credentials(bool drop_all) const {
   return nullptr;
 }
 
-const char* Hardening::child_before_exec(bool isolated, int landlock_fd) const {
+const char* Hardening::child_before_exec(bool isolated, int landlock_fd, bool refuse_namespaces) const {
   if (isolated || drop_caps_) {
     uint64_t keep = isolated ? 0 : keep_caps_;
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
@@ -447,6 +518,8 @@ const char* Hardening::child_before_exec(bool isolated, int landlock_fd) const {
   int ruleset = isolated ? landlock_fd : landlock_fd_;
   if (ruleset >= 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) != 0) return "landlock_restrict_self";
   if (seccomp_ && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program_, 0, 0) != 0) return "seccomp filter";
+  // The floor's filter refuses all the session's does, and more.
+  if (isolated && refuse_namespaces && !seccomp_) return install_session_filter();
   return nullptr;
 }
 

@@ -51,6 +51,20 @@ int above_child_stdio(int fd);
 // The capabilities --drop-caps keeps: Docker's default set.
 uint64_t docker_default_caps();
 
+// The seccomp filter every process of an isolated session stands on, floor
+// or no floor (the floor's own filter refuses all of this too): no new
+// namespaces through clone or unshare (EPERM; a user namespace is the one a
+// process without capabilities may make, and inside it every other one),
+// clone3 answers ENOSYS so libc falls back to clone, and no kernel keyring
+// calls (a session's uid 0 would share the host root's keyrings: they are
+// keyed by uid, not namespaced). The machine's other calling convention
+// (i386 on x86_64, arm on aarch64) is checked with its own numbers, so
+// 32-bit programs still run. Built once by the first call (in the parent:
+// the child only installs it).
+const sock_fprog& session_filter();
+// Child side: no_new_privs must be set. nullptr, or the failing step.
+const char* install_session_filter();
+
 class Hardening {
  public:
   Hardening() = default;
@@ -81,7 +95,10 @@ class Hardening {
   // no_new_privs, Landlock (`landlock_fd` if >= 0, else the daemon's) and
   // seccomp, in that order (seccomp last: it may deny what the others use).
   // `isolated`: an isolated run (all capabilities go, no_new_privs always).
-  const char* child_before_exec(bool isolated, int landlock_fd) const;
+  // `refuse_namespaces`: an isolated run (or holder) of a session that
+  // refuses new namespaces gets pty::session_filter, unless the floor's own
+  // filter, which refuses all it does, is on.
+  const char* child_before_exec(bool isolated, int landlock_fd, bool refuse_namespaces = false) const;
 
  private:
   bool drop_caps_ = false, can_drop_bounding_ = false, nnp_ = false, seccomp_ = false;

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -24,16 +25,19 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 
+#include "fs/small_file.h"
 #include "pty/hardening.h"
 #include "pty/spawn.h"
 #include "pty/vm_child.h"
@@ -49,17 +53,28 @@ namespace {
 // --- the steps the holder's child runs before its exec ------------------
 
 struct Step {
-  enum class Op : uint8_t { mount, read_only, mkdir, touch, symlink, own };
+  enum class Op : uint8_t { mount, read_only, mkdir, touch, symlink, own, view };
   Op op;
-  const char* a = nullptr;  // mount: source; symlink: link target
-  const char* b = nullptr;  // mount/read_only/mkdir/touch: target; symlink: link path
+  const char* a = nullptr;  // mount, view: source; symlink: link target
+  const char* b = nullptr;  // mount/read_only/mkdir/touch/view: target; symlink: link path
   const char* fstype = nullptr;
   const char* data = nullptr;
   unsigned long flags = 0;
-  bool tolerate_missing = false;  // ENOENT is fine (a path that is not there)
+  // ENOENT or EACCES is fine: a path that is not there, or that nobody in
+  // the session could reach either (below a directory of the host root's,
+  // which the ID-mapped view makes nobody's, execd's own steps included).
+  bool tolerate_missing = false;
   uid_t uid = 0;                  // own: chown and chmod
   gid_t gid = 0;
   mode_t mode = 0;
+  bool recursive = true;          // read_only: what is mounted below the target too
+  // view: a read-only (nosuid) copy of the host mount at `a`, alone and
+  // ID-mapped, or, where its file system refuses a mapping (or !idmap), with
+  // everything mounted below it and as it is; then the `skip` steps that
+  // follow (the views of what is below it) are already done.
+  bool idmap = false;
+  bool required = false;  // view: no fallback, the mapping must take
+  size_t skip = 0;
 };
 
 // Strings with stable addresses for the steps, and the steps.
@@ -83,8 +98,8 @@ int do_step(const Step& s) {
     case Step::Op::read_only: {
       struct mount_attr attr {};
       attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID;
-      return static_cast<int>(
-          syscall(SYS_mount_setattr, AT_FDCWD, s.b, static_cast<unsigned>(AT_RECURSIVE), &attr, sizeof attr));
+      return static_cast<int>(syscall(SYS_mount_setattr, AT_FDCWD, s.b, static_cast<unsigned>(s.recursive ? AT_RECURSIVE : 0),
+                                      &attr, sizeof attr));
     }
     case Step::Op::mkdir:
       return mkdir(s.b, 0755) == 0 || errno == EEXIST ? 0 : -1;
@@ -98,8 +113,51 @@ int do_step(const Step& s) {
       return symlink(s.a, s.b) == 0 || errno == EEXIST ? 0 : -1;
     case Step::Op::own:
       return chown(s.b, s.uid, s.gid) == 0 && chmod(s.b, s.mode) == 0 ? 0 : -1;
+    case Step::Op::view:
+      return -1;  // run by the step loop (it may skip what follows)
   }
   return 0;
+}
+
+// A view step (see Step): 0 as asked, 1 cloned whole as it is (the mapping
+// was refused), 2 left out with what is below it (an unbindable mount,
+// which a recursive bind leaves out too), -1 with errno.
+int view_mount(const Step& s, int userns) {
+  const unsigned clone = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC;
+  int fd = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, s.a, clone | (s.idmap ? 0u : unsigned{AT_RECURSIVE})));
+  if (fd < 0) return errno == EINVAL && !s.required ? 2 : -1;
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID;
+  int result = 0;
+  if (s.idmap) {
+    struct mount_attr mapped = attr;
+    mapped.attr_set |= MOUNT_ATTR_IDMAP;
+    mapped.userns_fd = static_cast<uint64_t>(userns);
+    if (syscall(SYS_mount_setattr, fd, "", static_cast<unsigned>(AT_EMPTY_PATH), &mapped, sizeof mapped) != 0) {
+      int e = errno;
+      close(fd);
+      errno = e;
+      if (s.required) return -1;
+      fd = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, s.a, clone | unsigned{AT_RECURSIVE}));
+      if (fd < 0) return -1;
+      result = 1;
+    }
+  }
+  if ((!s.idmap || result == 1) &&
+      syscall(SYS_mount_setattr, fd, "", static_cast<unsigned>(AT_EMPTY_PATH | AT_RECURSIVE), &attr, sizeof attr) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if (syscall(SYS_move_mount, fd, "", AT_FDCWD, s.b, static_cast<unsigned>(MOVE_MOUNT_F_EMPTY_PATH)) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  close(fd);
+  return result;
 }
 
 const char* step_name(const Step& s) {
@@ -116,6 +174,8 @@ const char* step_name(const Step& s) {
       return "symlink";
     case Step::Op::own:
       return "chown";
+    case Step::Op::view:
+      return s.idmap ? "ID-mapped view of the host mount" : "view of the host mount";
   }
   return "step";
 }
@@ -203,9 +263,28 @@ bool build_steps(const SessionPlan& plan, Plan& out, std::string& error) {
   M("", "/", nullptr, MS_REC | MS_PRIVATE, "");
   bool root_overlay = false;
   for (const SessionMount& m : plan.mounts) root_overlay |= m.target == "/";
-  // The host's root, read-only and without setuid, everything mounted on it included.
-  M("/", R, nullptr, MS_BIND | MS_REC, "");
-  RO(R);
+  // The host's root, read-only and without setuid (see RootView).
+  auto view = [&](const std::string& src, const std::string& dst, bool idmap, bool required, size_t skip) {
+    Step s{Step::Op::view};
+    s.a = out.keep(src);
+    s.b = out.keep(dst);
+    s.idmap = idmap;
+    s.required = required;
+    s.tolerate_missing = !required;
+    s.skip = skip;
+    out.add(s);
+  };
+  if (plan.root_view == RootView::idmapped) {
+    view("/", R, true, true, 0);
+    const auto& hm = plan.host_mounts;
+    for (size_t i = 0; i < hm.size(); ++i) {
+      size_t below = 0;
+      while (i + 1 + below < hm.size() && hm[i + 1 + below].compare(0, hm[i].size() + 1, hm[i] + "/") == 0) ++below;
+      view(hm[i], R + hm[i], true, false, below);
+    }
+  } else {
+    view("/", R, false, true, 0);
+  }
   // Mounts in order; a root overlay first (it covers the bound root, so
   // /sys comes back over it; /dev, /proc, /tmp and /run follow anyway).
   std::vector<const SessionMount*> order;
@@ -234,13 +313,30 @@ bool build_steps(const SessionPlan& plan, Plan& out, std::string& error) {
     MK(Step::Op::symlink, R + "/dev/stdin", "/proc/self/fd/0");
     MK(Step::Op::symlink, R + "/dev/stdout", "/proc/self/fd/1");
     MK(Step::Op::symlink, R + "/dev/stderr", "/proc/self/fd/2");
-    // The session's own processes only.
+    // The session's own processes only. The kernel lets uid 0 write what
+    // procfs gives root by mode alone, capabilities or not: /proc/sys
+    // (core_pattern names a program the kernel runs as the host's root),
+    // the sysrq trigger, interrupt affinities, bus and driver knobs. Those
+    // are read-only, as in a container; /proc/sys/user is not: its limits
+    // ask for CAP_SYS_RESOURCE whatever the uid, and a uid_mode userns
+    // holder sets its namespace's there (no user namespace below it). It is
+    // a mount of its own below /proc/sys, which alone is made read-only.
     M("proc", R + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
+    for (const char* knob : {"sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "scsi", "driver"}) {
+      std::string at = R + "/proc/" + knob;
+      M(at, at, nullptr, MS_BIND, "", true);
+      if (at == R + "/proc/sys") M(at + "/user", at + "/user", nullptr, MS_BIND, "", true);
+      Step ro{Step::Op::read_only};
+      ro.b = out.keep(at);
+      ro.tolerate_missing = true;
+      ro.recursive = false;
+      out.add(ro);
+    }
     if (plan.tmp_tmpfs) M("tmpfs", R + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
     else M("/tmp", R + "/tmp", nullptr, MS_BIND | MS_REC, "");
     M("tmpfs", R + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
-    for (const std::string& h : plan.hide)
-      M("tmpfs", join_path(R, h), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0000,size=4k", true);
+    // Root's home is root's alone on the host: the session gets its own.
+    M("tmpfs", R + "/root", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700");
   };
   for (const SessionMount* m : order) {
     if (!system_done && m->target != "/") system_mounts();
@@ -293,6 +389,18 @@ bool build_steps(const SessionPlan& plan, Plan& out, std::string& error) {
     }
   }
   if (!system_done) system_mounts();
+  // Last, so that no session mount uncovers them: execd's state directory
+  // and its secret files.
+  for (const std::string& h : plan.hide)
+    M("tmpfs", join_path(R, h), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0000,size=4k", true);
+  for (const std::string& f : plan.mask_files) {
+    std::string at = join_path(R, f);
+    M(plan.mask_source, at, nullptr, MS_BIND, "", true);
+    Step ro{Step::Op::read_only};
+    ro.b = out.keep(at);
+    ro.tolerate_missing = true;
+    out.add(ro);
+  }
   return true;
 }
 
@@ -303,6 +411,8 @@ struct HolderChild {
   size_t hostname_len;
   bool new_net;
   bool make_userns;
+  bool refuse_namespaces;  // pty::session_filter on the holder too
+  int idmap_userns;        // RootView::idmapped: the mapping's user namespace
   int unshare_flags;
   int devnull;
   int ready_w;
@@ -334,7 +444,9 @@ struct HolderChild {
     holder_child_fail(c, "unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWNET)", nullptr);
   for (size_t i = 0; i < c.step_count; ++i) {
     const Step& s = c.steps[i];
-    if (do_step(s) != 0 && !(s.tolerate_missing && errno == ENOENT)) holder_child_fail(c, step_name(s), s.b);
+    int r = s.op == Step::Op::view ? view_mount(s, c.idmap_userns) : do_step(s);
+    if (r == 1 || r == 2) i += s.skip;
+    if (r < 0 && !(s.tolerate_missing && (errno == ENOENT || errno == EACCES))) holder_child_fail(c, step_name(s), s.b);
   }
   if (sethostname(c.hostname, c.hostname_len) != 0) holder_child_fail(c, "sethostname", nullptr);
   if (c.new_net) bring_loopback_up();
@@ -347,7 +459,7 @@ struct HolderChild {
   // mapping execd's uid 0 needs CAP_SETFCAP when the namespace is made.
   if (!c.make_userns) {
     if (const char* step = c.hardening->child_before_credentials(true)) holder_child_fail(c, step, nullptr);
-    if (const char* step = c.hardening->child_before_exec(true, -1)) holder_child_fail(c, step, nullptr);
+    if (const char* step = c.hardening->child_before_exec(true, -1, c.refuse_namespaces)) holder_child_fail(c, step, nullptr);
   }
   sigset_t none;
   sigemptyset(&none);
@@ -357,6 +469,70 @@ struct HolderChild {
 }
 
 }  // namespace
+
+const char* root_view_name(RootView v) { return v == RootView::idmapped ? "idmapped" : "masked"; }
+
+const char* const kMaskedPaths[] = {"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", nullptr};
+const char* const kReplacedPaths[] = {"/proc", "/dev", "/run", "/tmp", "/root", nullptr};
+
+namespace {
+bool beneath(const std::string& path, const std::string& root) {
+  return root == "/" || path == root ||
+         (path.size() > root.size() && path.compare(0, root.size(), root) == 0 && path[root.size()] == '/');
+}
+
+// mountinfo writes space, tab, newline and backslash as \ooo.
+std::string unescape_mountinfo(const std::string& f) {
+  std::string out;
+  for (size_t i = 0; i < f.size(); ++i) {
+    auto octal = [&](size_t k) { return k < f.size() && f[k] >= '0' && f[k] <= '7'; };
+    if (f[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out += static_cast<char>((f[i + 1] - '0') * 64 + (f[i + 2] - '0') * 8 + (f[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += f[i];
+    }
+  }
+  return out;
+}
+
+// Tree order: '/' sorts before every other byte, so what lies below a path
+// follows it at once ("/a", "/a/b", "/a-c").
+bool tree_less(const std::string& a, const std::string& b) {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    auto key = [](char c) { return c == '/' ? 0 : static_cast<unsigned char>(c) + 1; };
+    return key(x) < key(y);
+  });
+}
+}  // namespace
+
+std::vector<std::string> host_mount_points(const std::vector<std::string>& skip) {
+  std::vector<std::string> out;
+  auto text = fs::read_small_file("/proc/self/mountinfo", 8u << 20);
+  if (!text) return out;
+  size_t at = 0;
+  while (at < text->size()) {
+    size_t end = text->find('\n', at);
+    if (end == std::string::npos) end = text->size();
+    // id parent major:minor root mount-point ...
+    size_t field = at;
+    for (int i = 0; i < 4 && field < end; ++i) {
+      field = text->find(' ', field);
+      field = field == std::string::npos || field > end ? end : field + 1;
+    }
+    size_t stop = text->find(' ', field);
+    if (stop == std::string::npos || stop > end) stop = end;
+    std::string point = unescape_mountinfo(text->substr(field, stop - field));
+    at = end + 1;
+    if (point.empty() || point[0] != '/' || point == "/") continue;
+    bool skipped = false;
+    for (const std::string& s : skip) skipped |= beneath(point, s);
+    if (!skipped) out.push_back(std::move(point));
+  }
+  std::sort(out.begin(), out.end(), tree_less);
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
 
 int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, std::string& error) {
   Plan steps;
@@ -375,6 +551,7 @@ int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, 
   // The holder's exec: everything as C strings now.
   std::string uid, gid;
   std::vector<char*> argv = {const_cast<char*>("execd-isolated-init"), const_cast<char*>("--isolated-init")};
+  if (plan.refuse_namespaces) argv.push_back(const_cast<char*>("--refuse-namespaces"));
   if (plan.userns) {
     uid = std::to_string(plan.userns->first);
     gid = std::to_string(plan.userns->second);
@@ -398,12 +575,21 @@ int start_holder(const SessionPlan& plan, const ChildSetup& setup, Holder& out, 
     error = std::string("open /dev/null: ") + strerror(e);
     return e;
   }
+  if (plan.root_view == RootView::idmapped && plan.idmap_userns < 0) {
+    close(ready[0]);
+    close(ready[1]);
+    close(devnull);
+    error = "an ID-mapped root view without its user namespace";
+    return EINVAL;
+  }
   HolderFailure failure;
   HolderChild child{plan.staging.c_str(),
                     plan.hostname.c_str(),
                     plan.hostname.size(),
                     !plan.share_net,
                     plan.userns.has_value(),
+                    plan.refuse_namespaces,
+                    plan.idmap_userns,
                     CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (plan.share_net ? 0 : CLONE_NEWNET),
                     devnull,
                     ready[1],
@@ -484,26 +670,39 @@ bool write_proc_text(const char* path, const char* text) {
 void holder_main(int argc, char** argv) {
   // Nothing but the ready channel survives from execd.
   syscall(SYS_close_range, 4u, ~0u, 0u);
-  if (argc >= 5 && strcmp(argv[2], "--userns") == 0) {
+  // [--refuse-namespaces] [--userns UID GID]
+  int at = 2;
+  bool refuse_namespaces = false;
+  if (at < argc && strcmp(argv[at], "--refuse-namespaces") == 0) {
+    refuse_namespaces = true;
+    ++at;
+  }
+  if (at + 2 < argc && strcmp(argv[at], "--userns") == 0) {
+    const char* inside_uid = argv[at + 1];
+    const char* inside_gid = argv[at + 2];
     // The session's identity: its uid and gid map to execd's own, one each,
     // and setgroups is off (the kernel's rule for such a map).
     uid_t outside_uid = geteuid();
     gid_t outside_gid = getegid();
     if (unshare(CLONE_NEWUSER) != 0) holder_fail("unshare(CLONE_NEWUSER)");
     char map[64];
-    snprintf(map, sizeof map, "%s %u 1\n", argv[3], outside_uid);
+    snprintf(map, sizeof map, "%s %u 1\n", inside_uid, outside_uid);
     if (!write_proc_text("/proc/self/uid_map", map)) holder_fail("write uid_map");
     if (!write_proc_text("/proc/self/setgroups", "deny")) holder_fail("write setgroups");
-    snprintf(map, sizeof map, "%s %u 1\n", argv[4], outside_gid);
+    snprintf(map, sizeof map, "%s %u 1\n", inside_gid, outside_gid);
     if (!write_proc_text("/proc/self/gid_map", map)) holder_fail("write gid_map");
     // No user namespaces below this one (bubblewrap's --disable-userns).
-    write_proc_text("/proc/sys/user/max_user_namespaces", "0");
+    if (!write_proc_text("/proc/sys/user/max_user_namespaces", "0")) holder_fail("write max_user_namespaces");
     // And none of the capabilities the new namespace gave the holder.
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct none[2]{};
     for (int c = 0; c <= 63; ++c) prctl(PR_CAPBSET_DROP, c, 0, 0, 0);
     if (syscall(SYS_capset, &hdr, none) != 0) holder_fail("capset");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) holder_fail("prctl no_new_privs");
+    // Without a user namespace the holder got its filter before its exec;
+    // here, once it has made the session's. The holder too: a process of
+    // the session that took it over (ptrace) must not find it unfiltered.
+    if (refuse_namespaces && install_session_filter()) holder_fail("seccomp filter");
   }
   if (write(3, "ok\n", 3) != 3) _exit(1);
   close(3);
@@ -545,6 +744,93 @@ void close_namespaces(IsolatedEntry& e) {
 
 namespace {
 
+// The user namespace of the root view's mapping: every uid and gid but 0
+// maps to itself, 0 to nothing. Made by a child that takes a new user
+// namespace and waits while execd writes its maps (execd has CAP_SETUID and
+// CAP_SETGID where the child came from, so any map goes) and opens it. -1
+// with `error`.
+int make_idmap_userns(std::string& error) {
+  int up[2], down[2];
+  if (pipe2(up, O_CLOEXEC) != 0) return error = std::string("pipe: ") + strerror(errno), -1;
+  if (pipe2(down, O_CLOEXEC) != 0) {
+    error = std::string("pipe: ") + strerror(errno);
+    close(up[0]);
+    close(up[1]);
+    return -1;
+  }
+  pid_t child = fork();
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    // Its copies of execd's ends would keep it from ever seeing EOF.
+    close(up[0]);
+    close(down[1]);
+    char c = unshare(CLONE_NEWUSER) == 0 ? 'y' : static_cast<char>(errno);
+    if (write(up[1], &c, 1) == 1) {
+      // Until execd has the namespace open (its end closes).
+      while (read(down[0], &c, 1) < 0 && errno == EINTR) {
+      }
+    }
+    _exit(0);
+  }
+  int fork_errno = errno;
+  close(up[1]);
+  close(down[0]);
+  int fd = -1;
+  if (child < 0) {
+    error = std::string("fork: ") + strerror(fork_errno);
+  } else {
+    // Bounded: a child stopped before it answers (a root process of the
+    // sandbox sending SIGSTOP to new pids) must not stop execd's loop.
+    char c = 0;
+    ssize_t n = -1;
+    struct pollfd answer {up[0], POLLIN, 0};
+    int ready;
+    while ((ready = poll(&answer, 1, kHandOverCapMs)) < 0 && errno == EINTR) {
+    }
+    if (ready == 1) {
+      while ((n = read(up[0], &c, 1)) < 0 && errno == EINTR) {
+      }
+    }
+    if (ready == 0) {
+      kill(child, SIGKILL);
+      error = "the child making the mapping's user namespace did not answer in " + std::to_string(kHandOverCapMs) + " ms";
+    } else if (n != 1) {
+      error = "the child making the mapping's user namespace died";
+    } else if (c != 'y') {
+      error = std::string("unshare(CLONE_NEWUSER): ") + strerror(c);
+    } else {
+      std::string base = "/proc/" + std::to_string(child) + "/";
+      const char* map = "1 1 4294967294\n";
+      if (!write_proc_text((base + "uid_map").c_str(), map) || !write_proc_text((base + "gid_map").c_str(), map)) {
+        error = std::string("write the mapping's uid_map or gid_map: ") + strerror(errno);
+      } else if ((fd = above_child_stdio(open((base + "ns/user").c_str(), O_RDONLY | O_CLOEXEC))) < 0) {
+        error = "open " + base + "ns/user: " + strerror(errno);
+      }
+    }
+  }
+  close(down[1]);
+  close(up[0]);
+  if (child > 0) {
+    // Reaped here, on the loop thread, as the trial holder below.
+    while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  return fd;
+}
+
+// In a trial holder: whether the mount at `path` takes the mapping (on a
+// detached copy, dropped at once). 0 or an errno.
+int try_idmap(const char* path, int userns) {
+  int fd = static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, path, unsigned{OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC}));
+  if (fd < 0) return errno;
+  struct mount_attr attr {};
+  attr.attr_set = MOUNT_ATTR_IDMAP;
+  attr.userns_fd = static_cast<uint64_t>(userns);
+  int err = syscall(SYS_mount_setattr, fd, "", static_cast<unsigned>(AT_EMPTY_PATH), &attr, sizeof attr) == 0 ? 0 : errno;
+  close(fd);
+  return err;
+}
+
 // The trials' children, on execd's memory (pty/vm_child).
 struct ProbeChild {
   const char* proc = nullptr;
@@ -553,6 +839,12 @@ struct ProbeChild {
   volatile int err = 0;
   const char* volatile step = nullptr;
   volatile int overlay_err = -1;
+  // The root view's trial: the root, then every host mount a session maps.
+  int idmap_userns = -1;
+  const char* const* mounts = nullptr;
+  size_t mount_count = 0;
+  int* mount_errs = nullptr;
+  volatile int root_idmap_err = -1;
 };
 
 [[noreturn]] void probe_namespaces_child(void* p) {
@@ -568,6 +860,10 @@ struct ProbeChild {
   if (mount("proc", r.proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
     fail("mount /proc of a new pid namespace");
   r.overlay_err = mount("overlay", r.merged, "overlay", 0, r.overlay_data) == 0 ? 0 : errno;
+  if (r.idmap_userns >= 0) {
+    r.root_idmap_err = try_idmap("/", r.idmap_userns);
+    for (size_t i = 0; r.root_idmap_err == 0 && i < r.mount_count; ++i) r.mount_errs[i] = try_idmap(r.mounts[i], r.idmap_userns);
+  }
   _exit(0);
 }
 
@@ -587,7 +883,8 @@ struct UsernsProbeChild {
 
 }  // namespace
 
-IsolationProbe probe_isolation(const std::string& scratch_dir) {
+IsolationProbe probe_isolation(const std::string& scratch_dir, std::optional<RootView> root_view,
+                               const std::vector<std::string>& skip) {
   IsolationProbe p;
   struct utsname u {};
   if (uname(&u) == 0) p.kernel = u.release;
@@ -608,6 +905,18 @@ IsolationProbe probe_isolation(const std::string& scratch_dir) {
   result.proc = proc.c_str();
   result.merged = merged.c_str();
   result.overlay_data = overlay_data.c_str();
+  // The root view: a mapping's user namespace, then in the trial holder the
+  // root and every host mount a session would map.
+  std::string userns_error;
+  int idmap_ns = root_view == RootView::masked ? -1 : make_idmap_userns(userns_error);
+  std::vector<std::string> mounts = host_mount_points(skip);
+  std::vector<const char*> c_mounts;
+  for (const std::string& m : mounts) c_mounts.push_back(m.c_str());
+  std::vector<int> mount_errs(mounts.size(), -1);  // written by the trial holder
+  result.idmap_userns = idmap_ns;
+  result.mounts = c_mounts.data();
+  result.mount_count = mounts.size();
+  result.mount_errs = mount_errs.data();
   pid_t pid = -1;
   int fork_errno = 0, pidns_errno = 0;
   GiveUp gave_up;
@@ -627,6 +936,13 @@ IsolationProbe probe_isolation(const std::string& scratch_dir) {
   const char* hint =
       " (a seccomp profile such as Docker's default refuses namespaces to a process without CAP_SYS_ADMIN; execd "
       "needs root or CAP_SYS_ADMIN here)";
+  // Whatever else happens, the namespace is kept only for an idmapped view.
+  struct CloseUnlessKept {
+    int& fd;
+    ~CloseUnlessKept() {
+      if (fd >= 0) close(fd);
+    }
+  } close_userns{idmap_ns};
   if (pidns_errno) {
     p.message = std::string("creating namespaces failed: unshare(CLONE_NEWPID): ") + strerror(pidns_errno) + hint;
     return p;
@@ -643,6 +959,58 @@ IsolationProbe probe_isolation(const std::string& scratch_dir) {
     p.message = std::string("creating namespaces failed: ") + result.step + ": " + strerror(result.err) +
                 (result.err == EPERM || result.err == EACCES ? hint : "");
     return p;
+  }
+  // The root view (see RootView in the header).
+  if (root_view == RootView::masked) {
+    p.root_view_message = "asked for (--isolated-root-view masked)";
+  } else if (idmap_ns < 0 || result.root_idmap_err != 0) {
+    struct statfs root_fs {};
+    constexpr long kOverlayfsMagic = 0x794c7630;
+    bool overlay_root = statfs("/", &root_fs) == 0 && static_cast<long>(root_fs.f_type) == kOverlayfsMagic;
+    std::string why = idmap_ns < 0 ? "no user namespace for an ID mapping (" + userns_error + ")"
+                                 : std::string("the host's root refuses an ID-mapped mount (") +
+                                       strerror(result.root_idmap_err) +
+                                       (overlay_root ? "; an overlayfs root cannot be ID-mapped)" : ")");
+    if (root_view == RootView::idmapped) {
+      p.message = "--isolated-root-view idmapped is unavailable here: " + why;
+      return p;
+    }
+    p.root_view_message = why;
+  } else {
+    p.root_view = RootView::idmapped;
+    p.idmap_userns = std::exchange(idmap_ns, -1);
+    for (size_t i = 0; i < mounts.size(); ++i) {
+      if (mount_errs[i] == 0) continue;
+      // What is mounted below a mount seen as it is comes along with it.
+      if (!p.not_idmapped.empty() && beneath(mounts[i], p.not_idmapped.back())) continue;
+      p.not_idmapped.push_back(mounts[i]);
+    }
+    p.root_view_message =
+        "the host's root and its mounts are ID-mapped without uid and gid 0: files of the host's root show as "
+        "nobody/nogroup and only their \"other\" permission bits count";
+    if (!p.not_idmapped.empty())
+      p.root_view_message += "; these host mounts refuse a mapping and are seen as they are (read-only)";
+  }
+  // The filter every process of a session gets (a forked child tries it).
+  session_filter();  // built here, in the parent
+  pid_t trial = fork();
+  if (trial == 0) {
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(2);
+    if (install_session_filter()) _exit(3);
+    _exit(unshare(CLONE_NEWUSER) != 0 && errno == EPERM ? 0 : 4);
+  }
+  if (trial > 0) {
+    int st = 0;
+    while (waitpid(trial, &st, 0) < 0 && errno == EINTR) {
+    }
+    p.refuses_namespaces = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    p.namespaces_message =
+        p.refuses_namespaces ? "every process of a session is refused new namespaces, user namespaces included (seccomp)"
+        : WIFEXITED(st) && WEXITSTATUS(st) == 3
+            ? "the kernel refuses seccomp filters here: processes of a session can make user namespaces"
+            : "the namespace filter did not hold in a trial: processes of a session can make user namespaces";
+  } else {
+    p.namespaces_message = std::string("fork: ") + strerror(errno) + ": processes of a session can make user namespaces";
   }
   p.available = true;
   p.overlay = result.overlay_err == 0;

@@ -14,13 +14,28 @@
 // holder ends every process in it (the kernel kills a pid namespace with
 // its PID 1).
 //
-// The session's root: the host's root, bound read-only (nosuid) and
-// recursively; over it a fresh /proc, a /dev with the usual devices, a new
-// devpts and /dev/shm, /run as tmpfs, /tmp as tmpfs (profile strict) or the
-// host's /tmp (balanced), execd's state directory hidden under an empty
-// tmpfs, then the session's own mounts shallow-first: overlays (lower: the
-// host path, upper and work: a directory of execd's, or a tmpfs for
-// persist=false), read-write and read-only binds.
+// The session's root: the host's root read-only (nosuid), its view chosen
+// by RootView below; over it a fresh /proc with its system-wide knobs
+// (/proc/sys and the like) read-only, a /dev with the usual devices, a new
+// devpts and /dev/shm, /run and /root as tmpfs, /tmp as tmpfs (profile
+// strict) or the host's /tmp (balanced), then the session's own mounts
+// shallow-first: overlays (lower: the host path, upper and work: a
+// directory of execd's, or a tmpfs for persist=false), read-write and
+// read-only binds; last, execd's state directory hidden under an empty
+// tmpfs and its secret files (token files) under an empty unreadable file.
+//
+// Why a view at all: a session's processes are uid 0 (or take the uid they
+// are given) without capabilities, and the kernel's owner checks still
+// pass for uid 0 on every file the host's root owns. RootView::idmapped
+// takes that away: the root and each host mount below it that allows it are
+// ID-mapped mounts whose mapping leaves uid and gid 0 out (every other id
+// maps to itself), so the host's root-owned files show as the overflow ids
+// (nobody/nogroup) and only their "other" bits count, for uid 0 in the
+// session as for anyone. Mounts whose file system cannot be ID-mapped
+// (sysfs, cgroup, and whatever a kernel refuses, overlayfs in 6.x) are
+// bound as they are, read-only. RootView::masked, where the root itself
+// cannot be ID-mapped (an overlayfs root, an old kernel): the root as it is
+// plus a fixed list of paths covered (kMaskedPaths, /etc/ssh's keys).
 #pragma once
 
 #include <sys/types.h>
@@ -52,15 +67,39 @@ struct SessionMount {
   mode_t upper_mode = 0755;
 };
 
+enum class RootView { idmapped, masked };
+const char* root_view_name(RootView v);
+
+// What RootView::masked covers besides execd's own files: host files whose
+// mode keeps them from everyone but root (a file is covered by an empty
+// unreadable file, a directory by an empty tmpfs). /etc/ssh's host keys are
+// added by a glob at each session.
+extern const char* const kMaskedPaths[];
+
 struct SessionPlan {
   std::string staging;                 // an empty host directory the new root is built on
   std::vector<SessionMount> mounts;    // applied in this order (the caller sorts shallow-first)
   bool tmp_tmpfs = true;               // profile strict: a private /tmp; balanced: the host's
   bool share_net = true;
   std::vector<std::string> hide;       // host directories covered by an empty read-only tmpfs
+  std::vector<std::string> mask_files; // host files covered by `mask_source` (read-only)
+  std::string mask_source;             // an empty host file of mode 0000
+  RootView root_view = RootView::masked;
+  int idmap_userns = -1;               // idmapped: the mapping's user namespace (the probe's)
+  // idmapped: the host's mount points below / that the session sees, in
+  // tree order (a parent before what is mounted below it).
+  std::vector<std::string> host_mounts;
+  bool refuse_namespaces = false;      // the holder and every run get pty::session_filter
   std::string hostname = "sandbox";
   std::optional<std::pair<uint32_t, uint32_t>> userns;  // uid_mode userns: the ids inside
 };
+
+// The host's mount points that a session's view rebuilds (idmapped): every
+// mount below / but those beneath `skip` (what the session replaces or
+// hides), one per path, in tree order. From execd's own /proc/self/mountinfo.
+std::vector<std::string> host_mount_points(const std::vector<std::string>& skip);
+// What a session replaces with its own mounts, whatever its plan.
+extern const char* const kReplacedPaths[];
 
 struct Holder {
   pid_t pid = -1;
@@ -86,6 +125,8 @@ void close_namespaces(IsolatedEntry& entry);
 // What this kernel, in this process, allows (a real trial, not a guess):
 // namespaces and mounts, an overlay whose upper lives in `scratch_dir`, a
 // user namespace, switching uid. Blocks for a few milliseconds.
+// `root_view`: nullopt tries idmapped and falls back to masked; a value is
+// that view or, for idmapped, isolation unavailable if it cannot be had.
 struct IsolationProbe {
   bool available = false;
   bool overlay = false;        // an overlay with its upper in the scratch directory
@@ -93,8 +134,15 @@ struct IsolationProbe {
   bool setpriv = false;        // runs may take another uid (CAP_SETUID)
   std::string message;         // why not, or what is missing
   std::string kernel;          // uname release
+  RootView root_view = RootView::masked;
+  std::string root_view_message;        // what the view means here, or why it is masked
+  std::vector<std::string> not_idmapped;  // idmapped: host mounts seen as they are (read-only)
+  int idmap_userns = -1;                // idmapped: the mapping's user namespace, open for execd's life
+  bool refuses_namespaces = false;      // pty::session_filter works here
+  std::string namespaces_message;
 };
-IsolationProbe probe_isolation(const std::string& scratch_dir);
+IsolationProbe probe_isolation(const std::string& scratch_dir, std::optional<RootView> root_view,
+                               const std::vector<std::string>& skip);
 
 // An isolated session's mount namespace, held open for whoever works in it.
 struct MountNamespace {

@@ -20,6 +20,8 @@
 // /command), it stays readable by its id.
 #include "execd/api/isolated.h"
 
+#include <fcntl.h>
+#include <glob.h>
 #include <grp.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -125,12 +127,38 @@ const pty::IsolationProbe& IsolatedRegistry::probe() {
       off.message = "isolated sessions are turned off (--no-isolation)";
       probe_ = off;
     } else {
-      probe_ = pty::probe_isolation(ctx_.config.state_dir + "/isolated");
+      using Choice = Config::RootViewChoice;
+      std::optional<pty::RootView> view;
+      if (ctx_.config.isolated_root_view == Choice::idmapped) view = pty::RootView::idmapped;
+      if (ctx_.config.isolated_root_view == Choice::masked) view = pty::RootView::masked;
+      probe_ = pty::probe_isolation(ctx_.config.state_dir + "/isolated", view, view_skip());
       spdlog::info("isolated sessions: {}{}{}", probe_->available ? "available" : "unavailable",
                    probe_->message.empty() ? "" : ": ", probe_->message);
+      if (probe_->available) {
+        std::string plain;
+        for (const std::string& m : probe_->not_idmapped) plain += (plain.empty() ? "" : ", ") + m;
+        spdlog::info("isolated sessions: root view {} ({}{}{}); {}", pty::root_view_name(probe_->root_view),
+                     probe_->root_view_message, plain.empty() ? "" : ": ", plain, probe_->namespaces_message);
+      }
     }
   }
   return *probe_;
+}
+
+std::vector<std::string> IsolatedRegistry::view_skip() const {
+  std::vector<std::string> skip{ctx_.config.state_dir};
+  for (const char* const* p = pty::kReplacedPaths; *p; ++p) skip.emplace_back(*p);
+  return skip;
+}
+
+std::vector<std::string> IsolatedRegistry::hidden_paths() const {
+  std::vector<std::string> out{ctx_.config.state_dir};
+  out.insert(out.end(), ctx_.config.secret_files.begin(), ctx_.config.secret_files.end());
+  if (probe_ && probe_->root_view == pty::RootView::masked) {
+    for (const char* const* p = pty::kMaskedPaths; *p; ++p) out.emplace_back(*p);
+    out.emplace_back("/etc/ssh/*key*");
+  }
+  return out;
 }
 
 IsolatedSession* IsolatedRegistry::find(const std::string& id) {
@@ -341,7 +369,8 @@ struct PreparedSession {
   std::string error;
 };
 
-PreparedSession prepare_session(IsolatedSession& s, const std::vector<std::string>& allowed, const std::string& state_dir) {
+PreparedSession prepare_session(IsolatedSession& s, const std::vector<std::string>& allowed, const std::string& state_dir,
+                                const std::vector<std::string>& view_skip) {
   auto bad = [](std::string why) { return PreparedSession{400, std::move(why)}; };
   auto fail = [](std::string why) { return PreparedSession{500, std::move(why)}; };
   const auto& r = s.spec;
@@ -355,6 +384,26 @@ PreparedSession prepare_session(IsolatedSession& s, const std::vector<std::strin
   s.plan.tmp_tmpfs = r.profile == "strict";
   s.plan.share_net = r.share_net;
   s.plan.hide = {state_dir};
+  // What covers the secret files: empty, and unreadable to a process
+  // without CAP_DAC_OVERRIDE, whatever its uid.
+  s.plan.mask_source = s.dir + "/mask";
+  int mask = open(s.plan.mask_source.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0);
+  if (mask < 0 || fchmod(mask, 0) != 0) {
+    int e = errno;
+    if (mask >= 0) close(mask);
+    return fail("cannot make " + s.plan.mask_source + ": " + strerror(e));
+  }
+  close(mask);
+  if (s.plan.root_view == pty::RootView::idmapped) {
+    // The host's mounts as they are now (a volume mounted since the last
+    // session is in this one's view).
+    s.plan.host_mounts = pty::host_mount_points(view_skip);
+  } else {
+    glob_t keys{};
+    if (glob("/etc/ssh/*key*", GLOB_NOSORT, nullptr, &keys) == 0)
+      for (size_t i = 0; i < keys.gl_pathc; ++i) s.plan.mask_files.emplace_back(keys.gl_pathv[i]);
+    globfree(&keys);
+  }
   if (r.uid_mode == "userns")
     s.plan.userns = std::pair<uint32_t, uint32_t>{r.uid.value_or(geteuid()), r.gid.value_or(r.uid.value_or(getegid()))};
   std::vector<std::string> allowed_real;
@@ -367,10 +416,10 @@ PreparedSession prepare_session(IsolatedSession& s, const std::vector<std::strin
       if (beneath(resolved, a)) return std::nullopt;
     return src + " is not in the allowlist (--isolated-allowed-paths)";
   };
-  // The session's own tmpfs (/run; /tmp under profile strict) starts
-  // empty: a mount point there is made, whatever the host has.
+  // The session's own tmpfs (/run, /root; /tmp under profile strict)
+  // starts empty: a mount point there is made, whatever the host has.
   auto in_session_tmpfs = [&](const std::string& target) {
-    return beneath(target, "/run") || (s.plan.tmp_tmpfs && beneath(target, "/tmp"));
+    return beneath(target, "/run") || beneath(target, "/root") || (s.plan.tmp_tmpfs && beneath(target, "/tmp"));
   };
   std::vector<pty::SessionMount> mounts;
   size_t k = 0;
@@ -419,9 +468,9 @@ PreparedSession prepare_session(IsolatedSession& s, const std::vector<std::strin
     mounts.push_back(std::move(m));
   }
   // Where a missing mount point may be made: in the session's own tmpfs
-  // (/run, /tmp under profile strict) or in a writable overlay.
+  // (/run, /root, /tmp under profile strict) or in a writable overlay.
   auto can_create_under = [&](const std::string& target) {
-    if (beneath(target, "/run") || (s.plan.tmp_tmpfs && beneath(target, "/tmp"))) return true;
+    if (in_session_tmpfs(target)) return true;
     for (const auto& o : r.overlays)
       if (o.mode != "ro" && beneath(target, o.path) && target != o.path) return true;
     return false;
@@ -623,6 +672,20 @@ void handle_capabilities(IsolatedRegistry& reg, Exchange& ex) {
   }
   h["ebpf"] = layer({pty::LayerState::unsupported, "execd has no eBPF observation"});
   j["hardening"] = std::move(h);
+  // What a session's processes see of the host and may make (README,
+  // "What a session can and cannot do"); not upstream's.
+  if (p.available) {
+    ojson v;
+    v["mode"] = pty::root_view_name(p.root_view);
+    v["message"] = p.root_view_message;
+    v["hidden"] = reg.hidden_paths();
+    v["not_idmapped"] = p.not_idmapped;
+    j["root_view"] = std::move(v);
+    ojson n;
+    n["refused"] = p.refuses_namespaces;
+    n["message"] = p.namespaces_message;
+    j["new_namespaces"] = std::move(n);
+  }
   ex.respond_json(200, j.dump());
 }
 
@@ -672,6 +735,13 @@ void handle_create(IsolatedRegistry& reg, Exchange& ex) {
     s->run_uid = s->spec.uid.value_or(geteuid());
     s->run_gid = s->spec.gid.value_or(s->spec.uid ? *s->spec.uid : getegid());
   }
+  // The host's root as the probe found it can be seen (pty/namespaces RootView).
+  s->plan.root_view = p.root_view;
+  s->plan.idmap_userns = p.idmap_userns;
+  s->plan.mask_files = reg.ctx().config.secret_files;
+  if (p.root_view == pty::RootView::masked)
+    for (const char* const* m = pty::kMaskedPaths; *m; ++m) s->plan.mask_files.emplace_back(*m);
+  s->plan.refuse_namespaces = s->entry.refuse_namespaces = p.refuses_namespaces;
   s->create = std::make_unique<CreateWait>();
   http::await(ex, *s->create);
   reg.begin(s);
@@ -680,14 +750,15 @@ void handle_create(IsolatedRegistry& reg, Exchange& ex) {
     std::shared_ptr<IsolatedSession> s;
     std::vector<std::string> allowed;
     std::string state_dir;
+    std::vector<std::string> view_skip;
     PreparedSession result;
   };
   // The pool touches only the session's plan and paths until it is back.
   fs::queue_job<PrepareJob>(
       reg.ctx().loop,
-      std::make_unique<PrepareJob>(
-          PrepareJob{&reg, s, reg.ctx().config.isolated_allowed_paths, reg.ctx().config.state_dir, {}}),
-      [](PrepareJob& j) { j.result = prepare_session(*j.s, j.allowed, j.state_dir); },
+      std::make_unique<PrepareJob>(PrepareJob{&reg, s, reg.ctx().config.isolated_allowed_paths,
+                                              reg.ctx().config.state_dir, reg.view_skip(), {}}),
+      [](PrepareJob& j) { j.result = prepare_session(*j.s, j.allowed, j.state_dir, j.view_skip); },
       [](PrepareJob& j, int) {
         IsolatedRegistry& reg = *j.reg;
         auto& s = j.s;

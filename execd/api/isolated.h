@@ -57,6 +57,12 @@ class IsolatedRegistry {
 
   // What this kernel allows, found out at the first call (a trial holder).
   const pty::IsolationProbe& probe();
+  // Host paths a session's view does not rebuild from the host's mounts
+  // (what it replaces, execd's state directory).
+  std::vector<std::string> view_skip() const;
+  // What every session hides (the state directory, token files, and with a
+  // masked root view the masked paths), as reported: globs unexpanded.
+  std::vector<std::string> hidden_paths() const;
   // Sessions held: those starting, those running and those still going.
   size_t count() const { return sessions_.size() + starting_.size(); }
   IsolatedSession* find(const std::string& id);

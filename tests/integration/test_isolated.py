@@ -12,10 +12,16 @@ import hashlib
 import io
 import json
 import os
+import platform
 import re
+import shutil
 import socket
+import stat
 import tarfile
+import tempfile
 import time
+import uuid
+from types import SimpleNamespace
 
 import pytest
 from opensandbox.config import ConnectionConfigSync
@@ -70,6 +76,13 @@ def test_capabilities_report_what_the_kernel_allows(iso):
     assert h.init_mode in ("pid1", "subreaper")
     for layer in (h.cap_drop, h.seccomp, h.landlock):
         assert layer.state == "disabled", layer
+    # Not upstream's: how sessions see the host's root and whether they may
+    # make namespaces (the SDK keeps unknown fields; read raw).
+    raw = iso.json("GET", "/v1/isolated/capabilities")[1]
+    view = raw["root_view"]
+    assert view["mode"] in ("idmapped", "masked") and view["message"], view
+    assert str(iso.state_dir) in view["hidden"], view
+    assert raw["new_namespaces"]["refused"] is True, raw["new_namespaces"]
 
 
 def test_namespaces_refused_is_reported_not_faked(execd_factory):
@@ -289,6 +302,41 @@ def test_share_net_false_has_only_loopback(iso, tmp_path):
         assert len(stdout(e).split()) >= 1
         with open("/proc/net/dev") as f:
             assert sorted(stdout(e).split()) == sorted(l.split(":")[0].strip() for l in f.readlines()[2:])
+
+
+# What a session sends to execd's ports on the loopback it shares (share_net,
+# true by default as upstream's): each answer's status, without a token and
+# with the one given as argv[3].
+LOOPBACK_PROBE = """import http.client, sys
+main, envd, token = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+for port, method, path in ((main, "POST", "/command"), (main, "GET", "/v1/isolated/sessions"),
+                           (main, "GET", "/files/info?path=/"), (envd, "POST", "/process.Process/List")):
+    for headers in ({}, {"X-EXECD-ACCESS-TOKEN": token}):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request(method, path, body=b"{}", headers={"Content-Type": "application/json", **headers})
+        print(port == envd and "envd" or "main", path, "token" if headers else "none", c.getresponse().status)
+        c.close()
+"""
+
+
+def test_loopback_reaches_execds_ports_but_not_without_the_token(execd_factory, tmp_path):
+    from e2b_support import listener_url
+    ex = execd_factory("--isolated-allowed-paths", str(tmp_path), "--envd-port", "0")
+    if not caps_raw(ex)["available"]:
+        pytest.skip("isolation unavailable here")
+    envd_port = int(listener_url(ex).rsplit(":", 1)[1])
+    req, ws = workspace(tmp_path)
+    (ws / "probe.py").write_text(LOOPBACK_PROBE)
+    assert req.share_net is None or req.share_net is True  # the default is the host's network
+    with service(ex).session(req) as s:
+        out = out_of(s, f"python3 probe.py {ex.port} {envd_port} {ex.token}")
+    lines = out.splitlines()
+    # Without the token, every route on both listeners: 401.
+    assert [l for l in lines if " none " in l] == [
+        "main /command none 401", "main /v1/isolated/sessions none 401", "main /files/info?path=/ none 401",
+        "envd /process.Process/List none 401"], out
+    # The control: the same requests do reach execd (the token is what stands in the way).
+    assert all(not l.endswith(" 401") for l in lines if " token " in l) and len(lines) == 8, out
 
 
 def test_env_passthrough(execd_factory, tmp_path):
@@ -689,3 +737,324 @@ def test_a_tracked_root_renamed_inside_a_session_is_followed(iso, tmp_path):
         assert (ws / "renamed" / "f").read_text() == "after\n"
     finally:
         assert iso.request("DELETE", f"/v1/isolated/session/{sid}")[0] == 200
+
+
+# ---- What a session can and cannot do ------------------------------------------------------------
+#
+# A session's processes are uid 0 (or the uid they are given) without
+# capabilities; each test tries, from inside, what a session must not do,
+# next to a control that shows the attempt is a real one (the same thing
+# done by execd's plain /command on the host, or by a session made otherwise).
+
+def caps_raw(ex) -> dict:
+    return ex.json("GET", "/v1/isolated/capabilities")[1]
+
+
+def out_of(s, code: str) -> str:
+    """stdout and stderr of a foreground run, merged."""
+    return stdout(s.run(f"{{\n{code}\n}} 2>&1"))
+
+
+def host_sh(ex, command: str, **fields) -> str:
+    """What execd's plain /command (on the host, as root unless told) prints."""
+    r = ex.run(command + " 2>&1", exact=True, **fields)
+    assert r.status == 200, r.raw[:300]
+    return r.stdout.decode()
+
+
+@pytest.fixture
+def host_secret():
+    """Root-only things on the host's root file system, outside /tmp and
+    /run (which sessions replace): a 0600 file and a 0700 directory."""
+    d = tempfile.mkdtemp(dir="/var/tmp", prefix="execd-iso-secret-")
+    os.chmod(d, 0o755)
+    secret = os.path.join(d, "secret")
+    with open(secret, "w") as f:
+        f.write("root only\n")
+    os.chmod(secret, 0o600)
+    private = os.path.join(d, "private")
+    os.mkdir(private, 0o700)
+    with open(os.path.join(private, "inside"), "w") as f:
+        f.write("x")
+    yield SimpleNamespace(dir=d, file=secret, private=private)
+    shutil.rmtree(d)
+
+
+# execd in a mount namespace whose root is an overlayfs (as in most
+# containers): lower, this root; upper, a tmpfs; /proc, /dev, /sys and /tmp
+# bound from here. pivot_root, not chroot: a chrooted process may not make
+# the user namespace an ID mapping needs.
+OVERLAY_ROOT = """set -e
+t="$1"; shift
+mount -t tmpfs tmpfs "$t"
+mkdir "$t/u" "$t/w" "$t/m"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$t/u,workdir=$t/w" "$t/m"
+for d in proc dev sys tmp; do mount --rbind "/$d" "$t/m/$d"; done
+mkdir "$t/m/.old"
+cd "$t/m"
+pivot_root . .old
+umount -l /.old
+exec "$@"
+"""
+
+
+def view_execd(execd_factory, tmp_path, view, *args, **kw):
+    """An execd whose sessions see the host's root through `view`:
+    idmapped or masked asked for, or overlay-root: auto, on an overlayfs root."""
+    if view == "overlay-root":
+        if not shutil.which("pivot_root") or not shutil.which("unshare"):
+            pytest.skip("no pivot_root or unshare here")
+        script = tmp_path / "overlay-root.sh"
+        script.write_text(OVERLAY_ROOT)
+        (tmp_path / "overlay-root").mkdir()
+        kw["wrapper"] = ("unshare", "-m", "--propagation", "private", "sh", str(script),
+                         str(tmp_path / "overlay-root"))
+    else:
+        args = ("--isolated-root-view", view, *args)
+    ex = execd_factory("--isolated-allowed-paths", str(tmp_path), *args, **kw)
+    caps = caps_raw(ex)
+    if not caps["available"]:
+        pytest.skip(f"isolation (root view {view}) unavailable here: {caps.get('message')}")
+    if view == "overlay-root":
+        # Where the root cannot be ID-mapped, auto falls back to masked, and says why.
+        assert caps["root_view"]["mode"] == "masked", caps["root_view"]
+        assert "overlayfs" in caps["root_view"]["message"], caps["root_view"]
+        assert "/etc/shadow" in caps["root_view"]["hidden"], caps["root_view"]
+    else:
+        assert caps["root_view"]["mode"] == view, caps["root_view"]
+    return ex, caps
+
+
+@pytest.mark.parametrize("view,uid_mode", [("idmapped", "setpriv"), ("idmapped", "userns"), ("masked", "setpriv"),
+                                           ("overlay-root", "setpriv")])
+def test_cannot_read_root_only_host_files(execd_factory, tmp_path, host_secret, view, uid_mode):
+    ex, caps = view_execd(execd_factory, tmp_path, view)
+    if uid_mode == "userns" and not caps["userns_available"]:
+        pytest.skip("uid_mode userns unavailable here")
+    # Control: the host's root reads all of it.
+    assert host_sh(ex, f"cat {host_secret.file}; ls {host_secret.private}; head -c 5 /etc/shadow") == \
+        "root only\ninside\n" + open("/etc/shadow").read()[:5]
+    req, _ = workspace(tmp_path)
+    req.uid_mode = uid_mode
+    with service(ex).session(req) as s:
+        out = out_of(s, f"id -u; cat /etc/shadow; cat {host_secret.file}; ls {host_secret.private}; "
+                        f"stat -c %U:%G {host_secret.file} /etc/shadow /")
+        lines = out.splitlines()
+        assert lines[0] == "0", out
+        assert "cat: /etc/shadow: Permission denied" in out, out
+        if view == "idmapped":
+            # The host's root owns nothing here: its files are nobody's, and
+            # only their "other" bits count, for uid 0 as for anyone.
+            assert f"{host_secret.file}: Permission denied" in out, out
+            assert f"{host_secret.private}': Permission denied" in out, out
+            assert "root only" not in out and "inside" not in out, out
+            # (/etc/shadow's group, shadow, is a group of a userns session's
+            # namespace only if it maps it: uid_mode userns maps one.)
+            shadow_group = "shadow" if uid_mode == "setpriv" else "nogroup"
+            assert lines[-3:] == ["nobody:nogroup", f"nobody:{shadow_group}", "nobody:nogroup"], out
+        else:
+            # Masked: the list is hidden (/etc/shadow is on it), and that is
+            # all: a root-only file elsewhere stays readable (the README says so).
+            assert "root only" in out and "inside" in out, out
+
+
+def test_default_session_cannot_read_a_root_only_file_in_etc(iso, tmp_path):
+    # execd's defaults (--isolated-root-view auto): a 0600 file of the host
+    # root's in /etc, as a credential dropped there would be.
+    secret = f"/etc/execd-test-secret-{uuid.uuid4().hex[:8]}"
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"root only\n")
+        os.close(fd)
+        assert host_sh(iso, f"cat {secret}") == "root only\n"  # the control: the host's root reads it
+        req, _ = workspace(tmp_path)
+        with service(iso).session(req) as s:
+            out = out_of(s, f"id -u; cat {secret}")
+        if caps_raw(iso).get("root_view", {}).get("mode") == "masked":
+            pytest.skip("the root here refuses an ID mapping: masked covers a fixed list only (README)")
+        assert out == f"0\ncat: {secret}: Permission denied\n", out
+    finally:
+        os.unlink(secret)
+
+
+@pytest.mark.parametrize("view", ["idmapped", "masked"])
+def test_can_read_world_readable_host_files_and_run_host_programs(execd_factory, tmp_path, view):
+    ex, _ = view_execd(execd_factory, tmp_path, view)
+    req, _ = workspace(tmp_path)
+    with service(ex).session(req) as s:
+        out = out_of(s, "cat /etc/hostname; python3 -c 'print(6 * 7)'; /usr/bin/env true && echo ran; "
+                        "stat -c %U /usr/bin/env")
+    with open("/etc/hostname") as f:
+        hostname = f.read()
+    assert out == hostname + "42\nran\n" + ("nobody\n" if view == "idmapped" else "root\n"), out
+
+
+@pytest.mark.parametrize("profile", ["strict", "balanced"])
+def test_cannot_read_execds_secrets(execd_factory, tmp_path, host_secret, profile):
+    # A token file on the host's root (outside /tmp and /run), and one in
+    # the host's /tmp, which profile balanced shares with the session.
+    token, envd_token = uuid.uuid4().hex, uuid.uuid4().hex
+    token_file = os.path.join(host_secret.dir, "token")
+    envd_file = tmp_path / "envd-token"
+    for path, value in ((token_file, token), (envd_file, envd_token)):
+        with open(path, "w") as f:
+            f.write(value + "\n")
+        os.chmod(path, 0o600)
+    neighbour = tmp_path / "neighbour"
+    neighbour.write_text("next to it\n")
+    # The state directory on the host's root too (under /tmp a strict
+    # session would not have it anyway).
+    ex = execd_factory("--isolated-allowed-paths", str(tmp_path), "--access-token-file", token_file,
+                       "--envd-access-token-file", str(envd_file), token=None,
+                       state_dir=os.path.join(host_secret.dir, "state"))
+    ex.token = token
+    caps = caps_raw(ex)
+    if not caps["available"]:
+        pytest.skip(f"isolation unavailable here: {caps.get('message')}")
+    assert {token_file, str(envd_file), str(ex.state_dir)} <= set(caps["root_view"]["hidden"]), caps["root_view"]
+    # Control: the host's root reads them.
+    assert host_sh(ex, f"cat {token_file} {envd_file}") == f"{token}\n{envd_token}\n"
+    req, _ = workspace(tmp_path)
+    req.profile = profile
+    with service(ex).session(req) as s:
+        out = out_of(s, f"cat {token_file}; cat {envd_file}; cat {neighbour}; ls -A {ex.state_dir}; env")
+    assert token not in out and envd_token not in out, out
+    assert f"{token_file}: Permission denied" in out, out
+    if profile == "balanced":
+        # The host's /tmp is the session's, but not the token file in it.
+        assert f"{envd_file}: Permission denied" in out and "next to it" in out, out
+    else:
+        assert f"{envd_file}: No such file" in out and "next to it" not in out, out
+    assert f"'{ex.state_dir}': Permission denied" in out, out
+
+
+def writable_sysfs_file() -> str | None:
+    for top in ("/sys/kernel", "/sys/fs/cgroup", "/sys/module"):
+        for root, dirs, files in os.walk(top):
+            for name in files:
+                p = os.path.join(root, name)
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IWUSR and st.st_uid == 0:
+                    return p
+    return None
+
+
+def test_cannot_write_outside_its_mounts(iso, tmp_path):
+    targets = ["/etc/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/net/ipv4/ip_forward",
+               "/proc/sysrq-trigger"]
+    sysfs = writable_sysfs_file()
+    if sysfs:
+        targets.append(sysfs)
+    targets = [t for t in targets if os.path.exists(t)]
+    # Opening for writing is the check (nothing is written): root without
+    # capabilities passes procfs's owner checks, so core_pattern, which
+    # names a program the kernel runs as the host's root, is the one that
+    # matters. Control: opened the same way by the host's uid 0 without
+    # capabilities, they open (but the root file system's, where a plain
+    # command has no such bar: its mode does not say root-only).
+    probe = ("import os, sys\n"
+             "for p in sys.argv[1:]:\n"
+             "    try:\n"
+             "        os.close(os.open(p, os.O_WRONLY)); print(p, 'opened')\n"
+             "    except OSError as e:\n"
+             "        print(p, os.strerror(e.errno))\n")
+    req, ws = workspace(tmp_path)
+    script = ws / "probe.py"
+    script.write_text(probe)
+    proc_targets = [t for t in targets if t.startswith("/proc/") or t.startswith("/sys/")]
+    control = host_sh(iso, f"setpriv --bounding-set=-all --inh-caps=-all python3 {script} {' '.join(proc_targets)}")
+    assert control.splitlines() == [f"{t} opened" for t in proc_targets], control
+    with service(iso).session(req) as s:
+        out = out_of(s, f"python3 {script} {' '.join(targets)} /proc/sys/user/max_user_namespaces; mkdir /new-dir; "
+                        f"echo 500 > /proc/self/oom_score_adj && cat /proc/self/oom_score_adj")
+    for t in targets:
+        # The root view's files may be refused before their mount is asked
+        # (an ID-mapped file of root's is nobody's: Permission denied).
+        assert f"{t} Read-only file system" in out or (t.startswith("/etc/") and f"{t} Permission denied" in out), \
+            (t, out)
+    # /proc/sys/user stays a writable mount (a uid_mode userns holder sets
+    # its namespace's limits there), but its limits ask for CAP_SYS_RESOURCE.
+    assert "/proc/sys/user/max_user_namespaces Permission denied" in out, out
+    assert re.search(r"mkdir: cannot create directory .?/new-dir.?: Read-only file system", out), out
+    # What belongs to the session's own processes stays theirs.
+    assert out.endswith("500\n"), out
+    assert not os.path.exists("/new-dir")
+
+
+def test_root_is_the_sessions_own(iso, tmp_path):
+    name = f"execd-iso-{uuid.uuid4().hex[:8]}"
+    req, _ = workspace(tmp_path)
+    with service(iso).session(req) as s:
+        out = out_of(s, f"stat -c %a /root; ls -A /root | wc -l; echo mine > /root/{name} && cat /root/{name}")
+    assert out == "700\n0\nmine\n", out
+    assert not os.path.exists(f"/root/{name}"), "the host's /root is not the session's"
+    # A workspace beneath /root still works: its mount point is made in the session's /root.
+    host_ws = f"/root/{name}-ws"
+    try:
+        req = CreateIsolatedSessionRequest(workspace=IsolatedWorkspaceSpec(path=host_ws, mode="rw"))
+        with service(iso).session(req) as s:
+            assert out_of(s, "pwd; echo w > f") == host_ws + "\n"
+        assert open(f"{host_ws}/f").read() == "w\n"
+    finally:
+        shutil.rmtree(host_ws, ignore_errors=True)
+
+
+@pytest.mark.parametrize("uid_mode", ["setpriv", "userns"])
+def test_cannot_make_namespaces_or_mount(iso, tmp_path, uid_mode):
+    if uid_mode == "userns" and not caps_raw(iso)["userns_available"]:
+        pytest.skip("uid_mode userns unavailable here")
+    # unshare(CLONE_NEWUSER) in the machine's 32-bit calling convention
+    # (int 0x80 from 64-bit code), which a filter keyed on x86_64's numbers
+    # alone would let through: 0 made one, -1 refused, -38 no 32-bit
+    # convention in this kernel.
+    int80 = ("import ctypes, mmap\n"
+             "code = bytes([0x53, 0xb8, 0x36, 1, 0, 0, 0xbb, 0, 0, 0, 0x10, 0xcd, 0x80, 0x5b, 0xc3])\n"
+             "m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+             "m.write(code)\n"
+             "f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))\n"
+             "print('int80', f())\n")
+    req, ws = workspace(tmp_path)
+    script = ws / "int80.py"
+    script.write_text(int80)
+    x86 = platform.machine() == "x86_64"
+    tries = "unshare -U true && echo made-user; unshare -m true && echo made-mount; " \
+            "mount -t tmpfs none /mnt && echo mounted; " \
+            "python3 -c 'import threading, subprocess; t = threading.Thread(target=print, args=(\"thread\",)); " \
+            "t.start(); t.join(); print(subprocess.run([\"echo\", \"child\"], capture_output=True).stdout.decode().strip())'"
+    if x86:
+        tries += f"; python3 {script}"
+    # Control: execd's plain commands (the host's root) make them.
+    control = host_sh(iso, "unshare -U true && echo made-user" + (f"; python3 {script}" if x86 else ""))
+    assert control.startswith("made-user\n"), control
+    if uid_mode == "userns":
+        req.uid_mode, req.uid, req.gid = "userns", 1000, 1000
+        os.chmod(ws, 0o755)
+    with service(iso).session(req) as s:
+        out = out_of(s, tries)
+    # EPERM from the filter (a userns session's own namespace also allows
+    # no more user namespaces below it: ENOSPC, were the filter not first).
+    assert out.splitlines()[0] == "unshare: unshare failed: Operation not permitted", out  # unshare -U
+    assert "made-user" not in out and "made-mount" not in out and "mounted" not in out, out
+    # Threads and child processes still work (clone3 is ENOSYS, libc falls back to clone).
+    assert "thread\nchild\n" in out, out
+    if x86 and "int80 -38" not in control:
+        assert control.endswith("int80 0\n"), control
+        assert "int80 -1\n" in out, out  # -EPERM
+
+
+def test_cannot_use_the_kernel_keyring(iso, tmp_path):
+    # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, create): the
+    # keyrings of uid 0, which the host's root shares.
+    nr = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+    if nr is None:
+        pytest.skip("keyctl's number unknown on " + platform.machine())
+    code = (f"python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+            f"r = libc.syscall({nr}, 0, -4, 1); print(r if r >= 0 else os.strerror(ctypes.get_errno()))'")
+    control = host_sh(iso, code)
+    assert int(control) > 0, control
+    req, _ = workspace(tmp_path)
+    with service(iso).session(req) as s:
+        assert out_of(s, code) == "Operation not permitted\n"

@@ -422,6 +422,35 @@ TEST_CASE("config: isolation and hardening flags") {
   CHECK(has_warning(p.cfg, "EXECD_ISOLATION_CONFIG"));
 }
 
+TEST_CASE("config: the isolated root view, and the files sessions never see") {
+  Parsed p = parse({"--insecure-no-auth"});
+  using Choice = Config::RootViewChoice;
+  CHECK(p.cfg.isolated_root_view == Choice::automatic);
+  CHECK(p.cfg.secret_files.empty());
+  const std::pair<const char*, Choice> choices[] = {
+      {"auto", Choice::automatic}, {"idmapped", Choice::idmapped}, {"masked", Choice::masked}};
+  for (const auto& [name, choice] : choices) {
+    p = parse({"--insecure-no-auth", "--isolated-root-view", name});
+    CHECK(p.error == "");
+    CHECK(p.cfg.isolated_root_view == choice);
+  }
+  CHECK(parse({"--insecure-no-auth", "--isolated-root-view", "open"}).error.find("auto, idmapped or masked") !=
+        std::string::npos);
+  CHECK(parse({"--insecure-no-auth", "--isolated-root-view"}).error != "");
+  // Every file named for a token, the one read and the ones that lost.
+  char path[] = "/tmp/execd-secret-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, "tok\n", 4) == 4);
+  close(fd);
+  p = parse({"--access-token", "a", "--access-token-file", path, "--envd-access-token-file", path},
+            {{"EXECD_ACCESS_TOKEN_FILE", "/env/token"}, {"EXECD_ENVD_ACCESS_TOKEN_FILE", "/env/envd"}});
+  CHECK(p.error == "");
+  CHECK(p.cfg.access_token == "a");
+  CHECK(p.cfg.secret_files == std::vector<std::string>{path, path, "/env/token", "/env/envd"});
+  unlink(path);
+}
+
 TEST_CASE("config: --max-records is a count from 1, default 4096; --cold-after a duration, default 10s") {
   CHECK(parse({"--insecure-no-auth"}).cfg.max_records == 4096);
   CHECK(parse({"--max-records", "3", "--insecure-no-auth"}).cfg.max_records == 3);

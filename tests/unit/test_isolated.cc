@@ -1,22 +1,32 @@
-// Unit tests for the /v1/isolated request decoding (protocol/isolated) and
-// an overlay's upper directory read as a layer (fs/layer), against real
-// files in a mkdtemp directory (whiteouts are real 0/0 character devices,
-// so those cases need root, as overlayfs does).
+// Unit tests for the /v1/isolated request decoding (protocol/isolated), an
+// overlay's upper directory read as a layer (fs/layer), against real files
+// in a mkdtemp directory (whiteouts are real 0/0 character devices, so
+// those cases need root, as overlayfs does), and the seccomp filter of a
+// session's processes (pty/hardening), in forked children.
 #include <doctest/doctest.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <variant>
 
 #include "fs/layer.h"
 #include "fs/ops.h"
 #include "protocol/isolated.h"
+#include "pty/hardening.h"
+#include "pty/namespaces.h"
 
 using namespace execd;
 
@@ -154,4 +164,95 @@ TEST_CASE("an upper directory as a diff and as an OCI layer") {
   CHECK(plain.find("ws/added.txt") != std::string::npos);
   CHECK(plain.find("new\n") != std::string::npos);
   if (root) CHECK(plain.find("ws/.wh.gone.txt") != std::string::npos);
+}
+
+// --- the seccomp filter of a session's processes (pty/hardening) ---------------
+
+namespace {
+// Runs `body` in a forked child under the session filter (with
+// no_new_privs, as a session's processes have it); its exit status.
+template <typename F>
+int under_session_filter(F body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || pty::install_session_filter()) _exit(100);
+    _exit(body());
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int err_of(long r) { return r < 0 ? errno : 0; }
+
+#if defined(__x86_64__)
+// unshare(flags) through the 32-bit calling convention (int 0x80 from
+// 64-bit code): the number is i386's, not x86_64's.
+long unshare_int80(unsigned flags) {
+  long r;
+  // The kernel leaves ebx alone and zeroes r8-r11 on this path.
+  asm volatile("int $0x80" : "=a"(r) : "a"(310L), "b"(flags) : "memory", "r8", "r9", "r10", "r11");
+  return static_cast<int>(r);
+}
+#endif
+}  // namespace
+
+TEST_CASE("isolated session filter: no namespaces, no keyrings; threads and children still work") {
+  pty::session_filter();  // built in the parent, as execd does
+  CHECK(under_session_filter([] { return err_of(unshare(CLONE_NEWUSER)); }) == EPERM);
+  CHECK(under_session_filter([] { return err_of(unshare(CLONE_NEWNS | CLONE_NEWNET)); }) == EPERM);
+  CHECK(under_session_filter([] {
+          return err_of(syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, nullptr, nullptr, nullptr, 0));
+        }) == EPERM);
+  // clone3's flags are out of a filter's reach: ENOSYS sends libc to clone.
+  CHECK(under_session_filter([] { return err_of(syscall(SYS_clone3, nullptr, 0)); }) == ENOSYS);
+  CHECK(under_session_filter([] { return err_of(syscall(SYS_keyctl, 0, -4, 1)); }) == EPERM);
+  CHECK(under_session_filter([] { return err_of(syscall(SYS_add_key, "user", "x", "y", 1, -4)); }) == EPERM);
+  // What ordinary work does: a child, a thread-like clone without new
+  // namespaces, unshare of nothing new.
+  CHECK(under_session_filter([] {
+          pid_t c = fork();
+          if (c == 0) _exit(7);
+          int st = 0;
+          waitpid(c, &st, 0);
+          return WIFEXITED(st) && WEXITSTATUS(st) == 7 && unshare(CLONE_FILES) == 0 ? 0 : 1;
+        }) == 0);
+  // Without the filter the same calls go through (the control).
+  CHECK(err_of(syscall(SYS_keyctl, 0, -4, 1)) == 0);
+#if defined(__x86_64__)
+  pid_t probe = fork();
+  if (probe == 0) _exit(unshare_int80(CLONE_NEWUSER) == 0 ? 0 : 1);
+  int st = 0;
+  waitpid(probe, &st, 0);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {  // this kernel has the 32-bit convention
+    CHECK(under_session_filter([] { return static_cast<int>(-unshare_int80(CLONE_NEWUSER)); }) == EPERM);
+    CHECK(under_session_filter([] { return static_cast<int>(-unshare_int80(0)); }) == 0);
+  }
+#endif
+}
+
+TEST_CASE("isolated root view: the host mounts in tree order, one per path, the replaced paths left out") {
+  std::vector<std::string> skip{"/proc", "/dev"};
+  std::vector<std::string> mounts = pty::host_mount_points(skip);
+  auto beneath = [](const std::string& p, const std::string& root) {
+    return p.size() > root.size() && p.compare(0, root.size(), root) == 0 && p[root.size()] == '/';
+  };
+  std::set<std::string> seen;
+  for (size_t i = 0; i < mounts.size(); ++i) {
+    const std::string& m = mounts[i];
+    CAPTURE(m);
+    CHECK(m.size() > 1);
+    CHECK(m[0] == '/');
+    CHECK(seen.insert(m).second);
+    for (const std::string& s : skip) CHECK_FALSE((m == s || beneath(m, s)));
+    // What lies below a mount follows it at once, so a view that falls
+    // back to a whole copy skips exactly its own.
+    size_t j = i + 1;
+    while (j < mounts.size() && beneath(mounts[j], m)) ++j;
+    for (size_t k = j; k < mounts.size(); ++k) CHECK_FALSE(beneath(mounts[k], m));
+  }
+  // This process's /sys is a mount (and /sys/fs/cgroup, where there is one, follows it).
+  struct stat sys {}, root {};
+  if (stat("/sys", &sys) == 0 && stat("/", &root) == 0 && sys.st_dev != root.st_dev) CHECK(seen.count("/sys") == 1);
 }
