@@ -388,6 +388,7 @@ void OutputLog::drop_oldest() {
     w.drop_waiting();
     if (writing_ && it == writers_.begin()) {
       unlink_when_written_.push_back(s.k);  // its write is out: after it
+      sync_budget();
       return;
     }
     close_writer(w);
