@@ -387,6 +387,12 @@ std::vector<FlagGroup> build_table() {
                     "no client is connected)"},
            {.name = "log-limit", .value_name = "BYTES", .reader = bytes(&Config::log_limit_bytes, 0, kByteCap),
             .help = "retained output per command"},
+           {.name = "state-budget", .value_name = "BYTES", .reader = bytes(&Config::state_budget_bytes, 0, kByteCap),
+            .help = "everything execd keeps in --state-dir (retained output, records, journal, spools) together; "
+                    "0: no absolute cap. Finished runs' output goes first, oldest first"},
+           {.name = "state-budget-percent", .value_name = "N",
+            .reader = count_in(&Config::state_budget_percent, 1, 100),
+            .help = "the state budget is also at most N% of --state-dir's filesystem, and never its last 5% free"},
            {.name = "journal-max-bytes", .value_name = "BYTES",
             .reader = bytes(&Config::journal_max_bytes, 4096, int64_t(1) << 40),
             .help = "rotate the execution journal past this size; one rotated file is kept"},

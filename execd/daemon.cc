@@ -35,6 +35,9 @@ exec::RegistrySettings registry_settings(const Config& cfg) {
   s.retention_ms = cfg.retention_ms;
   s.max_records = cfg.max_records;
   s.log_limit = static_cast<uint64_t>(cfg.log_limit_bytes);
+  s.budget.cap_bytes = static_cast<uint64_t>(cfg.state_budget_bytes);
+  s.budget.share_percent = static_cast<unsigned>(cfg.state_budget_percent);
+  s.budget.journal_max_bytes = cfg.journal ? static_cast<uint64_t>(cfg.journal_max_bytes) : 0;
   return s;
 }
 
@@ -96,7 +99,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       binding_(ctx_, access_, commands_, entrypoint_.get()),
       sessions_(ctx_, runtime_, launches_),
       ptys_(ctx_, runtime_, journal_),
-      files_{ctx_, file_gate_, journal_, nullptr, nullptr, {}},
+      files_{ctx_, file_gate_, journal_, nullptr, nullptr, {}, &executions_.budget()},
       file_identities_(files_),
       metrics_(ctx_),
       proxy_(ctx_),

@@ -1,12 +1,12 @@
 // execd/secrets: see header.
 #include "execd/secrets.h"
 
+#include <unistd.h>  // environ (a declaration of its own conflicts with it in a unity batch)
+
 #include <cstdlib>
 #include <cstring>
 
 #include "execd/config_flags.h"
-
-extern char** environ;
 
 namespace execd {
 

@@ -71,6 +71,20 @@ void handle_activity(ActivityService& s, http::Exchange& ex) {
   j["streams"] = {{"run_readers", s.executions.readers()},
                   {"journal_followers", s.journal.followers()},
                   {"watch_feeds", s.watches.followers()}};
+  // What execd keeps in its state directory against its budget
+  // (exec/state_budget).
+  exec::StateBudget& budget = s.executions.budget();
+  budget.refresh(true);
+  j["state_dir"] = {{"used_bytes", budget.used()},
+                    {"budget_bytes", budget.limit()},
+                    {"output_bytes", budget.output_bytes()},
+                    {"output_budget_bytes", budget.output_limit()},
+                    {"journal_bytes", budget.journal_bytes()},
+                    {"other_bytes", budget.other_bytes()},
+                    {"evicted_bytes", budget.evicted_bytes()},
+                    {"trimmed_bytes", budget.trimmed_bytes()},
+                    {"filesystem_bytes", budget.fs_bytes()},
+                    {"filesystem_free_bytes", budget.fs_free_bytes()}};
   j["connections"] = s.server.connection_count();
   j["containment"] = pty::containment_mode_name(s.containment.mode());
   // How processes got into their cgroups: a launcher made ahead or born in

@@ -36,6 +36,7 @@
 #include "execd/api/work_gate.h"
 #include "execd/clock.h"
 #include "execd/context.h"
+#include "execd/exec/state_budget.h"
 #include "execd/http/connection.h"
 #include "execd/link.h"
 #include "fs/archive.h"
@@ -284,9 +285,12 @@ void spool_work(SpoolJob& j) {
 class ArchiveUpload final : public http::Source {
  public:
   ArchiveUpload(FileService& svc, Exchange& ex, ExtractParams params)
-      : svc_(svc), ex_(ex), params_(std::move(params)), spool_(std::make_unique<Spool>()),
+      : svc_(svc), ex_(ex), params_(std::move(params)), spool_(std::make_unique<Spool>()), budget_(svc.state_budget),
         cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
-  ~ArchiveUpload() override { cancelled_->store(true); }
+  ~ArchiveUpload() override {
+    cancelled_->store(true);
+    if (budget_) budget_->add_spool(-static_cast<int64_t>(spool_counted_));
+  }
 
   void on_body(const char* data, size_t len) override {
     if (failure_) return;
@@ -295,6 +299,18 @@ class ArchiveUpload final : public http::Source {
       return fail(FileReply::error(413, codes::kPayloadTooLarge,
                                    "the archive is larger than " + std::to_string(params_.max_bytes) +
                                        " bytes (--archive-max-bytes)"));
+    if (exec::StateBudget* budget = budget_) {
+      // The spool's bytes count against the state budget while the upload
+      // lasts. Room for them: finished runs' output goes first; past the
+      // whole budget even so, the upload is refused rather than filling
+      // the disk.
+      budget->add_spool(static_cast<int64_t>(len));
+      spool_counted_ += len;
+      budget->need(0);
+      if (budget->used() > budget->limit())
+        return fail(FileReply::error(507, codes::kInsufficientStorage,
+                                     "the archive does not fit in the state directory's budget (--state-budget)"));
+    }
     pending_.append(data, len);
     if (!paused_ && pending_.size() + in_flight_ > kSpoolPauseAbove) {
       paused_ = true;
@@ -389,6 +405,8 @@ class ArchiveUpload final : public http::Source {
   Exchange& ex_;
   ExtractParams params_;
   std::unique_ptr<Spool> spool_;  // with the job while one is out
+  exec::StateBudget* budget_;     // the service's, kept: a user's service may go first
+  uint64_t spool_counted_ = 0;    // against budget_
   std::shared_ptr<std::atomic<bool>> cancelled_;
   std::string pending_;
   size_t in_flight_ = 0;

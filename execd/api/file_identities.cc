@@ -47,7 +47,7 @@ FileService* FileIdentities::service_for(http::Exchange& ex) {
   }
   Entry& e = entries_[key];
   e.identity = id;
-  e.service = std::make_unique<FileService>(FileService{plain_.ctx, plain_.gate, plain_.journal, nullptr, nullptr, {}});
+  e.service = std::make_unique<FileService>(FileService{plain_.ctx, plain_.gate, plain_.journal, nullptr, nullptr, {}, plain_.state_budget});
   // execd's own identity needs no switch.
   if (!fs::is_own_identity(id)) e.service->identity = &e.identity;
   return e.service.get();

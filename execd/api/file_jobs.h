@@ -22,6 +22,10 @@
 #include "fs/permissions.h"
 #include "protocol/file_requests.h"
 
+namespace execd::exec {
+class StateBudget;
+}
+
 namespace execd::api {
 
 class Journal;
@@ -40,6 +44,8 @@ struct FileService {
   // permissions are the session's; the journal names the session.
   std::shared_ptr<const pty::MountNamespace> mount = nullptr;
   std::string session;
+  // What archive spools in the state directory count against (null: none).
+  exec::StateBudget* state_budget = nullptr;
   // gate.queue, as this service's user and inside `mount` when there is one.
   int queue(WorkGate::Ticket& t, uv_work_cb work, uv_after_work_cb after) const {
     t.identity = identity;

@@ -550,7 +550,8 @@ void start_shell(IsolatedRegistry& reg, const std::shared_ptr<IsolatedSession>& 
   std::weak_ptr<IsolatedSession> weak = s;
   shell->set_on_gone([&reg, weak, shell] { reg.shell_gone(weak.lock(), shell); });
   s->files = std::make_unique<FileService>(
-      FileService{reg.files().ctx, reg.files().gate, reg.files().journal, nullptr, s->mount, s->id});
+      FileService{reg.files().ctx, reg.files().gate, reg.files().journal, nullptr, s->mount, s->id,
+                  reg.files().state_budget});
   s->created_ns = s->last_run_ns = unix_ns();
   reg.activate(s);
   spdlog::info("isolated session {} started: holder pid {}, {} mounts, profile {}, uid_mode {}", s->id, s->holder,

@@ -40,6 +40,7 @@ ColdRecords::Entry ColdRecords::view(const Blob& b) {
   e.finished_ns = b.finished_ns;
   e.first_k = b.first_k;
   e.last_k = b.last_k;
+  e.log_bytes = b.log_bytes;
   e.flags = b.flags;
   e.record = {b.id_bytes() + b.id_len, b.record_len};
   return e;
@@ -86,6 +87,7 @@ void ColdRecords::put(const Entry& e) {
   b->finished_ns = e.finished_ns;
   b->first_k = e.first_k;
   b->last_k = e.last_k;
+  b->log_bytes = e.log_bytes;
   b->record_len = static_cast<uint32_t>(e.record.size());
   b->id_len = static_cast<uint16_t>(id_len);
   b->flags = e.flags;

@@ -34,6 +34,8 @@ class ColdRecords {
     uint32_t first_k = 1, last_k = 0;
     uint8_t flags = 0;        // the registry's
     std::string_view record;  // the registry's (a packed protocol::StoredExecution)
+    // What the state budget counts for those segments (exec/state_budget).
+    uint64_t log_bytes = 0;
   };
 
   ColdRecords() = default;
@@ -63,6 +65,7 @@ class ColdRecords {
   struct Blob {
     Slab* slab;
     int64_t started_ns, finished_ns;
+    uint64_t log_bytes;
     uint32_t first_k, last_k;
     uint32_t record_len;
     uint16_t id_len;

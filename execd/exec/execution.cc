@@ -55,6 +55,7 @@ Execution::Execution(Registry& registry, ExecutionSpec spec, uint64_t log_limit)
                                      &registry_.write_delay());
   log_->set_on_written([this] { update_pause(); });
   log_->set_drop_guard([this](uint64_t upto) { return may_drop(upto); });
+  log_->set_budget(&registry_.budget());
 }
 
 Execution::Execution(Registry& registry, const protocol::StoredExecution& stored, std::unique_ptr<OutputLog> log)
@@ -230,6 +231,13 @@ void Execution::update_pause() {
   if (pause == paused_) return;
   paused_ = pause;
   runner_->set_paused(pause);
+}
+
+bool Execution::budget_may_shed(uint64_t upto) {
+  if (!pausable()) return true;
+  bool ok = true;
+  each_reader([&](ExecutionReader& r) { ok = ok && !r.needs(upto); });
+  return ok;
 }
 
 bool Execution::may_drop(uint64_t upto) {

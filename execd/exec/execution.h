@@ -208,6 +208,10 @@ class Execution final : public RunSink {
   ExecutionSpec& reserved_spec() { return spec_; }
   Kind kind() const { return spec_.kind; }
   bool pausable() const { return !runner_ || runner_->pausable(); }
+  // The state budget may let go of this running run's output before `upto`:
+  // not while a reader of a pausable run still needs it (the run waits for
+  // that reader instead); any other reader gets a gap.
+  bool budget_may_shed(uint64_t upto);
   // Bytes produced per channel (stored or not).
   uint64_t produced(int channel) const { return produced_[channel]; }
   // The result so far (final once done()).

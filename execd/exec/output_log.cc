@@ -11,6 +11,7 @@
 #include <cstring>
 #include <set>
 
+#include "execd/exec/state_budget.h"
 #include "fs/pool_job.h"
 #include "fs/small_file.h"
 
@@ -320,6 +321,11 @@ void OutputLog::append(uint8_t channel, const uint8_t* data, size_t len) {
       if (guard_ && !guard_(upto)) break;
       drop_oldest();
     }
+    if (budget_) {
+      // The open segment is new when it holds nothing yet: its files count.
+      budget_->need(take + (segments_.back().size == 0 ? kSegmentOverhead : 0));
+      if (removed_) return;
+    }
     Writer& w = writer_for_new_bytes();
     // Consecutive bytes of one channel share an index entry while it waits.
     if (w.open_entry != std::string::npos && static_cast<uint8_t>(w.index[w.open_entry]) == channel) {
@@ -343,6 +349,7 @@ void OutputLog::append(uint8_t channel, const uint8_t* data, size_t len) {
     waiting_ += take;
     data += take;
     len -= static_cast<size_t>(take);
+    sync_budget();
   }
   pump();
 }
@@ -381,6 +388,7 @@ void OutputLog::drop_oldest() {
     w.drop_waiting();
     if (writing_ && it == writers_.begin()) {
       unlink_when_written_.push_back(s.k);  // its write is out: after it
+      sync_budget();
       return;
     }
     close_writer(w);
@@ -393,10 +401,13 @@ void OutputLog::drop_oldest() {
   // path may still be out: it must find the old bytes or no file.
   if (!sealed_ && !spare_ && reads_ == 0) {
     spare_ = s.k;
+    spare_bytes_ = s.size;
     unlink_on_pool(loop_, {index_path(s.k)});
+    sync_budget();
     return;
   }
   unlink_segment(s.k);
+  sync_budget();
 }
 
 void OutputLog::unlink_segment(uint32_t k) { unlink_on_pool(loop_, {data_path(k), index_path(k)}); }
@@ -405,6 +416,61 @@ void OutputLog::drop_spare() {
   if (!spare_) return;
   unlink_on_pool(loop_, {data_path(*spare_)});
   spare_.reset();
+  spare_bytes_ = 0;
+  sync_budget();
+}
+
+uint64_t OutputLog::disk_bytes() const {
+  uint64_t n = spare_ ? spare_bytes_ + kSegmentOverhead / 2 : 0;
+  for (const auto& s : segments_) n += s.size + kSegmentOverhead;
+  return n;
+}
+
+void OutputLog::sync_budget() {
+  if (!budget_) return;
+  uint64_t now = disk_bytes();
+  budget_->add_output(static_cast<int64_t>(now) - static_cast<int64_t>(charged_));
+  charged_ = now;
+}
+
+void OutputLog::set_budget(StateBudget* budget) {
+  budget_ = budget;
+  charged_ = 0;
+  if (!budget_) return;
+  if (!sealed_ && segments_.empty()) segment_bytes_ = std::max<uint64_t>(1, budget_->segment_bytes(limit_));
+  sync_budget();
+}
+
+uint64_t OutputLog::evict() {
+  if (!sealed_ || !writers_.empty() || removed_ || segments_.empty()) return 0;
+  uint64_t before = disk_bytes();
+  std::vector<std::string> paths;
+  for (const auto& s : segments_) {
+    paths.push_back(data_path(s.k));
+    paths.push_back(index_path(s.k));
+  }
+  if (spare_) paths.push_back(data_path(*spare_));
+  spare_.reset();
+  spare_bytes_ = 0;
+  segments_.clear();
+  // Every offset stays where it was: a reader from any of them gets a gap.
+  index_.drop_before(index_.end());
+  unlink_on_pool(loop_, std::move(paths));
+  sync_budget();
+  return before - disk_bytes();
+}
+
+uint64_t OutputLog::shed_oldest() {
+  if (removed_ || segments_.size() < 2) return 0;
+  uint64_t before = disk_bytes();
+  drop_oldest();
+  uint64_t after = disk_bytes();
+  return before > after ? before - after : 0;
+}
+
+std::optional<uint64_t> OutputLog::oldest_segment_end() const {
+  if (segments_.size() < 2) return std::nullopt;
+  return segments_[1].start;
 }
 
 void OutputLog::close_writer(Writer& w) {
@@ -460,6 +526,8 @@ void OutputLog::pump() {
       if (create && spare_) {
         job->reuse_path = data_path(*spare_);
         spare_.reset();
+        spare_bytes_ = 0;  // the new segment's bytes are counted as they come
+        sync_budget();
       }
       fs::queue_job<WriteJob>(loop_, std::move(job), WriteJob::run, WriteJob::done);
       return;
@@ -511,6 +579,7 @@ void OutputLog::on_write_done(WriteJob& job) {
     if (!segments_.empty()) segments_.back().size = failed_at_ - segments_.back().start;
     for (auto& other : writers_) other->drop_waiting();
     waiting_ = 0;
+    sync_budget();
   } else {
     w.data_durable += w.data_inflight.size();
     w.index_durable += w.index_inflight.size();
@@ -604,6 +673,8 @@ void OutputLog::remove() {
     paths.push_back(index_path(s.k));
   }
   segments_.clear();
+  spare_bytes_ = 0;
+  sync_budget();
   if (!paths.empty()) unlink_on_pool(loop_, std::move(paths));
 }
 

@@ -28,6 +28,14 @@
 // write at once. What a SIGKILL can lose is the newest bytes of that
 // period, as it could lose those of the write in flight before.
 //
+// Budget: a log given the state directory's budget (exec/state_budget)
+// reports its bytes on disk (segments, plus a file overhead each, and a kept
+// data file) as they change, and asks the budget before taking new bytes,
+// which may make it (or another log) shed its oldest segments first; its
+// segments are then small enough (StateBudget::segment_bytes) to shed in
+// steps. Destroyed without remove() (the log went cold), its bytes stay
+// counted: the registry carries them with the cold record.
+//
 // Ownership: the execution owns its log. Pool jobs in flight point at it, so
 // the owner must not destroy it while busy(); remove() unlinks every file
 // with requests that need nothing of the log. A sealed, settled log holds no
@@ -50,6 +58,7 @@
 namespace execd::exec {
 
 class OutputLog;
+class StateBudget;
 
 // One timer for every log's delayed writes (the registry owns it; it must
 // outlive its logs).
@@ -142,6 +151,20 @@ class OutputLog {
   // Closes and unlinks every file (once outstanding I/O completes).
   void remove();
 
+  // From now on this log's bytes on disk count against `budget` (what it
+  // holds already is counted at once). Running logs get budget-sized segments.
+  void set_budget(StateBudget* budget);
+  // Bytes on disk as the budget counts them.
+  uint64_t disk_bytes() const;
+  // The budget wants room: a sealed, written log lets go of every segment
+  // (its offsets stay: readers get a gap); bytes freed.
+  uint64_t evict();
+  // The budget wants room from a running log: its oldest segment goes
+  // unless it is the open one; bytes freed.
+  uint64_t shed_oldest();
+  // Where the oldest segment ends (what shed_oldest would let go of).
+  std::optional<uint64_t> oldest_segment_end() const;
+
   // For a settled log let go of (exec/cold_records) and found again later:
   // the segment numbers its files use, first to last (a kept spare data
   // file included); first > last when there are none.
@@ -222,6 +245,9 @@ class OutputLog {
   uint64_t durable_end() const { return index_.end() - waiting_ - inflight_; }
   void unlink_segment(uint32_t k);
   void drop_spare();
+  void sync_budget();
+  // Files of a segment take blocks of their own, whatever their bytes.
+  static constexpr uint64_t kSegmentOverhead = 8 << 10;
 
   uv_loop_t* loop_;
   std::string base_;
@@ -239,6 +265,9 @@ class OutputLog {
   // A dropped segment (its data file; its index is gone), kept for the next
   // segment to overwrite.
   std::optional<uint32_t> spare_;
+  uint64_t spare_bytes_ = 0;
+  StateBudget* budget_ = nullptr;
+  uint64_t charged_ = 0;  // what budget_ counts for this log
   DropGuard guard_;
   WriteDelay* delay_;
   bool delayed_ = false;    // waiting in delay_

@@ -34,6 +34,11 @@ Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& jou
       settings_(std::move(settings)),
       journal_(journal),
       activity_(activity),
+      budget_([this] {
+        StateBudget::Settings b = settings_.budget;
+        b.dir = settings_.state_dir;
+        return b;
+      }()),
       records_(
           loop, settings_.state_dir,
           [this] {
@@ -50,7 +55,10 @@ Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& jou
   auto on_sweep = [](uv_timer_t* t) { static_cast<Registry*>(t->data)->sweep(); };
   uv_timer_start(&sweep_timer_, on_sweep, sweep_period_, sweep_period_);
   uv_unref(reinterpret_cast<uv_handle_t*>(&sweep_timer_));
+  budget_.make_room = [this](uint64_t bytes) { make_room(bytes); };
   for (auto& loaded : records_.load(settings_.retention_ms, settings_.log_limit)) {
+    // What an earlier execd left counts from the start.
+    if (loaded.log) loaded.log->set_budget(&budget_);
     auto e = std::make_unique<Execution>(*this, loaded.record, std::move(loaded.log));
     Execution* raw = e.get();
     finished_order_.push_back(raw);
@@ -61,6 +69,9 @@ Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& jou
     }
   }
   if (finished_order_.size() > settings_.max_records) uv_timer_start(&sweep_timer_, on_sweep, 0, sweep_period_);
+  // A smaller budget than the last execd's, or a fuller disk: room now.
+  budget_.refresh(true);
+  budget_.need(0);
 }
 
 Registry::~Registry() = default;
@@ -92,7 +103,9 @@ size_t Registry::cool(int64_t min_age_ms) {
     }
     auto [first_k, last_k] = e->log()->segment_range();
     std::string record = packer().pack(protocol::encode_stored_execution(e->stored()));
-    cold_.put({e->id(), e->started_ns(), e->finished_ns(), first_k, last_k, e->cold_flags(), record});
+    // Its log goes without remove(): its bytes stay counted, with the record.
+    cold_.put({e->id(), e->started_ns(), e->finished_ns(), first_k, last_k, e->cold_flags(), record,
+               e->log()->disk_bytes()});
     executions_.erase(executions_.find(e->id()));
   }
   size_t went = static_cast<size_t>(finished_order_.end() - kept);
@@ -111,6 +124,8 @@ Execution* Registry::warm(const std::string& id) {
   std::string base = settings_.state_dir + "/" + id;
   auto log = std::make_unique<OutputLog>(loop_, base, settings_.log_limit);
   log->adopt(OutputLog::segment_names(base, c->first_k, c->last_k));
+  log->set_budget(&budget_);
+  budget_.add_output(-static_cast<int64_t>(c->log_bytes));  // counted by the log again
   auto e = std::make_unique<Execution>(*this, *stored, std::move(log));
   e->set_cold_flags(c->flags);
   cold_.erase(id);
@@ -145,6 +160,7 @@ std::optional<protocol::StoredExecution> Registry::unpack(const ColdRecords::Ent
 
 void Registry::drop_cold(const ColdRecords::Entry& c) {
   OutputLog::remove_segments(loop_, settings_.state_dir + "/" + std::string(c.id), c.first_k, c.last_k);
+  budget_.add_output(-static_cast<int64_t>(c.log_bytes));
   cold_.erase(std::string(c.id));
 }
 
@@ -164,6 +180,7 @@ void Registry::finished(Execution& e) {
     activity_.end(e.id());
   }
   finished_order_.push_back(&e);
+  finished_output_ = true;
   // Swept from the timer, never from inside the execution's own callback.
   if (finished_order_.size() + cold_.size() > settings_.max_records && !closed_)
     uv_timer_start(
@@ -177,6 +194,9 @@ void Registry::forget(Execution& e) {
 }
 
 void Registry::sweep() {
+  // The journal grew, or the user's files took free space: room again.
+  budget_.refresh(true);
+  budget_.need(0);
   int64_t now = unix_ns();
   // Cold ones first: they went cold because they were finished and unused
   // for a while, so they are mostly the oldest.
@@ -196,6 +216,72 @@ void Registry::sweep() {
     finished_order_.pop_front();
     executions_.erase(e->id());
   }
+}
+
+uint64_t Registry::evict_cold(const std::string& id) {
+  std::optional<ColdRecords::Entry> c = cold_.find(id);
+  if (!c || c->log_bytes == 0) return 0;
+  OutputLog::remove_segments(loop_, settings_.state_dir + "/" + id, c->first_k, c->last_k);
+  uint64_t freed = c->log_bytes;
+  budget_.add_output(-static_cast<int64_t>(freed));
+  // The record stays, with no segments: warmed, its log is empty and its
+  // record's byte counts make every offset a gap.
+  std::string record(c->record);
+  ColdRecords::Entry kept = *c;
+  kept.id = id;
+  kept.record = record;
+  kept.first_k = 1;
+  kept.last_k = 0;
+  kept.log_bytes = 0;
+  cold_.put(kept);
+  return freed;
+}
+
+void Registry::make_room(uint64_t bytes) {
+  if (closed_) return;
+  uint64_t freed = 0;
+  if (finished_output_) {
+    // Finished runs' output, hot and cold, oldest finish first.
+    struct Candidate {
+      int64_t finished_ns;
+      Execution* hot;
+      std::string cold_id;
+    };
+    std::vector<Candidate> candidates;
+    for (Execution* e : finished_order_)
+      if (e->log() && e->log()->disk_bytes() > 0) candidates.push_back({e->finished_ns(), e, {}});
+    cold_.each([&](const ColdRecords::Entry& c) {
+      if (c.log_bytes > 0) candidates.push_back({c.finished_ns, nullptr, std::string(c.id)});
+    });
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.finished_ns < b.finished_ns; });
+    finished_output_ = !candidates.empty();
+    for (const auto& c : candidates) {
+      if (freed >= bytes) break;
+      freed += c.hot ? c.hot->log()->evict() : evict_cold(c.cold_id);
+    }
+    budget_.count_evicted(freed);
+  }
+  // Then running runs, those that retain most first, one oldest segment at a
+  // time; a run down to its open segment keeps it.
+  uint64_t trimmed = 0;
+  while (freed + trimmed < bytes) {
+    Execution* most = nullptr;
+    uint64_t most_bytes = 0;
+    for (auto& [id, e] : executions_) {
+      OutputLog* log = e->log();
+      if (e->done() || !log) continue;
+      std::optional<uint64_t> upto = log->oldest_segment_end();
+      if (!upto || log->disk_bytes() <= most_bytes || !e->budget_may_shed(*upto)) continue;
+      most = e.get();
+      most_bytes = log->disk_bytes();
+    }
+    if (!most) break;
+    uint64_t n = most->log()->shed_oldest();
+    if (n == 0) break;
+    trimmed += n;
+  }
+  budget_.count_trimmed(trimmed);
 }
 
 void Registry::signal_all(int sig) {

@@ -10,6 +10,12 @@
 // is warmed again (rebuilt from that record and its files, as a restarted
 // execd would) when find() asks for it. Callers never see the difference,
 // except that an Execution pointer is good only until the next cool().
+//
+// The state directory's budget (exec/state_budget) is the registry's: when
+// output needs room past it, finished runs' retained output goes first
+// (hot and cold alike, oldest finish first; the record stays, and a reader
+// asking for those bytes gets a gap), then the oldest segments of the running
+// runs that retain most (make_room).
 #pragma once
 
 #include <uv.h>
@@ -26,6 +32,7 @@
 #include "execd/exec/cold_records.h"
 #include "execd/exec/execution.h"
 #include "execd/exec/record_store.h"
+#include "execd/exec/state_budget.h"
 #include "nlohmann/json.hpp"
 #include "protocol/packed_record.h"
 
@@ -40,6 +47,7 @@ struct RegistrySettings {
   int64_t retention_ms = 15 * 60 * 1000;
   size_t max_records = 4096;
   uint64_t log_limit = 64ull << 20;
+  StateBudget::Settings budget;  // its dir: state_dir
 };
 
 class Registry {
@@ -101,6 +109,8 @@ class Registry {
   const std::string& boot_id() const { return records_.boot_id(); }
   RecordStore& records() { return records_; }
   WriteDelay& write_delay() { return write_delay_; }
+  StateBudget& budget() { return budget_; }
+  const StateBudget& budget() const { return budget_; }
   void journal_append(const nlohmann::ordered_json& entry);
   Activity& activity() { return activity_; }
   void started(Execution& e);
@@ -112,12 +122,16 @@ class Registry {
   void sweep();
   Execution* warm(const std::string& id);
   void drop_cold(const ColdRecords::Entry& c);
+  void make_room(uint64_t bytes);
+  uint64_t evict_cold(const std::string& id);
   std::optional<protocol::StoredExecution> unpack(const ColdRecords::Entry& c);
 
   uv_loop_t* loop_;
   RegistrySettings settings_;
   api::Journal& journal_;
   Activity& activity_;
+  // Before the logs that count against it.
+  StateBudget budget_;
   RecordStore records_;
   // Before the executions: their logs leave it as they go.
   WriteDelay write_delay_;
@@ -134,6 +148,8 @@ class Registry {
   size_t running_ = 0;
   size_t running_kind_[kKindCount] = {};
   size_t readers_ = 0;
+  // Some finished run may still have output to let go of (make_room).
+  bool finished_output_ = true;
   uint64_t sweep_period_ = 1000;
   uv_timer_t sweep_timer_;
   bool accepting_ = true;

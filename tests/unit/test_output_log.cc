@@ -11,14 +11,17 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "execd/exec/output_log.h"
+#include "execd/exec/state_budget.h"
 #include "loop_scratch.h"
 
 using execd::exec::OutputLog;
+using execd::exec::StateBudget;
 
 namespace {
 
@@ -417,4 +420,84 @@ TEST_CASE_FIXTURE(LoopScratch, "output log: a write that fails stores nothing fr
   CHECK(read_all(*this, log, 0).empty());
   log.remove();
   run_until([&] { return !log.busy(); });
+}
+
+TEST_CASE_FIXTURE(LoopScratch, "state budget: the smallest bound wins, and room is asked for once") {
+  StateBudget budget({.dir = dir, .cap_bytes = 8 << 20, .share_percent = 100, .journal_max_bytes = 0});
+  CHECK(budget.limit() == 8u << 20);  // /tmp is larger than 8 MiB
+  CHECK(budget.output_limit() == 8u << 20);
+  CHECK(budget.segment_bytes(64 << 20) == (8u << 20) / StateBudget::kSegmentShare);
+  CHECK(budget.segment_bytes(256 << 10) == 64u << 10);  // a quarter of a small log limit
+  std::vector<uint64_t> asked;
+  budget.make_room = [&](uint64_t n) {
+    asked.push_back(n);
+    budget.need(1 << 30);  // not re-entered
+  };
+  budget.add_output(7 << 20);
+  budget.need(1 << 20);
+  CHECK(asked.empty());
+  budget.need((1 << 20) + 5);
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0] == 5);
+  budget.add_output(-(8 << 20));  // never below nothing
+  CHECK(budget.output_bytes() == 0);
+  // The journal's reserve comes off output's share.
+  StateBudget with_journal({.dir = dir, .cap_bytes = 8 << 20, .share_percent = 100, .journal_max_bytes = 16 << 20});
+  CHECK(with_journal.output_limit() == (8u << 20) - (8u << 20) / StateBudget::kJournalShare);
+}
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: its bytes count against the budget, and shed or evicted ones come off") {
+  StateBudget budget({.dir = dir, .cap_bytes = 64 << 20, .share_percent = 100, .journal_max_bytes = 0});
+  OutputLog log(&loop, dir + "/f", 1 << 20);
+  log.set_budget(&budget);  // segments of 64 KiB (the budget's 64th is 1 MiB, a quarter of the limit 256 KiB)
+  for (int i = 0; i < 8; ++i) append(log, 0, pattern(50000, i));
+  CHECK(budget.output_bytes() == log.disk_bytes());
+  CHECK(log.disk_bytes() >= 400000);
+  uint64_t before = log.disk_bytes();
+  std::optional<uint64_t> upto = log.oldest_segment_end();
+  REQUIRE(upto);
+  uint64_t freed = log.shed_oldest();
+  CHECK(freed > 0);
+  CHECK(log.first() == *upto);
+  CHECK(budget.output_bytes() == before - freed);
+  log.seal();
+  run_until([&] { return log.settled(); });
+  uint64_t end = log.end();
+  CHECK(read_all(*this, log, log.first()).size() == end - log.first());
+  CHECK(log.evict() > 0);
+  CHECK(budget.output_bytes() == 0);
+  CHECK(log.first() == end);  // every offset stays; reads before it find nothing
+  CHECK(log.index().start(0) == end);
+  CHECK(read_all(*this, log, 0).empty());
+  run_until([&] { return !log.busy(); });
+  // Its files went with it.
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(files_in(dir) == 0);
+  log.remove();
+  run_until([&] { return !log.busy(); });
+}
+
+TEST_CASE_FIXTURE(LoopScratch, "output log: past the budget the log asks for room before taking bytes") {
+  StateBudget budget({.dir = dir, .cap_bytes = 4 << 20, .share_percent = 100, .journal_max_bytes = 0});
+  OutputLog log(&loop, dir + "/f", 64 << 20);
+  log.set_budget(&budget);
+  // The room maker sheds this log's own oldest segments (as the registry
+  // does for the running run that retains most).
+  budget.make_room = [&](uint64_t n) {
+    uint64_t freed = 0;
+    while (freed < n) {
+      uint64_t f = log.shed_oldest();
+      if (f == 0) break;
+      freed += f;
+    }
+  };
+  for (int i = 0; i < 200; ++i) append(log, 0, pattern(60000, i));  // ~12 MiB
+  CHECK(budget.output_bytes() <= budget.output_limit() + 2 * budget.segment_bytes(64 << 20) + (16 << 10));
+  CHECK(log.first() > 0);
+  CHECK(log.end() == 200u * 60000);
+  std::string tail = read_all(*this, log, log.end() - 60000);
+  CHECK(tail == pattern(60000, 199));
+  log.remove();
+  run_until([&] { return !log.busy(); });
+  CHECK(budget.output_bytes() == 0);
 }
