@@ -71,7 +71,10 @@ std::vector<pid_t> tree_below(pid_t root) {
   return all;
 }
 
-bool is_zombie(pid_t pid) {
+// Gone, a zombie, or on its way out (PF_EXITING: set as its exit begins,
+// before its descriptors close, so a reader that saw its pipe's end never
+// counts it as left over).
+bool is_gone_or_exiting(pid_t pid) {
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -81,7 +84,13 @@ bool is_zombie(pid_t pid) {
   if (len <= 0) return true;
   buf[len] = 0;
   const char* p = strrchr(buf, ')');  // comm may hold anything
-  return !p || p[1] == 0 || p[2] == 'Z' || p[2] == 'X';
+  char state = 0;
+  int ppid = 0, pgrp = 0, session = 0, tty = 0, tpgid = 0;
+  unsigned flags = 0;
+  if (!p || sscanf(p + 1, " %c %d %d %d %d %d %u", &state, &ppid, &pgrp, &session, &tty, &tpgid, &flags) != 7)
+    return true;
+  constexpr unsigned kPfExiting = 0x4;
+  return state == 'Z' || state == 'X' || (flags & kPfExiting);
 }
 
 int64_t timeval_us(const struct timeval& tv) { return int64_t(tv.tv_sec) * 1000000 + tv.tv_usec; }
@@ -123,7 +132,7 @@ int count_descendants(pid_t root) {
   if (access(path, F_OK) != 0) return errno == ENOENT ? 0 : -1;
   int n = 0;
   for (pid_t p : tree_below(root))
-    if (!is_zombie(p)) ++n;
+    if (!is_gone_or_exiting(p)) ++n;
   return n;
 }
 
