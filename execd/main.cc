@@ -24,6 +24,7 @@
 #include "execd/secrets.h"
 #include "execd/state_dir.h"
 #include "pty/hardening.h"
+#include "pty/keeper.h"
 #include "pty/namespaces.h"
 #include "pty/spawn.h"
 
@@ -140,6 +141,8 @@ int serve(execd::Context ctx, execd::pty::ChildSetup& children, bool private_sta
 int main(int argc, char** argv) {
   // An isolated session's holder re-executes execd as its init (pty/namespaces).
   if (execd::pty::is_holder_invocation(argc, argv)) execd::pty::holder_main(argc, argv);
+  // A run's keeper (pty/keeper, containment without cgroups) is execd again.
+  if (execd::pty::is_keeper_invocation(argc, argv)) execd::pty::keeper_main(argc, argv);
   // Before anything else: may start execd again (execd/malloc_tuning).
   execd::run_without_malloc_caches(argv);
 

@@ -323,6 +323,8 @@ void BashSession::detach_listener() {
 void BashSession::kill_all() {
   // The cgroup also holds what left the session (setsid, double forks).
   if (cmd_ && cmd_->cgroup()) cmd_->cgroup()->kill_all();
+  // Without cgroups: the keeper's tree (pty/keeper) is that too.
+  if (cmd_ && cmd_->tree()) cmd_->tree()->kill_all();
   if (pid_ > 0 && !shell_exited_) kill_session(pid_, SIGKILL);
 }
 

@@ -270,6 +270,7 @@ const char* containment_mode_name(ContainmentMode m) {
   switch (m) {
     case ContainmentMode::cgroup_v2: return "cgroup-v2";
     case ContainmentMode::cgroup_v1: return "cgroup-v1";
+    case ContainmentMode::subreaper: return "subreaper";
     default: return "process-group";
   }
 }
@@ -505,7 +506,7 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
   timer_open_ = true;
   uv_unref(reinterpret_cast<uv_handle_t*>(&timer_));
   mode_ = ContainmentMode::process_group;
-  if (!enabled) return "containment: process-group (--no-cgroups)";
+  if (!enabled) return without_cgroups("--no-cgroups");
   auto mounts = cgroup_mounts();
   auto own = own_cgroups();
   const CgroupMount* unified = nullptr;
@@ -543,7 +544,15 @@ std::string Containment::init(uv_loop_t* loop, bool enabled, const std::string& 
       return line;
     }
   }
-  return "containment: process-group (no usable cgroup hierarchy" + (why.empty() ? "" : ": " + why) + ")";
+  return without_cgroups("no usable cgroup hierarchy" + (why.empty() ? "" : ": " + why));
+}
+
+std::string Containment::without_cgroups(const std::string& why) {
+  mode_ = ContainmentMode::process_group;
+  if (keeper_executable() < 0)
+    return "containment: process-group (" + why + "; no keepers: /proc/self/exe cannot be opened)";
+  mode_ = ContainmentMode::subreaper;
+  return "containment: subreaper (" + why + "): each run under a keeper of its own";
 }
 
 std::shared_ptr<CommandCgroup> Containment::new_cgroup() {
@@ -614,6 +623,7 @@ struct Containment::MakeJob {
 
 void Containment::enable_launchers(Reaper* reaper, const ChildSetup* setup, size_t count) {
   reaper_ = reaper;
+  if (mode_ == ContainmentMode::subreaper) keepers_.init(loop_, reaper);
   child_setup_ = setup;
   launchers_ = count;
 }
@@ -655,6 +665,7 @@ void Containment::count_start(Placement p) {
     case Placement::clone_into_cgroup: ++starts_.clone_into_cgroup; break;
     case Placement::joined: ++starts_.joined; break;
     case Placement::none: ++starts_.none; break;
+    case Placement::keeper: ++starts_.keeper; break;
   }
 }
 
@@ -763,8 +774,8 @@ void Containment::on_made(MakeJob& job) {
 
 std::shared_ptr<CommandCgroup> Containment::create(const ResourceLimits& limits, std::string& error) {
   error.clear();
-  if (mode_ == ContainmentMode::process_group) {
-    if (limits.any()) error = "limits need cgroups (containment is process-group)";
+  if (!has_cgroups()) {
+    if (limits.any()) error = std::string("limits need cgroups (containment is ") + containment_mode_name(mode_) + ")";
     return nullptr;
   }
   if (!limits.any()) {
@@ -926,6 +937,7 @@ void Containment::on_reset(ReuseJob& job) {
 }
 
 void Containment::kill_everything() {
+  keepers_.kill_everything();
   for (auto& w : all_)
     if (auto cg = w.lock()) cg->kill_all();
 }
@@ -965,6 +977,7 @@ void Containment::shutdown() {
 }
 
 void Containment::close() {
+  keepers_.close();
   if (arm_prepare_open_) {
     arm_prepare_open_ = false;
     uv_prepare_stop(&arm_prepare_);
@@ -982,7 +995,7 @@ void Containment::close() {
 }
 
 size_t Containment::lingering_with_members() const {
-  size_t n = 0;
+  size_t n = keepers_.lingering_with_members();
   for (const auto& x : lingering_)
     if (!x.cg->removed_ && x.cg->population() > 0) ++n;
   return n;

@@ -32,11 +32,14 @@
 #include <set>
 #include <string>
 #include <vector>
+#include "pty/keeper.h"
 
 namespace execd::pty {
 
-enum class ContainmentMode { cgroup_v2, cgroup_v1, process_group };
-const char* containment_mode_name(ContainmentMode m);  // "cgroup-v2", "cgroup-v1", "process-group"
+// subreaper: no cgroups, each run under a keeper of its own (pty/keeper);
+// process_group: not even that (execd's binary cannot be exec'd again).
+enum class ContainmentMode { cgroup_v2, cgroup_v1, subreaper, process_group };
+const char* containment_mode_name(ContainmentMode m);  // "cgroup-v2", "cgroup-v1", "subreaper", "process-group"
 
 struct ResourceLimits {
   int64_t memory_bytes = 0;  // 0 = none
@@ -196,6 +199,9 @@ class Containment {
   // is made; empty = execd's own cgroup. Returns a line for the log.
   std::string init(uv_loop_t* loop, bool enabled, const std::string& parent);
   ContainmentMode mode() const { return mode_; }
+  bool has_cgroups() const { return mode_ == ContainmentMode::cgroup_v1 || mode_ == ContainmentMode::cgroup_v2; }
+  // The runs' keepers (subreaper mode; empty otherwise).
+  Keepers& keepers() { return keepers_; }
   // Up to `count` spares get a launcher each (pty/launcher), so that a
   // command without limits starts in its cgroup with no cgroup.procs
   // write; 0: none. `setup` says which signals a child gets back to their
@@ -204,7 +210,7 @@ class Containment {
   // How commands got into their cgroups (Spawned::placement), for
   // GET /activity; and launchers waiting in spares now.
   struct StartCounts {
-    uint64_t launcher = 0, clone_into_cgroup = 0, joined = 0, none = 0;
+    uint64_t launcher = 0, clone_into_cgroup = 0, joined = 0, none = 0, keeper = 0;
     // Given up on while waited for (stopped, traced, too slow: killed): a
     // launcher (its command then started another way), and a process
     // started from execd itself (its start failed).
@@ -291,7 +297,10 @@ class Containment {
   // Drops the entries of all_ whose cgroup is gone (and their control blocks).
   void forget_expired();
 
+  // process-group, or subreaper where keepers can be started; the log line.
+  std::string without_cgroups(const std::string& why);
   uv_loop_t* loop_ = nullptr;
+  Keepers keepers_;
   ContainmentMode mode_ = ContainmentMode::process_group;
   std::vector<CgroupHierarchy> hierarchies_;
   uint64_t next_id_ = 0;

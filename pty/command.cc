@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <dirent.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
@@ -115,7 +116,7 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
   ChildPlacement place;
   place.setup = &rt.children;
   place.oom_score_adj = kChildOomScoreAdj;
-  if (containment.mode() != ContainmentMode::process_group || limits.resources.any()) {
+  if (containment.has_cgroups() || limits.resources.any()) {
     std::string cg_error;
     cg = containment.create(limits.resources, cg_error);
     // Limits asked for and not applicable: not started. Otherwise a cgroup
@@ -130,8 +131,22 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
       place.cgroup_dir_fd = cg->dir_fd();
     }
   }
+  // No cgroup: the run goes under a keeper of its own, which reports on a pipe.
+  int report[2] = {-1, -1};
+  if (containment.mode() == ContainmentMode::subreaper && !opts.isolated && !opts.inherit_stdio) {
+    if (pipe2(report, O_CLOEXEC | O_NONBLOCK) != 0) {
+      error = std::string("keeper's report pipe: ") + strerror(errno);
+      return nullptr;
+    }
+    // Only the keeper writes; it must wait for no reader.
+    int blocking = 0;
+    ioctl(report[1], FIONBIO, &blocking);
+    place.keeper_exe_fd = keeper_executable();
+    place.keeper_report_fd = report[1];
+  }
   Spawned sp;
   int rc = spawn_process(opts, sp, error, place);
+  if (report[1] >= 0) close(report[1]);
   if (cg) {
     cg->drop_launcher();
     cg->close_join_fds();
@@ -149,6 +164,7 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
     rc = spawn_process(opts, sp, error, place);
   }
   if (rc != 0) {
+    if (report[0] >= 0) close(report[0]);
     reaper.reap();
     containment.linger(cg, 0);  // removed as soon as the failed child is gone
     return nullptr;
@@ -159,7 +175,7 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
   c->start_ms_ = uv_now(loop);
   c->sink_ = sink;
   c->limits_ = limits;
-  c->pid_ = sp.pid;
+  c->pid_ = sp.leader > 0 ? sp.leader : sp.pid;
   c->is_pty_ = opts.use_pty;
   c->stdin_fd_ = sp.stdin_fd;
   c->start_ns_ = uv_hrtime();
@@ -172,7 +188,18 @@ Command* Command::start(Runtime& rt, const SpawnOptions& opts, CommandLimits lim
         loop, fds[i], [c, s](const uint8_t* d, size_t n) { c->on_data(s, d, n); }, [c, s] { c->on_pump_eof(s); });
     c->pumps_[i]->set_room([c, s] { return c->sink_ ? c->sink_->output_room(s) : std::span<uint8_t>{}; });
   }
-  reaper.watch(c->pid_, [c](const ExitInfo& info) { c->on_exit(info); });
+  if (sp.placement == Placement::keeper) {
+    c->tree_ = std::make_shared<KeptTree>(sp.pid, c->pid_, report[0]);
+    containment.keepers().add(c->tree_, [c] { c->on_keeper_gone(); });
+    c->report_poll_ = new uv_poll_t;
+    uv_poll_init(loop, c->report_poll_, report[0]);
+    c->report_poll_->data = c;
+    ++c->open_handles_;
+    uv_poll_start(c->report_poll_, UV_READABLE, [](uv_poll_t* h, int, int) { static_cast<Command*>(h->data)->on_reports(); });
+  } else {
+    if (report[0] >= 0) close(report[0]);
+    reaper.watch(c->pid_, [c](const ExitInfo& info) { c->on_exit(info); });
+  }
   if (limits.timeout_ms > 0) uv_timer_start(c->timer(c->timeout_timer_), timeout_fired, static_cast<uint64_t>(limits.timeout_ms), 0);
   containment.add_freeze_listener(c);
   return c;
@@ -231,7 +258,7 @@ void Command::on_exit(const ExitInfo& info) {
   outcome_.max_rss_kib = info.usage.ru_maxrss;
   outcome_.duration_ms = static_cast<int64_t>((uv_hrtime() - start_ns_) / 1000000);
   // With a cgroup the timeout still bounds what the leader left behind.
-  if (!cgroup_) stop(timeout_timer_);
+  if (!cgroup_ && !tree_) stop(timeout_timer_);
   // A timed-out or interrupted command's stragglers go with it.
   if (kill_started_) {
     kill_everything();
@@ -263,8 +290,40 @@ void Command::on_drain_tick() {
   maybe_finish();
 }
 
+void Command::on_reports() {
+  if (!tree_) return;
+  bool eof = tree_->read_reports([this](const KeeperReport& r) {
+    if (r.kind != KeeperReport::leader_exited || leader_exited_) return;
+    ExitInfo info;
+    info.wait_status = r.wait_status;
+    info.usage.ru_utime.tv_sec = r.user_us / 1000000;
+    info.usage.ru_utime.tv_usec = r.user_us % 1000000;
+    info.usage.ru_stime.tv_sec = r.system_us / 1000000;
+    info.usage.ru_stime.tv_usec = r.system_us % 1000000;
+    info.usage.ru_maxrss = r.max_rss_kib;
+    on_exit(info);
+  });
+  // The keeper has exited: the reaper's turn (on_keeper_gone), not a busy poll.
+  if (eof && report_poll_) uv_poll_stop(report_poll_);
+}
+
+void Command::on_keeper_gone() {
+  on_reports();
+  if (report_poll_) uv_poll_stop(report_poll_);
+  if (!leader_exited_) {
+    // The keeper was killed (by root) before it could say: as a SIGKILL.
+    ExitInfo info;
+    info.wait_status = SIGKILL;
+    on_exit(info);
+  }
+  maybe_finish();
+}
+
 void Command::maybe_finish() {
   if (finished_ || !leader_exited_ || !pump_done_[0] || !pump_done_[1]) return;
+  // Nothing of the tree runs: the keeper's exit, with the whole tree's usage,
+  // is a moment away (it is on the loop's next turns).
+  if (tree_ && !tree_->keeper_gone() && tree_->population() == 0) return;
   finished_ = true;
   uv_timer_stop(&drain_timer_);
   if (cgroup_) {
@@ -281,6 +340,15 @@ void Command::maybe_finish() {
     cgroup_->let_launcher_go();
     outcome_.leftover_processes = cgroup_->population();
     stop(timeout_timer_);
+  } else if (tree_) {
+    // What the keeper reaped so far: all of it once it has gone (its last
+    // report); with processes left, what the ones that ended used.
+    const KeeperReport& u = tree_->last_usage();
+    outcome_.user_cpu_ms = u.user_us / 1000;
+    outcome_.system_cpu_ms = u.system_us / 1000;
+    outcome_.max_rss_kib = u.max_rss_kib;
+    outcome_.leftover_processes = tree_->population();
+    if (outcome_.leftover_processes == 0) stop(timeout_timer_);
   } else {
     // One signal-0 probe first: the /proc scan only when the group still exists.
     outcome_.leftover_processes = kill(-pid_, 0) == 0 ? count_process_group(pid_) : 0;
@@ -292,6 +360,11 @@ void Command::maybe_finish() {
 }
 
 void Command::let_go_of_cgroup() {
+  if (tree_ && !tree_let_go_) {
+    tree_let_go_ = true;
+    uint64_t deadline = limits_.timeout_ms > 0 ? start_ms_ + static_cast<uint64_t>(limits_.timeout_ms) : 0;
+    containment_.keepers().linger(tree_, deadline);
+  }
   if (!cgroup_ || cgroup_let_go_) return;
   cgroup_let_go_ = true;
   uint64_t deadline = limits_.timeout_ms > 0 ? start_ms_ + static_cast<uint64_t>(limits_.timeout_ms) : 0;
@@ -300,6 +373,7 @@ void Command::let_go_of_cgroup() {
 
 void Command::kill_everything() {
   if (cgroup_) cgroup_->kill_all();
+  if (tree_) tree_->kill_all();
   kill(-pid_, SIGKILL);
 }
 
@@ -307,6 +381,7 @@ void Command::on_timeout() {
   if (leader_exited_) {
     // The shell is gone, its descendants are not: the timeout is theirs too.
     if (cgroup_) cgroup_->kill_all();
+    if (tree_) tree_->kill_all();
     return;
   }
   start_kill(true);
@@ -322,15 +397,18 @@ void Command::start_kill(bool timed_out) {
   (timed_out ? outcome_.timed_out : outcome_.interrupted) = true;
   kill(-pid_, SIGTERM);
   if (cgroup_) cgroup_->signal_all(SIGTERM);
+  if (tree_) tree_->signal_all(SIGTERM);
   // A stopped job ignores TERM until continued.
   kill(-pid_, SIGCONT);
   if (cgroup_) cgroup_->signal_all(SIGCONT);
+  if (tree_) tree_->signal_all(SIGCONT);
   uv_timer_start(timer(kill_timer_), kill_fired,
                  static_cast<uint64_t>(limits_.kill_grace_ms > 0 ? limits_.kill_grace_ms : 1), 0);
 }
 
 void Command::signal_group(int sig) {
   if (sig == SIGKILL && cgroup_) cgroup_->kill_all();
+  if (sig == SIGKILL && tree_) tree_->kill_all();
   if (!leader_exited_) kill(-pid_, sig);
 }
 
@@ -338,6 +416,10 @@ void Command::signal_everything(int sig) {
   if (cgroup_) {
     if (sig == SIGKILL) cgroup_->kill_all();
     else cgroup_->signal_all(sig);
+  }
+  if (tree_) {
+    if (sig == SIGKILL) tree_->kill_all();
+    else tree_->signal_all(sig);
   }
   if (!leader_exited_) kill(-pid_, sig);
 }
@@ -378,7 +460,15 @@ void Command::release() {
   sink_ = nullptr;
   containment_.remove_freeze_listener(this);
   let_go_of_cgroup();
-  if (!leader_exited_) reaper_.unwatch(pid_);
+  if (!leader_exited_ && !tree_) reaper_.unwatch(pid_);
+  if (report_poll_) {
+    uv_close(reinterpret_cast<uv_handle_t*>(report_poll_), [](uv_handle_t* h) {
+      auto* c = static_cast<Command*>(h->data);
+      delete reinterpret_cast<uv_poll_t*>(h);
+      if (--c->open_handles_ == 0) delete c;
+    });
+    report_poll_ = nullptr;
+  }
   if (stdin_fd_ >= 0 && !is_pty_) close(stdin_fd_);
   stdin_fd_ = -1;
   for (int i = 0; i < 2; ++i) close_pump(i);

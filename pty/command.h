@@ -29,6 +29,7 @@
 #include <string>
 
 #include "pty/cgroup.h"
+#include "pty/keeper.h"
 #include "pty/pump.h"
 #include "pty/reaper.h"
 #include "pty/runtime.h"
@@ -96,6 +97,10 @@ class Command final : public FreezeListener {
   // The command's cgroup (null in process-group mode); it outlives the
   // command while members remain.
   const std::shared_ptr<CommandCgroup>& cgroup() const { return cgroup_; }
+  // Without cgroups: the run's tree under its keeper (pty/keeper); null
+  // with a cgroup or in process-group mode. It too outlives the command
+  // while processes of it remain.
+  const std::shared_ptr<KeptTree>& tree() const { return tree_; }
   void signal_group(int sig);
   // `sig` to everything of the command: its cgroup (SIGKILL: kill_all, so
   // setsid() children are caught too) and its process group.
@@ -128,6 +133,8 @@ class Command final : public FreezeListener {
   void close_pump(int i);
   void kill_everything();
   void let_go_of_cgroup();
+  void on_reports();
+  void on_keeper_gone();
 
   uv_loop_t* loop_;
   Reaper& reaper_;
@@ -160,6 +167,9 @@ class Command final : public FreezeListener {
   uint64_t held_timeout_ = 0, held_kill_ = 0;  // what the timers had left when frozen
   Outcome outcome_;
   std::shared_ptr<CommandCgroup> cgroup_;
+  std::shared_ptr<KeptTree> tree_;
+  uv_poll_t* report_poll_ = nullptr;  // the keeper's report pipe
+  bool tree_let_go_ = false;
 };
 
 const char* signal_name(int sig);

@@ -151,6 +151,8 @@ void PtySession::send_signal(int sig) {
 
 void PtySession::kill_all() {
   if (cmd_ && cmd_->cgroup()) cmd_->cgroup()->kill_all();
+  // Without cgroups: the keeper's tree (pty/keeper) is that too.
+  if (cmd_ && cmd_->tree()) cmd_->tree()->kill_all();
   if (pid_ <= 0 || exited_) return;
   kill_session(pid_, SIGKILL);
 }

@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@ struct ChildFailure {
   volatile int err = 0;
   volatile const char* step = nullptr;
   volatile int candidate = -1;  // which of SpawnOptions::search failed to exec
+  volatile pid_t leader = -1;   // under a keeper: the command's pid (the keeper's child)
 };
 
 constexpr const char* kLookupStep = "lookup";
@@ -110,14 +112,60 @@ struct ChildPlan {
   const char* const* search = nullptr;
   size_t search_count = 0;
   ChildFailure* failure = nullptr;
+  // Under a keeper (pty/keeper): what the keeper execs.
+  int keeper_exe = -1, keeper_report = -1;
+  char keeper_leader[16] = {0}, keeper_execd[16] = {0};
+  char* keeper_argv[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  char* const* keeper_envp = nullptr;
 };
+
+[[noreturn]] void run_command_child(const ChildPlan& c);
+int command_child_entry(void* p) { run_command_child(*static_cast<const ChildPlan*>(p)); }
+
+// The keeper's side (pty/keeper), on execd's memory: a subreaper, then the
+// command as its child (CLONE_VFORK: it waits until that has exec'd or
+// failed), then `execd --keeper`. What the command's process fails at is in
+// the shared ChildFailure, as without a keeper.
+// The command's process runs on a buffer of this frame, which stays (the
+// keeper is stopped in the clone) until that process has exec'd: inside the
+// vm_child stack, whose shadow is cleared with it under ASan (not
+// instrumented here, so that the buffer is a plain part of the stack).
+constexpr size_t kCommandChildStack = 96 * 1024;
+[[noreturn]] __attribute__((no_sanitize_address)) void run_keeper_child(const ChildPlan& c) {
+  ChildFailure* failure = c.failure;
+  alignas(64) char stack[kCommandChildStack];
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) child_fail(failure, "become a subreaper");
+  pid_t leader = clone(command_child_entry, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                       const_cast<ChildPlan*>(&c));
+  if (leader < 0) child_fail(failure, "start the command under its keeper");
+  if (failure->step) _exit(127);
+  failure->leader = leader;
+  // The pid as text, into the argv prepared for it (nothing allocates here).
+  char digits[16];
+  int n = 0;
+  for (unsigned v = static_cast<unsigned>(leader); v && n < 15; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  for (int i = 0; i < n; ++i) c.keeper_argv[2][i] = digits[n - 1 - i];
+  c.keeper_argv[2][n] = 0;
+  if (c.keeper_report == 3 ? fcntl(3, F_SETFD, 0) < 0 : dup2(c.keeper_report, 3) < 0)
+    child_fail(failure, "keeper's report pipe");
+  syscall(SYS_execveat, c.keeper_exe, "", c.keeper_argv, c.keeper_envp, AT_EMPTY_PATH);
+  int e = errno;
+  kill(leader, SIGKILL);  // no command runs without its keeper
+  errno = e;
+  child_fail(failure, "exec the keeper");
+}
 
 // The child: execs, or _exits 127 with plan->failure filled.
 [[noreturn]] void run_child(void* p) {
   const ChildPlan& c = *static_cast<const ChildPlan*>(p);
-  ChildFailure* failure = c.failure;
   const KernelSigaction dfl{reinterpret_cast<void*>(SIG_DFL), 0, nullptr, 0};
   for (int i = 0; i < c.reset->count; ++i) kernel_sigaction(c.reset->list[i], &dfl, nullptr);
+  if (c.keeper_exe >= 0) run_keeper_child(c);
+  run_command_child(c);
+}
+
+[[noreturn]] void run_command_child(const ChildPlan& c) {
+  ChildFailure* failure = c.failure;
   if (c.use_pty) {
     if (setsid() < 0) child_fail(failure, "setsid");
     // The terminal is new, and nobody's but ours; 1 takes it back (with
@@ -363,6 +411,17 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
   plan.search_count = search.size();
   ChildFailure failure;
   plan.failure = &failure;
+  char keeper_name[] = "execd-keeper", keeper_flag[] = "--keeper";
+  if (place.keeper_exe_fd >= 0 && !opts.isolated && !opts.inherit_stdio) {
+    plan.keeper_exe = place.keeper_exe_fd;
+    plan.keeper_report = place.keeper_report_fd;
+    snprintf(plan.keeper_execd, sizeof plan.keeper_execd, "%d", static_cast<int>(getpid()));
+    plan.keeper_argv[0] = keeper_name;
+    plan.keeper_argv[1] = keeper_flag;
+    plan.keeper_argv[2] = plan.keeper_leader;
+    plan.keeper_argv[3] = plan.keeper_execd;
+    plan.keeper_envp = environ;
+  }
 
   // Isolation: the pid namespace is chosen by this thread before the clone.
   PidNamespaceScope pid_namespace(opts.isolated);
@@ -410,7 +469,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
     }
     if (c.pid <= 0 && !c.gave_up.happened()) {
       c = run_vm_child(run_child, &plan);
-      out.placement = plan.join_count ? Placement::joined : Placement::none;
+      out.placement = plan.keeper_exe >= 0 ? Placement::keeper : plan.join_count ? Placement::joined : Placement::none;
     }
     pid = c.pid;
     fork_errno = c.error;
@@ -441,6 +500,7 @@ int spawn_process(const SpawnOptions& opts, Spawned& out, std::string& error, co
 
   // Parent keeps: pipe read ends / the PTY master, and the stdin write end.
   out.pid = pid;
+  out.leader = plan.keeper_exe >= 0 ? failure.leader : pid;
   if (plan.use_pty) {
     close(slave);
     slave = -1;

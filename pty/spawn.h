@@ -55,10 +55,12 @@ enum class Placement {
   joined,             // the child wrote itself into cgroup.procs (a migration)
   launcher,           // a launcher waiting in the cgroup started it there (pty/launcher)
   clone_into_cgroup,  // born in it (clone3 CLONE_INTO_CGROUP, cgroup v2)
+  keeper,             // no cgroup: under a keeper of its own (pty/keeper), which is `pid`
 };
 
 struct Spawned {
-  pid_t pid = -1;
+  pid_t pid = -1;      // execd's child: the command, or its keeper (Placement::keeper)
+  pid_t leader = -1;   // the command itself (under a keeper: the keeper's child)
   Placement placement = Placement::none;
   int stdin_fd = -1;   // pipe write end or PTY master (same fd as stdout_fd for a PTY)
   int stdout_fd = -1;  // pipe read end or PTY master
@@ -122,6 +124,12 @@ struct ChildPlacement {
   // Written to the child's /proc/self/oom_score_adj (the OOM killer takes a
   // command before execd); unset: inherited.
   std::optional<int> oom_score_adj;
+  // Containment without cgroups (pty/keeper): execd's binary (O_PATH) and
+  // the report pipe's write end. The child becomes the keeper: a child
+  // subreaper that starts the command (vfork-style, on execd's memory),
+  // then execs `execd --keeper` with the pipe as its fd 3.
+  int keeper_exe_fd = -1;
+  int keeper_report_fd = -1;
 };
 
 // Returns 0, or an errno with `error` describing the failing step (ETIMEDOUT:

@@ -94,6 +94,7 @@ void handle_activity(ActivityService& s, http::Exchange& ex) {
                  {"clone_into_cgroup", starts.clone_into_cgroup},
                  {"joined", starts.joined},
                  {"uncontained", starts.none},
+                 {"keeper", starts.keeper},
                  {"launcher_given_up", starts.launcher_given_up},
                  {"child_given_up", starts.child_given_up}};
   if (!s.containment.last_given_up().empty()) j["last_given_up"] = s.containment.last_given_up();

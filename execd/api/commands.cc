@@ -101,6 +101,13 @@ void handle_run(CommandService& svc, http::Exchange& ex) {
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
     return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
   protocol::CommandRequest req = std::move(std::get<protocol::CommandRequest>(decoded));
+  // Limits are a cgroup's to enforce: without one, refused rather than
+  // run unbounded under a limit the result would claim.
+  if ((req.limit_memory_bytes || req.limit_pids || req.limit_cpu_shares) && !svc.runtime.containment.has_cgroups())
+    return ex.respond_error(400, codes::kInvalidRequestBody,
+                            std::string("limits need cgroups (containment is ") +
+                                pty::containment_mode_name(svc.runtime.containment.mode()) +
+                                "): memory_bytes, pids and cpu_shares cannot be enforced without them");
   protocol::Framing framing = framing_for(svc.ctx, ex);
   if (!svc.executions.accepting()) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
   std::string fingerprint = protocol::request_fingerprint(req);

@@ -17,7 +17,8 @@ std::unique_ptr<CommandRunner> CommandRunner::start(pty::Runtime& rt, const pty:
   r->pid_ = r->cmd_->pid();
   r->tty_ = o.use_pty;
   r->cgroup_ = r->cmd_->cgroup();
-  r->contained_ = r->cmd_->cgroup() != nullptr;
+  r->tree_ = r->cmd_->tree();
+  r->contained_ = r->cmd_->cgroup() != nullptr || r->cmd_->tree() != nullptr;
   if (keep_stdin) {
     // The pipe's write end is ours now: closed when the client says eof (or
     // the command ends). With a PTY, eof is the terminal's ^D.
@@ -78,12 +79,29 @@ void CommandRunner::set_paused(bool paused) {
   if (cmd_) cmd_->set_paused(paused);
 }
 
+int CommandRunner::left_behind() const {
+  if (std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock()) return cg->population();
+  if (std::shared_ptr<pty::KeptTree> t = tree_.lock()) return t->population();
+  return 0;
+}
+
+bool CommandRunner::signal_left_behind(int sig) {
+  if (left_behind() <= 0) return false;
+  if (std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock()) {
+    if (sig == SIGKILL) cg->kill_all();
+    else cg->signal_all(sig);
+  }
+  if (std::shared_ptr<pty::KeptTree> t = tree_.lock()) {
+    if (sig == SIGKILL) t->kill_all();
+    else t->signal_all(sig);
+  }
+  return true;
+}
+
 bool CommandRunner::interrupt() {
-  std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();
-  if ((!cmd_ || !cmd_->running()) && cg && cg->population() > 0) {
+  if ((!cmd_ || !cmd_->running()) && left_behind() > 0) {
     // The shell has exited; what it started (servers, `&` jobs) has not.
-    cg->kill_all();
-    return true;
+    return signal_left_behind(SIGKILL);
   }
   if (!cmd_ || !cmd_->running()) return false;
   // Returns at once; the stream reports how it ended.
@@ -101,11 +119,7 @@ bool CommandRunner::send_signal(int sig) {
     return true;
   }
   // The leader has exited; what it started may not have.
-  std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();
-  if (!cg || cg->population() <= 0) return false;
-  if (sig == SIGKILL) cg->kill_all();
-  else cg->signal_all(sig);
-  return true;
+  return signal_left_behind(sig);
 }
 
 void CommandRunner::resize(uint16_t rows, uint16_t cols) {
@@ -114,14 +128,12 @@ void CommandRunner::resize(uint16_t rows, uint16_t cols) {
 
 bool CommandRunner::holds_nothing() const {
   if (cmd_) return false;
-  std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();
-  return !cg || cg->population() == 0;
+  return left_behind() == 0;
 }
 
 void CommandRunner::describe(nlohmann::ordered_json& status) const {
   if (!contained_) return;
-  std::shared_ptr<pty::CommandCgroup> cg = cgroup_.lock();
-  int left = cg ? cg->population() : 0;  // gone: removed once empty
+  int left = left_behind();  // gone: removed once empty
   if (left >= 0) status["processes_running"] = left;
 }
 

@@ -55,7 +55,14 @@ class CommandRunner final : public exec::Runner, private pty::CommandSink {
   // The command's cgroup while it exists; not owned (a retained execution
   // holding it kept two heap pieces per command after a burst).
   std::weak_ptr<pty::CommandCgroup> cgroup_;
-  bool contained_ = false;  // it ran in a cgroup (false in process-group mode)
+  // Without cgroups: its tree under its keeper, while the keeper lives.
+  std::weak_ptr<pty::KeptTree> tree_;
+  bool contained_ = false;  // it ran in a cgroup or under a keeper (false in process-group mode)
+  // What is left of it after its shell (its cgroup's or tree's members; 0
+  // when neither is there any more; -1 unknown).
+  int left_behind() const;
+  // SIGKILL (sig 9) or `sig` to all of what is left; false if nothing is.
+  bool signal_left_behind(int sig);
   pty::FdWriter* stdin_ = nullptr;
   bool stdin_eof_ = false;  // EOF asked for: close once drained
 };

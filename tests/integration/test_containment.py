@@ -7,8 +7,11 @@ rusage is its own cgroup's, never execd's, and per-command limits are
 reported when hit. Every test checks at the end, by cgroup and by a process
 scan, that nothing it started is left and that execd removed its cgroups.
 
-The cgroup tests skip where execd reports process-group mode (no writable
-cgroups); `--no-cgroups` is exercised on any machine. /proc and
+The cgroup tests skip where execd reports no cgroup mode (no writable
+cgroups); `--no-cgroups` is exercised on any machine. The tests of how a
+command ends run in both tiers (`tier_execd`): with cgroups, and without
+(`--no-cgroups`: each run under a keeper, a child subreaper, pty/keeper),
+with the same assertions. /proc and
 /sys/fs/cgroup are read through `MACHINE`: the machine execd runs on, which
 is a VM's guest with EXECD_REMOTE (tests/vm runs this file on cgroup v2).
 """
@@ -62,8 +65,8 @@ def cg_execd(execd_factory):
     def start(*args, **kw):
         ex = execd_factory(*args, **kw)
         m = mode(ex)
-        if m == "process-group":
-            pytest.skip("no usable cgroups on this machine (execd reports process-group)")
+        if m in ("process-group", "subreaper"):
+            pytest.skip(f"no usable cgroups on this machine (execd reports {m})")
         started.append(ex)
         return ex
 
@@ -73,6 +76,91 @@ def cg_execd(execd_factory):
         assert ex.stop() == 0, ex.stderr_text()[-3000:]
         wait_until(lambda: not contained_pids(pid), 5 * SLOW, what="no process left in execd's cgroups")
         assert execd_cgroup_dirs(pid) == [], "execd left its cgroups behind"
+
+
+def keeper_trees(pid: int) -> set[int]:
+    """Process scan: every live process below a keeper of execd <pid>
+    (the keepers themselves not counted)."""
+    table = MACHINE.call("proc_table", False, False)
+    kids: dict[int, list[int]] = {}
+    live = set()
+    for p, state, ppid, cmd, _, _ in table:
+        kids.setdefault(ppid, []).append(p)
+        if state != "Z":
+            live.add(p)
+    cmdline = {p: cmd for p, _, _, cmd, _, _ in table}
+    todo = [k for k in kids.get(pid, []) if cmdline.get(k, "").startswith("execd-keeper")]
+    found: set[int] = set()
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in found:
+                found.add(k)
+                todo.append(k)
+    return found & live
+
+
+def keepers_of(pid: int) -> set[int]:
+    """execd <pid>'s live keepers, from its children lists (cheap: no scan
+    of every process). A keeper exits only once nothing is left below it."""
+    kids = set()
+    for tid in listdir(f"/proc/{pid}/task"):
+        try:
+            kids |= {int(k) for k in MACHINE.call("read_text", f"/proc/{pid}/task/{tid}/children").split()}
+        except Exception:
+            continue
+    out = set()
+    for k in kids:
+        try:
+            if MACHINE.call("read_text", f"/proc/{k}/cmdline").startswith("execd-keeper") and process_alive(k):
+                out.add(k)
+        except Exception:
+            continue
+    return out
+
+
+TIERS = ["cgroup", "no-cgroup"]
+
+
+@pytest.fixture(params=TIERS)
+def tier_execd(request, execd_factory):
+    """A daemon in either tier: cgroups (skipped where there are none) or
+    --no-cgroups (keepers). At the end, after its SIGTERM, nothing that ran
+    under it is left (cgroup tier: by cgroup; no-cgroup tier: what was
+    below its keepers before the stop)."""
+    started = []
+
+    def start(*args, **kw):
+        if request.param == "no-cgroup":
+            ex = execd_factory("--no-cgroups", *args, **kw)
+            assert mode(ex) == "subreaper"
+        else:
+            ex = execd_factory(*args, **kw)
+            if mode(ex) in ("process-group", "subreaper"):
+                pytest.skip(f"no usable cgroups on this machine (execd reports {mode(ex)})")
+        ex.tier = request.param
+        started.append(ex)
+        return ex
+
+    yield start
+    for ex in started:
+        pid = ex.pid
+        if ex.proc.poll() is not None:
+            continue
+        before = keeper_trees(pid) | keepers_of(pid) if ex.tier == "no-cgroup" else set()
+        assert ex.stop() == 0, ex.stderr_text()[-3000:]
+        if ex.tier == "no-cgroup":
+            wait_until(lambda: not any(process_alive(p) for p in before), 5 * SLOW,
+                       what="nothing of the keepers' trees left")
+        else:
+            wait_until(lambda: not contained_pids(pid), 5 * SLOW, what="no process left in execd's cgroups")
+            assert execd_cgroup_dirs(pid) == [], "execd left its cgroups behind"
+
+
+def run_pids(ex) -> set[int]:
+    """What runs of execd's commands now, by the tier's own record."""
+    if ex.tier == "no-cgroup":
+        return keeper_trees(ex.pid)
+    return contained_pids(ex.pid) | cgroup_members(ex.pid)
 
 
 def unique() -> str:
@@ -101,31 +189,45 @@ def test_cgroup_parent_puts_commands_elsewhere(cg_execd):
 
 def test_ping_says_the_containment_mode(execd_factory):
     ex = execd_factory()
-    assert mode(ex) in ("cgroup-v2", "cgroup-v1", "process-group")
+    assert mode(ex) in ("cgroup-v2", "cgroup-v1", "subreaper", "process-group")
     plain = execd_factory("--no-cgroups")
-    assert mode(plain) == "process-group"
+    assert mode(plain) == "subreaper"
+    st, act = plain.json("GET", "/activity")
+    assert st == 200 and act["containment"] == "subreaper", act
     r = plain.run("echo hi", exact=True)
     assert r.terminal["exit_code"] == 0 and r.stdout == b"hi\n"
     assert r.terminal["oom_killed"] is False and r.terminal["pids_limit_hit"] is False
 
 
-def test_fork_bomb_under_a_timeout_leaves_nothing(cg_execd):
-    ex = cg_execd()
+def test_fork_bomb_under_a_timeout_leaves_nothing(tier_execd):
+    ex = tier_execd()
     start = time.monotonic()
     # nobody, so that ulimit -u binds (root ignores RLIMIT_NPROC); the pids
     # limit is only a safety net for the machine the test runs on. The shell
     # forks once (`b &`) before there is any bomb: a shell that forked the
     # pipeline itself could meet the full limit and sit in bash's fork
     # retries (1, 2, 4 s...) until the timeout.
+    # Without cgroups there is no pids limit: ulimit -u alone bounds it.
+    safety = {"limits": {"pids": 400}} if ex.tier == "cgroup" else {}
     r = ex.run("ulimit -u 200; b(){ b | b & }; b &", exact=True, uid=65534, timeout=5000,
-               limits={"pids": 400}, sock_timeout=30 * SLOW)
+               sock_timeout=30 * SLOW, **safety)
     t = r.terminal
     # The shell exited at once: its stream ended then, with the bomb still going.
     assert time.monotonic() - start < 5, t
     assert t["leftover_processes"] > 0, t
-    # The timeout bounds the whole cgroup, after the shell's exit too.
-    wait_until(lambda: not contained_pids(ex.pid) and not cgroup_members(ex.pid),
+    # The timeout bounds the whole cgroup (or tree), after the shell's exit
+    # too. Without cgroups: its keeper exits once nothing is left below it
+    # (a scan of every process takes seconds on a loaded machine; this does not).
+    if ex.tier == "no-cgroup":
+        keepers = keepers_of(ex.pid)
+        assert keepers, "the bomb's keeper"
+        wait_until(lambda: not any(process_alive(k) for k in keepers),
+                   max(0.5, 10 - (time.monotonic() - start)) * SLOW, 0.05, "the fork bomb's keeper to exit 10 s after it started")
+        print(f"fork bomb (no-cgroup tier): its tree gone {time.monotonic() - start:.2f} s after its start (timeout 5 s)")
+    wait_until(lambda: not run_pids(ex),
                max(0.5, 10 - (time.monotonic() - start)) * SLOW, 0.05, "the fork bomb to be gone 10 s after it started")
+    if ex.tier == "no-cgroup":
+        return
     # Its cgroup is removed once empty. On v1 the cgroups made ahead for the
     # next commands are cmd-<n> too, but only a pids limit joins the pids
     # hierarchy: there, the bomb's cgroup is the only one. On v2 nothing is
@@ -137,16 +239,16 @@ def test_fork_bomb_under_a_timeout_leaves_nothing(cg_execd):
                3 * SLOW, 0.05, "the command's cgroup to be removed")
 
 
-def test_setsid_child_dies_with_the_timeout(cg_execd):
-    ex = cg_execd()
+def test_setsid_child_dies_with_the_timeout(tier_execd):
+    ex = tier_execd()
     n = unique()
     r = ex.run(f"setsid sleep {n} & sleep {n}", exact=True, timeout=500)
     assert r.terminal["timed_out"] is True
     wait_until(lambda: not pids_with_cmdline(f"sleep {n}"), 3 * SLOW, what="setsid sleep to be killed by the timeout")
 
 
-def test_setsid_child_dies_with_delete(cg_execd):
-    ex = cg_execd()
+def test_setsid_child_dies_with_delete(tier_execd):
+    ex = tier_execd()
     n = unique()
     r = ex.run(f"setsid sleep {n} & sleep {n}", exact=True, background=True)
     cid = r.id
@@ -158,8 +260,8 @@ def test_setsid_child_dies_with_delete(cg_execd):
     wait_until(lambda: not pids_with_cmdline(f"sleep {n}"), 3 * SLOW, what="both sleeps to be killed by DELETE")
 
 
-def test_setsid_child_dies_with_execd_sigterm(cg_execd):
-    ex = cg_execd()
+def test_setsid_child_dies_with_execd_sigterm(tier_execd):
+    ex = tier_execd()
     n = unique()
     r = ex.run(f"setsid sleep {n} & sleep {n}", exact=True, background=True)
     assert r.status == 200
@@ -167,11 +269,12 @@ def test_setsid_child_dies_with_execd_sigterm(cg_execd):
     pid = ex.pid
     assert ex.stop() == 0
     wait_until(lambda: not pids_with_cmdline(f"sleep {n}"), 3 * SLOW, what="both sleeps to die with execd")
-    assert execd_cgroup_dirs(pid) == []
+    if ex.tier == "cgroup":
+        assert execd_cgroup_dirs(pid) == []
 
 
-def test_background_job_outlives_its_shell_until_delete(cg_execd):
-    ex = cg_execd()
+def test_background_job_outlives_its_shell_until_delete(tier_execd):
+    ex = tier_execd()
     n = unique()
     start = time.monotonic()
     r = ex.run(f"sleep {n} & echo started", exact=True)
@@ -182,7 +285,7 @@ def test_background_job_outlives_its_shell_until_delete(cg_execd):
     assert t["leftover_processes"] == 1, t
     # Without a timeout the job keeps running (servers started with `&`)...
     [pid] = pids_with_cmdline(f"sleep {n}")
-    assert pid in cgroup_members(ex.pid)
+    assert pid in run_pids(ex)
     st, js = ex.status(r.id)
     assert st == 200 and js["leftover_processes"] == 1 and js["processes_running"] == 1
     # ...and DELETE still reaches it.
@@ -199,8 +302,8 @@ def test_background_job_outlives_its_shell_until_delete(cg_execd):
 
 
 @pytest.mark.parametrize("warm", [False, True])
-def test_timeout_bounds_jobs_left_after_the_shell_exits(cg_execd, warm):
-    ex = cg_execd()
+def test_timeout_bounds_jobs_left_after_the_shell_exits(tier_execd, warm):
+    ex = tier_execd()
     if warm:
         # Commands just before: this one runs in a cgroup made ahead or
         # reused, whose member list execd has read before (v1 kept that list
@@ -215,10 +318,10 @@ def test_timeout_bounds_jobs_left_after_the_shell_exits(cg_execd, warm):
     wait_until(lambda: not pids_with_cmdline(f"sleep {n}"), 4 * SLOW, what="the timeout to kill the job")
 
 
-def test_a_leftover_of_a_warm_cgroup_is_counted_and_timed_out(cg_execd):
+def test_a_leftover_of_a_warm_cgroup_is_counted_and_timed_out(tier_execd):
     # docs/containment.md's promise, as the execution-model issue found it broken:
     # {"command":"sleep 60 & echo started","timeout":1000} after other commands.
-    ex = cg_execd()
+    ex = tier_execd()
     for _ in range(5):
         ex.run("true", exact=True)
     n = unique()
@@ -311,14 +414,16 @@ def test_bad_limits_are_rejected(execd, limits):
     assert st == 400, body
 
 
-def test_limits_without_cgroups_fail_the_start(execd_factory):
+@pytest.mark.parametrize("limits", [{"pids": 10}, {"memory_bytes": 64 << 20}, {"cpu_shares": 128}])
+def test_limits_without_cgroups_are_refused(execd_factory, limits):
+    # Not run unbounded under a limit the result would claim: a clear 400.
     ex = execd_factory("--no-cgroups")
-    r = ex.run("echo never", exact=True, limits={"pids": 10})
-    assert r.stdout == b""
-    assert "limits need cgroups" in r.terminal.get("start_error", ""), r.terminal
+    st, _, body = ex.request("POST", "/command", {"command": "echo never", "limits": limits})
+    assert st == 400, body
+    assert b"limits need cgroups (containment is subreaper)" in body, body
 
 
-def test_process_group_mode_still_counts_leftovers(execd_factory):
+def test_no_cgroup_mode_counts_leftovers(execd_factory):
     ex = execd_factory("--no-cgroups")
     n = unique()
     r = ex.run(f"sleep {n} & echo started", exact=True)
@@ -370,8 +475,8 @@ def test_cgroups_of_a_sigkilled_execd_go_with_the_next_ones_shutdown(execd_facto
     # whatever happened.
     # The next execd removes what a dead one left when it shuts down.
     dead = execd_factory()
-    if mode(dead) == "process-group":
-        pytest.skip("no usable cgroups on this machine (execd reports process-group)")
+    if mode(dead) in ("process-group", "subreaper"):
+        pytest.skip(f"no usable cgroups on this machine (execd reports {mode(dead)})")
     assert dead.run("echo hi", exact=True).stdout == b"hi\n"
     wait_until(lambda: any(sum(n.startswith("cmd-") for n in listdir(b)) >= 2 for b in execd_cgroup_dirs(dead.pid))
                or mode(dead) != "cgroup-v1", 5 * SLOW, what="cgroups made ahead")
@@ -570,8 +675,8 @@ def test_spare_launchers_are_no_commands_and_do_not_outlive_execd(cg_execd, exec
 
 def test_a_command_started_by_a_launcher_outlives_a_sigkilled_execd_as_any_command(execd_factory, cg_execd):
     ex = execd_factory()
-    if mode(ex) == "process-group":
-        pytest.skip("no usable cgroups on this machine (execd reports process-group)")
+    if mode(ex) in ("process-group", "subreaper"):
+        pytest.skip(f"no usable cgroups on this machine (execd reports {mode(ex)})")
     assert ex.run("true", exact=True).terminal["exit_code"] == 0
     if mode(ex) == "cgroup-v1":
         wait_spares(ex, 2, "two spare launchers")
@@ -598,3 +703,123 @@ def test_no_spares_means_commands_join_their_cgroups(cg_execd):
     starts = activity(ex)["starts"]
     assert starts["launcher"] == 0
     assert starts["joined"] + starts["clone_into_cgroup"] == 3, starts
+
+
+# ---- both tiers: what a command starts ends with it (issue 43) ----------------------------------------
+
+# Each leaves a `sleep N` whose parent is not the shell: setsid, a double
+# fork, nohup, and a daemon that forks twice, calls setsid and closes every
+# descriptor (so no pipe holds the stream open either).
+DAEMON = ("import os, sys\n"
+          "if os.fork(): sys.exit(0)\n"
+          "os.setsid()\n"
+          "if os.fork(): os._exit(0)\n"
+          "os.closerange(0, 4096)\n"
+          "os.execvp(\"sleep\", [\"sleep\", sys.argv[1]])")
+ESCAPES = {
+    "setsid": "setsid sleep {n} &",
+    "double-fork": "( (sleep {n} &) & )",
+    "nohup": "nohup sleep {n} >/dev/null 2>&1 &",
+    "daemon": f"{PYTHON} -c '{DAEMON}' {{n}}",
+}
+
+
+@pytest.mark.parametrize("timeout", [None, 1000], ids=["no-timeout", "timeout"])
+@pytest.mark.parametrize("how", list(ESCAPES))
+def test_what_escapes_the_shell_is_counted_and_ends_with_the_run(tier_execd, how, timeout):
+    ex = tier_execd()
+    n = unique()
+    fields = {"timeout": timeout} if timeout else {}
+    r = ex.run(ESCAPES[how].format(n=n) + "\necho started", exact=True, **fields)
+    t = r.terminal
+    assert t["exit_code"] == 0 and t["timed_out"] is False and b"started\n" in r.stdout, (t, r.stdout, r.stderr)
+    [pid] = wait_until(lambda: pids_with_cmdline(f"sleep {n}"), 5 * SLOW, what="the escaped sleep")
+    # Counted where it ran: the leftovers, the status, the tier's own record.
+    assert t["leftover_processes"] >= 1, t
+    assert pid in run_pids(ex)
+    st, js = ex.status(r.id)
+    assert st == 200 and js["processes_running"] >= 1, js
+    if timeout:
+        # The timeout bounds it from the command's start.
+        wait_until(lambda: not process_alive(pid), 4 * SLOW, what="the timeout to reach it")
+    else:
+        st, _, body = ex.request("DELETE", f"/command?id={r.id}")
+        assert st == 200, body
+        wait_until(lambda: not process_alive(pid), 3 * SLOW, what="DELETE to reach it")
+        wait_until(lambda: ex.request("DELETE", f"/command?id={r.id}")[0] == 500, 3 * SLOW,
+                   what="a second DELETE to find nothing running")
+    wait_until(lambda: ex.status(r.id)[1].get("processes_running") == 0, 3 * SLOW,
+               what="the status to say nobody is running")
+
+
+def test_an_escaped_process_dies_with_a_sigkilled_execd_in_the_no_cgroup_tier(execd_factory):
+    # A keeper dies with execd (PR_SET_PDEATHSIG) and kills its tree first.
+    # (With cgroups a SIGKILLed execd leaves its commands running, as any
+    # command started by a launcher: see the launcher test above.)
+    ex = execd_factory("--no-cgroups")
+    n = unique()
+    ex.run(f"setsid sleep {n} & echo started", exact=True)
+    [pid] = wait_until(lambda: pids_with_cmdline(f"sleep {n}"), 5 * SLOW, what="the escaped sleep")
+    ex.proc.send_signal(signal.SIGKILL)
+    ex.proc.wait()
+    wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the sleep to die with execd")
+
+
+GRANDCHILD_CPU_MS = 600
+BUSY = f"{PYTHON} -c 'import time\nt=time.process_time()\nwhile time.process_time()-t<{GRANDCHILD_CPU_MS / 1000}: pass'"
+
+
+def test_usage_counts_cpu_spent_in_an_orphaned_grandchild(tier_execd):
+    ex = tier_execd()
+    # The busy grandchild is orphaned at once (its subshell exits), so no
+    # shell ever waits for it; `cat` holds the shell until it is done.
+    r = ex.run(f"{{ ( {BUSY} & ) ; }} | cat; echo done", exact=True)
+    t = r.terminal
+    assert t["exit_code"] == 0 and r.stdout == b"done\n", (t, r.stderr)
+    cpu = t["user_cpu_ms"] + t["system_cpu_ms"]
+    # Both tiers within the same window: the work plus a Python's start.
+    assert GRANDCHILD_CPU_MS <= cpu < 2 * GRANDCHILD_CPU_MS, t
+    print(f"tier {ex.tier}: cpu {cpu} ms for {GRANDCHILD_CPU_MS} ms of work, max_rss_kib {t['max_rss_kib']}")
+    # A command that does use memory shows it (max_rss_kib is the largest
+    # process's peak in the no-cgroup tier, the cgroup's charge with cgroups).
+    big = ex.run(f"( {PYTHON} -c 'b = bytearray(64 << 20)' & ) | cat", exact=True)
+    assert big.terminal["max_rss_kib"] > 60 * 1024, big.terminal
+
+
+def test_a_command_of_another_uid_cannot_signal_or_read_its_keeper(tier_execd):
+    ex = tier_execd()
+    # Its parent is its keeper (no-cgroup tier) or execd (cgroup tier).
+    script = ("for s in KILL STOP TERM HUP USR1 USR2 INT; do kill -s $s $PPID 2>/dev/null && echo sent-$s; done; "
+              "cat /proc/$PPID/environ >/dev/null 2>&1 && echo read-environ; "
+              "grep -q . /proc/$PPID/mem 2>/dev/null && echo read-mem; echo done")
+    r = ex.run(script, exact=True, uid=65534)
+    assert r.stdout == b"done\n", (r.stdout, r.stderr)
+    # Its keeper is intact: what the command starts is still bounded.
+    n = unique()
+    r = ex.run(f"kill -9 $PPID 2>/dev/null; setsid sleep {n} & echo started", exact=True, uid=65534, timeout=800)
+    [pid] = wait_until(lambda: pids_with_cmdline(f"sleep {n}"), 5 * SLOW, what="the escaped sleep")
+    wait_until(lambda: not process_alive(pid), 4 * SLOW, what="the timeout to reach it")
+
+
+def test_pty_command_and_session_shell_leftovers_end_with_them(tier_execd):
+    ex = tier_execd()
+    n = unique()
+    # A PTY command: its setsid child ends with the timeout.
+    # (HUP ignored: the terminal's hangup at the shell's exit would otherwise
+    # reach the child before its setsid.)
+    r = ex.run(f"trap '' HUP; setsid sleep {n} & echo started", tty=True, exact=True, timeout=800)
+    assert r.terminal["leftover_processes"] >= 1, r.terminal
+    [pid] = wait_until(lambda: pids_with_cmdline(f"sleep {n}"), 5 * SLOW, what="the PTY command's sleep")
+    wait_until(lambda: not process_alive(pid), 4 * SLOW, what="the timeout to reach it")
+    # A bash session's run: a double fork outlives the run, not the session.
+    st, js = ex.json("POST", "/session", {})
+    assert st == 200, js
+    sid = js.get("session_id") or js.get("id")
+    m = unique()
+    st, _, body = ex.request("POST", f"/session/{sid}/run", {"command": f"( (setsid sleep {m} &) & ); echo ok"})
+    assert st == 200, body
+    [pid] = wait_until(lambda: pids_with_cmdline(f"sleep {m}"), 5 * SLOW, what="the session's sleep")
+    assert pid in run_pids(ex)
+    st, _, _ = ex.request("DELETE", f"/session/{sid}")
+    assert st in (200, 204)
+    wait_until(lambda: not process_alive(pid), 3 * SLOW, what="the session's end to reach it")

@@ -92,8 +92,8 @@ def test_project_pod_manifest(cluster, kube, token):
     # The readiness probe went through /ping; the token from the Secret file is enforced.
     st, h = status_of(ip, 44772)
     # An unprivileged container's /sys/fs/cgroup is read-only (runc, and so
-    # a Kata guest's containers): execd falls back to process groups there.
-    assert st == 200 and h["x-execd-containment"] == "process-group", h
+    # a Kata guest's containers): execd falls back to keepers (subreapers) there.
+    assert st == 200 and h["x-execd-containment"] == "subreaper", h
     record("pod_containment_mode", h["x-execd-containment"], "")
     assert status_of(ip, 44772, path="/command/status/x")[0] == 401
     cmds, files = sdk_commands(f"{ip}:44772", token)
