@@ -58,6 +58,43 @@ namespace {
 
 bool stopped_or_traced(char state) { return state == 'T' || state == 't'; }
 
+// The children of `pid` that are stopped or traced, SIGKILLed; whether there
+// were any. A child that waits for its own vfork child (a keeper starting
+// its command, pty/keeper) sleeps in the kernel while that one is held, so
+// the hold shows on the grandchild, not on the process the loop waits for.
+// Raw system calls only, as in process_state.
+bool kill_stopped_children(pid_t pid) {
+  char path[64] = "/proc/";
+  char digits[16];
+  int n = 0;
+  for (unsigned v = static_cast<unsigned>(pid); n == 0 || v; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  size_t at = 6;
+  for (int i = n; i;) path[at++] = digits[--i];
+  memcpy(path + at, "/task/", 6);
+  at += 6;
+  for (int i = n; i;) path[at++] = digits[--i];
+  memcpy(path + at, "/children", 10);
+  long fd = raw_syscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[256];
+  long got = raw_syscall(SYS_read, fd, reinterpret_cast<long>(buf), sizeof buf - 1);
+  raw_syscall(SYS_close, fd);
+  bool any = false;
+  long child = 0;
+  for (long i = 0; i <= got; ++i) {
+    if (i < got && buf[i] >= '0' && buf[i] <= '9') {
+      child = child * 10 + (buf[i] - '0');
+      continue;
+    }
+    if (child > 0 && stopped_or_traced(process_state(static_cast<pid_t>(child)))) {
+      raw_syscall(SYS_kill, child, SIGKILL);
+      any = true;
+    }
+    child = 0;
+  }
+  return any;
+}
+
 }  // namespace
 
 bool kill_and_wait_gone(pid_t pid, const volatile int* word) {
@@ -94,6 +131,7 @@ bool wait_for_exec(const volatile int* word, pid_t pid, GiveUp& why) {
       continue;
     }
     char st = process_state(pid);
+    if (!stopped_or_traced(st) && kill_stopped_children(pid)) st = 't';
     if (stopped_or_traced(st) || now - start >= kHandOverCapMs) {
       why.state = st;
       why.waited_ms = static_cast<int>(now - start);
