@@ -1,12 +1,12 @@
 // execd/secrets: see header.
 #include "execd/secrets.h"
 
+#include <unistd.h>  // environ (_GNU_SOURCE)
+
 #include <cstdlib>
 #include <cstring>
 
 #include "execd/config_flags.h"
-
-extern char** environ;
 
 namespace execd {
 

@@ -29,7 +29,7 @@
 #include "nlohmann/json.hpp"
 #include "protocol/packed_record.h"
 
-namespace execd::api {
+namespace execd::journal {
 class Journal;
 }
 
@@ -49,7 +49,7 @@ class Registry {
   static constexpr uint64_t kLogWriteDelayMs = 10;
 
   // Loads the records the state directory holds as finished executions.
-  Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal, Activity& activity);
+  Registry(uv_loop_t* loop, RegistrySettings settings, journal::Journal& journal, Activity& activity);
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -116,7 +116,7 @@ class Registry {
 
   uv_loop_t* loop_;
   RegistrySettings settings_;
-  api::Journal& journal_;
+  journal::Journal& journal_;
   Activity& activity_;
   RecordStore records_;
   // Before the executions: their logs leave it as they go.
