@@ -10,8 +10,10 @@
 #include <cstring>
 
 #include "execd/api/api.h"
-#include "execd/api/connect_rpc.h"
-#include "execd/api/envd_files.h"
+#include "execd/api/journal.h"
+#include "execd/api/proxy.h"
+#include "execd/api/envd/connect_rpc.h"
+#include "execd/api/envd/files.h"
 #include "pty/launcher.h"
 #include "pty/cgroup.h"
 #include "pty/command.h"
@@ -86,7 +88,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       access_(ctx_.config),
       routes_(access_, Listener::execd),
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
-      file_gate_(api::kPoolThreads / 2),
+      file_gate_(kPoolThreads / 2),
       journal_(ctx_, file_gate_),
       watches_(loop, watch_settings(ctx_.config), activity_),
       executions_(loop, registry_settings(ctx_.config), journal_, activity_),

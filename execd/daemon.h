@@ -20,14 +20,14 @@
 #include "execd/api/activity.h"
 #include "execd/api/code.h"
 #include "execd/api/commands.h"
-#include "execd/api/envd_filesystem.h"
-#include "execd/api/envd_process.h"
+#include "execd/api/envd/filesystem.h"
+#include "execd/api/envd/process.h"
 #include "execd/api/file_identities.h"
 #include "execd/api/file_jobs.h"
 #include "execd/api/isolated.h"
 #include "execd/api/journal.h"
-#include "execd/api/metrics.h"
-#include "execd/api/proxy.h"
+#include "execd/metrics/service.h"
+#include "execd/proxy/proxy.h"
 #include "execd/api/pty.h"
 #include "execd/api/runtime_binding.h"
 #include "execd/api/sessions.h"
@@ -83,8 +83,8 @@ class Daemon {
   Access access_;  // who may call what, on every listener (before the tables that ask it)
   RouteTable routes_;
   http::Server server_;
-  api::WorkGate file_gate_;  // before the journal: its readers go through it
-  api::Journal journal_;
+  WorkGate file_gate_;  // before the journal: its readers go through it
+  journal::Journal journal_;
   Activity activity_;
   watch::Hub watches_;         // before the executions: their trackers lease watches
   exec::Registry executions_;  // reloading records writes to the journal
@@ -92,13 +92,13 @@ class Daemon {
   api::CommandService commands_;
   std::unique_ptr<Entrypoint> entrypoint_;  // --init -- CMD
   api::RuntimeBinding binding_;
-  api::SessionRegistry sessions_;
+  sessions::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
   api::FileService files_;
   api::FileIdentities file_identities_;
-  api::MetricsService metrics_;
-  api::ProxyService proxy_;
-  api::CodeRegistry code_;
+  metrics::MetricsService metrics_;
+  proxy::ProxyService proxy_;
+  runners::CodeRegistry code_;
   // E2B: one route table behind both E2B listeners (execd's token or the envd one).
   RouteTable envd_routes_;
   http::Server envd_server_;

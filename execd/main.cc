@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "execd/api/work_gate.h"
+#include "execd/work_gate.h"
 #include "execd/config.h"
 #include "execd/context.h"
 #include "execd/daemon.h"
@@ -80,7 +80,7 @@ std::string own_home() {
 // touch the disk; libuv's default of 4 would let two slow transfers delay
 // every command start. Must be set before the first uv_queue_work.
 void size_libuv_threadpool() {
-  setenv("UV_THREADPOOL_SIZE", std::to_string(execd::api::kPoolThreads).c_str(), 0);
+  setenv("UV_THREADPOOL_SIZE", std::to_string(execd::kPoolThreads).c_str(), 0);
 }
 
 // "HOST:PORT", "vsock:N" or both (the tests read the TCP port from the

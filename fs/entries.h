@@ -1,5 +1,5 @@
 // fs/entries: the blocking filesystem work behind E2B's filesystem service
-// (execd/api/envd_filesystem), with envd's semantics where they differ from
+// (execd/api/envd/filesystem), with envd's semantics where they differ from
 // the OpenSandbox API's (fs/ops): paths resolve against the user's home,
 // a symlink reports its target's type, a listing walks to a depth in
 // lexical order, a move replaces its destination, directories made on the

@@ -12,11 +12,11 @@
 
 #include "execd/activity.h"
 #include "execd/api/code.h"
-#include "execd/api/journal.h"
-#include "execd/api/proxy.h"
+#include "execd/journal/journal.h"
+#include "execd/proxy/proxy.h"
 #include "execd/api/pty.h"
-#include "execd/api/sessions.h"
-#include "execd/api/work_gate.h"
+#include "execd/sessions/bash.h"
+#include "execd/work_gate.h"
 #include "execd/context.h"
 #include "execd/exec/registry.h"
 #include "execd/http/server.h"
@@ -30,11 +30,11 @@ struct ActivityService {
   const Context& ctx;
   Activity& activity;
   exec::Registry& executions;
-  Journal& journal;
-  SessionRegistry& sessions;
+  journal::Journal& journal;
+  sessions::SessionRegistry& sessions;
   PtyRegistry& ptys;
-  CodeRegistry& code;
-  ProxyService& proxy;
+  runners::CodeRegistry& code;
+  proxy::ProxyService& proxy;
   WorkGate& file_gate;
   watch::Hub& watches;
   pty::Containment& containment;

@@ -12,9 +12,12 @@
 #include "execd/context.h"
 #include "execd/routes.h"
 
+namespace execd::metrics {
+class MetricsService;
+}
+
 namespace execd::api {
 
-class MetricsService;
 
 // The file routes under `prefix` ("" or "/v1/filesystem/:uid/:gid"), each
 // asking `service` which FileService serves the request (nullptr: it has
@@ -25,6 +28,6 @@ void add_upload_route(RouteTable& routes, const std::string& prefix, const FileS
 void add_download_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service);
 // GET and POST /files/archive (execd/api/archive).
 void add_archive_routes(RouteTable& routes, FileService& files);
-void add_metrics_routes(RouteTable& routes, MetricsService& metrics);
+void add_metrics_routes(RouteTable& routes, metrics::MetricsService& metrics);
 
 }  // namespace execd::api

@@ -20,7 +20,7 @@
 
 #include "execd/api/activity.h"
 #include "execd/http/awaiter.h"
-#include "execd/api/sessions.h"
+#include "execd/sessions/bash.h"
 #include "execd/exec/formats.h"
 #include "execd/exec/launch.h"
 #include "execd/exec/reader.h"
@@ -159,19 +159,19 @@ void respond_unknown(http::Exchange& ex, const std::string& id) {
   ex.respond_error(404, codes::kInvalidRequestBody, "command not found: " + id);
 }
 
-void handle_interrupt(CommandService& svc, SessionRegistry& sessions, http::Exchange& ex) {
+void handle_interrupt(CommandService& svc, sessions::SessionRegistry& sessions, http::Exchange& ex) {
   const std::string* id = protocol::query_value(ex.query, "id");
   if (!id || id->empty()) return ex.respond_error(400, codes::kMissingQuery, "missing query parameter 'id'");
   Execution* e = svc.executions.find(*id);
   if (!e) {
     // Contract 4.5: the id may name a bash session; its run is stopped.
     switch (sessions.interrupt_run(*id)) {
-      case InterruptResult::interrupted:
+      case sessions::InterruptResult::interrupted:
         return ex.respond_empty(200);
-      case InterruptResult::not_running:
+      case sessions::InterruptResult::not_running:
         return ex.respond_error(500, codes::kRuntimeError,
                                 "error interrupting command. session " + *id + " is not running a command");
-      case InterruptResult::not_found:
+      case sessions::InterruptResult::not_found:
         return respond_unknown(ex, *id);
     }
   }
@@ -377,11 +377,11 @@ protocol::Framing framing_for(const Context& ctx, const http::Exchange& ex) {
   return exact ? protocol::Framing::exact : protocol::Framing::compat;
 }
 
-void interrupt_command(CommandService& svc, SessionRegistry& sessions, http::Exchange& ex) {
+void interrupt_command(CommandService& svc, sessions::SessionRegistry& sessions, http::Exchange& ex) {
   handle_interrupt(svc, sessions, ex);
 }
 
-void add_command_routes(RouteTable& routes, CommandService& svc, SessionRegistry& sessions) {
+void add_command_routes(RouteTable& routes, CommandService& svc, sessions::SessionRegistry& sessions) {
   routes.add("POST", "/command", [&svc](http::Exchange& ex) { handle_run(svc, ex); }, kStartsProcesses);
   routes.add("GET", "/command", [&svc](http::Exchange& ex) { handle_list(svc, ex); });
   routes.add("DELETE", "/command", [&svc, &sessions](http::Exchange& ex) { handle_interrupt(svc, sessions, ex); });

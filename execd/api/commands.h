@@ -15,9 +15,11 @@
 #include "pty/runtime.h"
 #include "execd/watch/watch.h"
 
-namespace execd::api {
-
+namespace execd::sessions {
 class SessionRegistry;
+}
+
+namespace execd::api {
 
 // What the /command routes use.
 struct CommandService {
@@ -31,10 +33,10 @@ struct CommandService {
 // The limits of a run's change list (--track-max-entries, --track-hash-max-bytes).
 exec::TrackLimits track_limits(const Context& ctx);
 
-void add_command_routes(RouteTable& routes, CommandService& svc, SessionRegistry& sessions);
+void add_command_routes(RouteTable& routes, CommandService& svc, sessions::SessionRegistry& sessions);
 // DELETE /command's handler; DELETE /code?id= falls back to it for ids that
 // are not code contexts, as the Go daemon's shared Interrupt does.
-void interrupt_command(CommandService& svc, SessionRegistry& sessions, http::Exchange& ex);
+void interrupt_command(CommandService& svc, sessions::SessionRegistry& sessions, http::Exchange& ex);
 
 // Starts a command no client asked for (a lifecycle hook), in the
 // background, recorded and journaled like any; `req.id` names it. False

@@ -13,11 +13,11 @@
 
 #include "execd/api/api.h"
 #include "execd/http/awaiter.h"
-#include "execd/api/envd_files.h"
+#include "execd/api/envd/files.h"
 #include "execd/runners/command_spawn.h"
 #include "fs/entries.h"
 #include "execd/api/file_jobs.h"
-#include "execd/api/work_gate.h"
+#include "execd/work_gate.h"
 #include "execd/http/connection.h"
 #include "fs/expand.h"
 #include "fs/line_range.h"

@@ -2,8 +2,8 @@
 #include "execd/api/file_jobs.h"
 
 #include "execd/http/awaiter.h"
-#include "execd/api/journal.h"
-#include "execd/api/work_gate.h"
+#include "execd/journal/journal.h"
+#include "execd/work_gate.h"
 #include "execd/context.h"
 #include "fs/atomic_file.h"
 #include "fs/paths.h"
@@ -104,7 +104,7 @@ void run_file_job(FileService& svc, http::Exchange& ex, std::function<FileReply(
 void journal_change(const FileService& svc, std::string op, std::vector<std::string> paths) {
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   if (!svc.session.empty()) extra["isolated_session"] = svc.session;
-  journal_file_change(svc.journal, std::move(op), std::move(paths), std::move(extra), svc.mount);
+  journal::journal_file_change(svc.journal, std::move(op), std::move(paths), std::move(extra), svc.mount);
 }
 
 namespace {

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "execd/api/work_gate.h"
+#include "execd/work_gate.h"
 #include "execd/context.h"
 #include "pty/namespaces.h"
 #include "execd/http/exchange.h"
@@ -26,9 +26,11 @@ namespace execd::exec {
 class StateBudget;
 }
 
-namespace execd::api {
-
+namespace execd::journal {
 class Journal;
+}
+
+namespace execd::api {
 
 // What the /files, /directories, upload and download routes share: the
 // settings, the gate that caps their pool threads, and the journal their
@@ -36,7 +38,7 @@ class Journal;
 struct FileService {
   const Context& ctx;
   WorkGate& gate;
-  Journal& journal;
+  journal::Journal& journal;
   // The /v1/filesystem/{uid}/{gid} services: the user their jobs run as.
   const fs::Identity* identity = nullptr;
   // An isolated session's files (execd/api/isolated): every piece of work

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "execd/api/work_gate.h"
+#include "execd/work_gate.h"
 #include "execd/http/exchange.h"
 #include "execd/routes.h"
 #include "fs/layer.h"

@@ -25,7 +25,7 @@
 #include "protocol/websocket.h"
 #include "pty/pty_session.h"
 #include "execd/api/activity.h"
-#include "execd/api/journal.h"
+#include "execd/journal/journal.h"
 
 namespace execd::api {
 
@@ -261,7 +261,7 @@ void PtyClient::on_text(std::string& text) {
 // ---------------------------------------------------------------------------
 // Registry
 
-PtyRegistry::PtyRegistry(const Context& ctx, pty::Runtime& runtime, Journal& journal)
+PtyRegistry::PtyRegistry(const Context& ctx, pty::Runtime& runtime, journal::Journal& journal)
     : ctx_(ctx), runtime_(runtime), journal_(journal) {}
 PtyRegistry::~PtyRegistry() = default;
 

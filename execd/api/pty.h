@@ -15,18 +15,21 @@
 #include "execd/activity.h"
 #include "pty/runtime.h"
 
+namespace execd::journal {
+class Journal;
+}
+
 namespace execd::api {
 
 struct PtyEntry;
-class Journal;
 
 class PtyRegistry {
  public:
-  PtyRegistry(const Context& ctx, pty::Runtime& runtime, Journal& journal);
+  PtyRegistry(const Context& ctx, pty::Runtime& runtime, journal::Journal& journal);
   ~PtyRegistry();
   const Context& ctx() const { return ctx_; }
   pty::Runtime& runtime() { return runtime_; }
-  Journal& journal() { return journal_; }
+  journal::Journal& journal() { return journal_; }
 
   PtyEntry* create();
   PtyEntry* find(const std::string& id);
@@ -51,7 +54,7 @@ class PtyRegistry {
  private:
   const Context& ctx_;
   pty::Runtime& runtime_;
-  Journal& journal_;
+  journal::Journal& journal_;
   std::map<std::string, std::unique_ptr<PtyEntry>> entries_;
   std::vector<std::unique_ptr<PtyEntry>> dying_;
   Activity* activity_ = nullptr;

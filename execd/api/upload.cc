@@ -38,7 +38,7 @@
 #include <uv.h>
 
 #include "execd/api/api.h"
-#include "execd/api/journal.h"
+#include "execd/journal/journal.h"
 #include "execd/link.h"
 
 #include <sys/stat.h>
@@ -52,9 +52,9 @@
 #include <optional>
 #include <unordered_map>
 
-#include "execd/api/envd_files.h"
+#include "execd/api/envd/files.h"
 #include "execd/api/file_jobs.h"
-#include "execd/api/work_gate.h"
+#include "execd/work_gate.h"
 #include "execd/runners/command_spawn.h"
 #include "fs/atomic_file.h"
 #include "fs/entries.h"

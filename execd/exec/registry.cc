@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <set>
 
-#include "execd/api/journal.h"
+#include "execd/journal/journal.h"
 #include "execd/clock.h"
 #include "execd/ids.h"
 
@@ -29,7 +29,7 @@ std::string cold_dictionary(const std::string& boot_id) {
 
 }  // namespace
 
-Registry::Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal, Activity& activity)
+Registry::Registry(uv_loop_t* loop, RegistrySettings settings, journal::Journal& journal, Activity& activity)
     : loop_(loop),
       settings_(std::move(settings)),
       journal_(journal),

@@ -36,7 +36,7 @@
 #include "nlohmann/json.hpp"
 #include "protocol/packed_record.h"
 
-namespace execd::api {
+namespace execd::journal {
 class Journal;
 }
 
@@ -57,7 +57,7 @@ class Registry {
   static constexpr uint64_t kLogWriteDelayMs = 10;
 
   // Loads the records the state directory holds as finished executions.
-  Registry(uv_loop_t* loop, RegistrySettings settings, api::Journal& journal, Activity& activity);
+  Registry(uv_loop_t* loop, RegistrySettings settings, journal::Journal& journal, Activity& activity);
   ~Registry();
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -128,7 +128,7 @@ class Registry {
 
   uv_loop_t* loop_;
   RegistrySettings settings_;
-  api::Journal& journal_;
+  journal::Journal& journal_;
   Activity& activity_;
   // Before the logs that count against it.
   StateBudget budget_;

@@ -33,7 +33,7 @@ std::vector<std::string> environment_with_env_file(const Context& ctx);
 // A cwd to check, a user to look up, or an env file to read.
 bool needs_pool(const Context& ctx, const protocol::CommandRequest& req);
 
-// What an E2B process start (api/envd_process) becomes, as envd does it: the
+// What an E2B process start (api/envd/process) becomes, as envd does it: the
 // argv as given (`cmd` looked up on PATH when it has no slash), the user by
 // name (empty: execd's own) with its groups, HOME, USER and LOGNAME, the
 // working directory (default: the user's home, "/" if that does not

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "execd/api/journal.h"
+#include "execd/journal/journal.h"
 #include "execd/context.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/record_store.h"
@@ -88,8 +88,8 @@ std::string stdout_of(const std::vector<nlohmann::json>& events, uint64_t from) 
 
 struct World : LoopScratch {
   Context ctx;
-  api::WorkGate gate{4};
-  std::unique_ptr<api::Journal> journal;
+  WorkGate gate{4};
+  std::unique_ptr<journal::Journal> journal;
   Activity activity;
   std::unique_ptr<exec::Registry> reg;
 
@@ -97,7 +97,7 @@ struct World : LoopScratch {
     ctx.loop = &loop;
     ctx.config.state_dir = state.empty() ? dir : state;
     ctx.config.journal = false;
-    journal = std::make_unique<api::Journal>(ctx, gate);
+    journal = std::make_unique<journal::Journal>(ctx, gate);
     exec::RegistrySettings s;
     s.state_dir = ctx.config.state_dir;
     s.log_limit = 64 << 20;

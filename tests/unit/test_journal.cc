@@ -8,7 +8,8 @@
 #include <string>
 
 #include "execd/api/journal.h"
-#include "execd/api/work_gate.h"
+#include "execd/journal/journal.h"
+#include "execd/work_gate.h"
 #include "execd/context.h"
 #include "execd/routes.h"
 #include "http_rig.h"
@@ -39,9 +40,9 @@ TEST_CASE("journal follow: an entry written while the catch-up is on the pool is
   Context ctx;
   ctx.loop = &s.loop;
   ctx.config.state_dir = s.dir;
-  api::WorkGate gate{4};
+  WorkGate gate{4};
   {
-    api::Journal journal(ctx, gate);
+    journal::Journal journal(ctx, gate);
     Config open;
     open.insecure_no_auth = true;
     Access access(open);

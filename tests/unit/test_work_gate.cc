@@ -6,9 +6,9 @@
 #include <atomic>
 #include <vector>
 
-#include "execd/api/work_gate.h"
+#include "execd/work_gate.h"
 
-using execd::api::WorkGate;
+using execd::WorkGate;
 
 namespace {
 

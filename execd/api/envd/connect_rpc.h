@@ -1,9 +1,9 @@
-// execd/api/connect_rpc: serving Connect RPCs (protocol/connect) on an
+// execd/api/envd/connect_rpc: serving Connect RPCs (protocol/connect) on an
 // http::Exchange: the route of each method (POST /<package>.<Service>/<Method>),
 // the request checks every call shares (Content-Type, Connect-Timeout-Ms,
 // the user of an HTTP Basic Authorization header, Keepalive-Ping-Interval),
 // unary answers and errors, and the head, messages and end of a server
-// stream. The envd services (api/envd_process, api/envd_filesystem) are
+// stream. The envd services (api/envd/process, api/envd/filesystem) are
 // written against this and never see HTTP details.
 #pragma once
 

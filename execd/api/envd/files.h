@@ -1,4 +1,4 @@
-// execd/api/envd_files: the plain HTTP routes of E2B's envd (spec/envd.yaml)
+// execd/api/envd/files: the plain HTTP routes of E2B's envd (spec/envd.yaml)
 // that the SDKs use beside the Connect services: GET /health (204),
 // GET /files and POST /files (the download and upload pipelines of
 // api/download and api/upload, with envd's paths, users and answer), GET
@@ -20,14 +20,14 @@
 #include <vector>
 
 #include "execd/api/file_jobs.h"
-#include "execd/api/metrics.h"
+#include "execd/metrics/service.h"
 #include "execd/routes.h"
 
 namespace execd::api {
 
 // `access` decides as for every other route of the E2B listener; a signed
 // URL (envd's `signature`) stands in for the header on GET and POST /files.
-void add_envd_file_routes(RouteTable& routes, const Access& access, FileService& files, MetricsService& metrics);
+void add_envd_file_routes(RouteTable& routes, const Access& access, FileService& files, metrics::MetricsService& metrics);
 
 // Shared with api/download and api/upload.
 void envd_download(FileService& svc, http::Exchange& ex, std::string path, std::string user);

@@ -1,5 +1,5 @@
-// execd/kernel_channels: see header.
-#include "execd/kernel_channels.h"
+// execd/runners/kernel_channels: see header.
+#include "execd/runners/kernel_channels.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <variant>
 #include <vector>
 
-namespace execd {
+namespace execd::runners {
 
 namespace jp = protocol::jupyter;
 namespace zmtp = protocol::zmtp;
@@ -364,4 +364,4 @@ void KernelChannels::close() {
   uv_close(reinterpret_cast<uv_handle_t*>(&deferred_), on_closed);
 }
 
-}  // namespace execd
+}  // namespace execd::runners

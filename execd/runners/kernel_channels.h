@@ -1,4 +1,4 @@
-// execd/kernel_channels: the five connections to one Jupyter kernel (shell,
+// execd/runners/kernel_channels: the five connections to one Jupyter kernel (shell,
 // control and stdin as DEALER, iopub as SUB, heartbeat as REQ), speaking
 // ZMTP 3 (protocol/zmtp) over the kernel's Unix or loopback TCP sockets on
 // execd's libuv loop: no ZeroMQ library and no threads. Each connection is an
@@ -36,7 +36,7 @@
 #include "protocol/zmtp.h"
 #include "pty/kernel.h"
 
-namespace execd {
+namespace execd::runners {
 
 enum class KernelChannel : uint8_t { shell = 0, iopub = 1, control = 2, stdin_ = 3, hb = 4 };
 const char* channel_name(KernelChannel ch);
@@ -134,4 +134,4 @@ class KernelChannels {
   bool ping_outstanding_ = false;
 };
 
-}  // namespace execd
+}  // namespace execd::runners

@@ -1,4 +1,4 @@
-// execd/api/envd_process: E2B's process.Process service (envd's
+// execd/api/envd/process: E2B's process.Process service (envd's
 // spec/process/process.proto) over Connect: Start, Connect, List, SendInput,
 // StreamInput, CloseStdin, SendSignal, Update.
 //

@@ -1,4 +1,4 @@
-// execd/api/envd_process: see header.
+// execd/api/envd/process: see header.
 //   POST /process.Process/Start        server stream: start, data..., end (keepalives between)
 //   POST /process.Process/Connect      server stream: the same, replayed from the first byte kept
 //   POST /process.Process/List         running processes
@@ -7,7 +7,7 @@
 //   POST /process.Process/CloseStdin   EOF (a PTY gets ^D)
 //   POST /process.Process/SendSignal   SIGTERM / SIGKILL to the whole cgroup
 //   POST /process.Process/Update       PTY size
-#include "execd/api/envd_process.h"
+#include "execd/api/envd/process.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "execd/api/connect_rpc.h"
+#include "execd/api/envd/connect_rpc.h"
 #include "execd/exec/formats.h"
 #include "execd/exec/reader.h"
 #include "execd/http/connection.h"

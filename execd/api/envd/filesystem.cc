@@ -1,14 +1,14 @@
-// execd/api/envd_filesystem: see header.
+// execd/api/envd/filesystem: see header.
 //   POST /filesystem.Filesystem/Stat | MakeDir | Move | ListDir | Remove   unary
 //   POST /filesystem.Filesystem/WatchDir                                  server stream
 //   POST /filesystem.Filesystem/CreateWatcher | GetWatcherEvents | RemoveWatcher
-#include "execd/api/envd_filesystem.h"
+#include "execd/api/envd/filesystem.h"
 
 #include <spdlog/spdlog.h>
 
 #include "execd/http/awaiter.h"
-#include "execd/api/connect_rpc.h"
-#include "execd/api/envd_files.h"
+#include "execd/api/envd/connect_rpc.h"
+#include "execd/api/envd/files.h"
 #include "execd/ids.h"
 #include "execd/context.h"
 #include "execd/http/connection.h"

@@ -1,12 +1,12 @@
-// execd/api/work_gate: see header.
-#include "execd/api/work_gate.h"
+// execd/work_gate: see header.
+#include "execd/work_gate.h"
 
 #include <algorithm>
 
 #include "fs/pool_job.h"
 #include "pty/namespaces.h"
 
-namespace execd::api {
+namespace execd {
 
 int WorkGate::queue(uv_loop_t* loop, Ticket& t, uv_work_cb work, uv_after_work_cb after) {
   t.gate = this;
@@ -64,4 +64,4 @@ void WorkGate::cancel(Ticket& t) {
   t.after(&t.req, UV_ECANCELED);
 }
 
-}  // namespace execd::api
+}  // namespace execd

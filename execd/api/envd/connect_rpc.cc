@@ -1,5 +1,5 @@
-// execd/api/connect_rpc: see header.
-#include "execd/api/connect_rpc.h"
+// execd/api/envd/connect_rpc: see header.
+#include "execd/api/envd/connect_rpc.h"
 
 #include "protocol/base64.h"
 

@@ -1,5 +1,5 @@
-// execd/api/metrics: GET /metrics and GET /metrics/watch (upstream's JSON
-// shape). The sandbox is measured by metrics::MetricsSampler (the cgroup first,
+// execd/metrics/service: the samples behind GET /metrics and GET
+// /metrics/watch (execd/api/metrics; upstream's JSON shape). The sandbox is measured by MetricsSampler (the cgroup first,
 // /proc where no limit applies), always on the threadpool, one sample at a
 // time. While anyone is interested (a request in the last 30 s, or a
 // watcher) a sample is taken every second in the background, so /metrics
@@ -19,7 +19,7 @@
 #include "execd/link.h"
 #include "execd/metrics/sampler.h"
 
-namespace execd::api {
+namespace execd::metrics {
 
 class MetricsWatch;
 struct MetricsWaiter;
@@ -37,20 +37,22 @@ class MetricsService {
 
   // Answers `ex` with the latest sample (now, or once one is taken), as
   // `body` writes it (upstream's shape by default; E2B's /metrics has its own).
-  using BodyFn = std::string (*)(const metrics::MetricsSample&);
+  using BodyFn = std::string (*)(const MetricsSample&);
   void answer(http::Exchange& ex, BodyFn body = nullptr);
+  // GET /metrics/watch, its head sent: a line per sample from now on.
+  void watch(http::Exchange& ex);
   void add_watcher(MetricsWatch& w);
   void remove_watcher(MetricsWatch& w);
-  const std::optional<metrics::MetricsSample>& latest() const { return latest_; }
+  const std::optional<MetricsSample>& latest() const { return latest_; }
 
  private:
   void start_sampling(bool twice);
-  void sampled(metrics::MetricsSample s);
+  void sampled(MetricsSample s);
   void on_timer();
 
   const Context& ctx_;
-  metrics::MetricsSampler sampler_;
-  std::optional<metrics::MetricsSample> latest_;
+  MetricsSampler sampler_;
+  std::optional<MetricsSample> latest_;
   uint64_t latest_ms_ = 0, last_interest_ms_ = 0;
   bool in_flight_ = false, closed_ = false;
   uv_timer_t timer_;
@@ -58,6 +60,6 @@ class MetricsService {
   std::vector<MetricsWatch*> watchers_;
 };
 
-std::string metrics_body(const metrics::MetricsSample& s);
+std::string metrics_body(const MetricsSample& s);
 
-}  // namespace execd::api
+}  // namespace execd::metrics

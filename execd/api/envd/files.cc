@@ -1,9 +1,9 @@
-// execd/api/envd_files: see header.
-#include "execd/api/envd_files.h"
+// execd/api/envd/files: see header.
+#include "execd/api/envd/files.h"
 
 #include <ctime>
 
-#include "execd/api/connect_rpc.h"
+#include "execd/api/envd/connect_rpc.h"
 #include "execd/context.h"
 #include "fs/paths.h"
 #include "protocol/base64.h"
@@ -113,7 +113,7 @@ std::string envd_upload_reply(const std::vector<std::string>& paths,
   return out;
 }
 
-void add_envd_file_routes(RouteTable& routes, const Access& access, FileService& files, MetricsService& metrics) {
+void add_envd_file_routes(RouteTable& routes, const Access& access, FileService& files, metrics::MetricsService& metrics) {
   namespace impl = envd_files_impl;
   routes.add("GET", "/health", [](http::Exchange& ex) { ex.respond_empty(204); }, kProbe);
   // The token or a signature is checked here, as envd does.

@@ -1,4 +1,4 @@
-// execd/api/envd_filesystem: E2B's filesystem.Filesystem service (envd's
+// execd/api/envd/filesystem: E2B's filesystem.Filesystem service (envd's
 // spec/filesystem/filesystem.proto) over Connect: Stat, MakeDir, Move,
 // ListDir, Remove, the WatchDir stream and the polling watchers
 // (CreateWatcher, GetWatcherEvents, RemoveWatcher).

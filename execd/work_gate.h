@@ -1,4 +1,4 @@
-// execd/api/work_gate: a cap on how many of libuv's pool threads file work
+// execd/work_gate: a cap on how many of libuv's pool threads file work
 // may hold at once. The pool is process-wide and shared with command
 // start-up (working directories, records, journal), so without a cap a burst
 // of searches, listings or transfers would make `echo ok` wait for a disk
@@ -19,7 +19,7 @@ struct MountNamespace;
 
 #include "fs/identity.h"
 
-namespace execd::api {
+namespace execd {
 
 class WorkGate {
  public:
@@ -68,4 +68,4 @@ class WorkGate {
 // half of it, so command start-up always finds a thread.
 constexpr size_t kPoolThreads = 16;
 
-}  // namespace execd::api
+}  // namespace execd
