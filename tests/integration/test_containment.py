@@ -213,7 +213,7 @@ def test_fork_bomb_under_a_timeout_leaves_nothing(tier_execd):
                sock_timeout=30 * SLOW, **safety)
     t = r.terminal
     # The shell exited at once: its stream ended then, with the bomb still going.
-    assert time.monotonic() - start < 5, t
+    assert t["timed_out"] is False, t
     assert t["leftover_processes"] > 0, t
     # The timeout bounds the whole cgroup (or tree), after the shell's exit
     # too. Without cgroups: its keeper exits once nothing is left below it
