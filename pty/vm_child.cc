@@ -25,20 +25,40 @@ int64_t monotonic_ms() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-char process_state(pid_t pid) {
-  // "/proc/<pid>/stat", built by hand: no libc call may write errno here.
-  char path[32] = "/proc/";
+namespace {
+
+// Builds /proc paths and reads them with raw system calls only: these run
+// where no libc call may write errno (a CLONE_VM child's wait).
+char* put_decimal(char* at, unsigned v) {
   char digits[16];
   int n = 0;
-  for (unsigned v = static_cast<unsigned>(pid); n == 0 || v; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
-  size_t at = 6;
-  while (n) path[at++] = digits[--n];
-  memcpy(path + at, "/stat", 6);
+  do digits[n++] = static_cast<char>('0' + v % 10);
+  while (v /= 10);
+  while (n) *at++ = digits[--n];
+  return at;
+}
+
+char* put_text(char* at, const char* text) {
+  while (*text) *at++ = *text++;
+  *at = 0;
+  return at;
+}
+
+long read_small(const char* path, char* buf, size_t size) {
   long fd = raw_syscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[512];
-  long got = raw_syscall(SYS_read, fd, reinterpret_cast<long>(buf), sizeof buf - 1);
+  if (fd < 0) return -1;
+  long got = raw_syscall(SYS_read, fd, reinterpret_cast<long>(buf), size);
   raw_syscall(SYS_close, fd);
+  return got;
+}
+
+}  // namespace
+
+char process_state(pid_t pid) {
+  char path[32];
+  put_text(put_decimal(put_text(path, "/proc/"), static_cast<unsigned>(pid)), "/stat");
+  char buf[512];
+  long got = read_small(path, buf, sizeof buf - 1);
   if (got <= 0) return 0;
   // "pid (comm) S ...": the comm may hold ')' itself, so the last one.
   const char* close_paren = nullptr;
@@ -64,21 +84,12 @@ bool stopped_or_traced(char state) { return state == 'T' || state == 't'; }
 // the hold shows on the grandchild, not on the process the loop waits for.
 // Raw system calls only, as in process_state.
 bool kill_stopped_children(pid_t pid) {
-  char path[64] = "/proc/";
-  char digits[16];
-  int n = 0;
-  for (unsigned v = static_cast<unsigned>(pid); n == 0 || v; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
-  size_t at = 6;
-  for (int i = n; i;) path[at++] = digits[--i];
-  memcpy(path + at, "/task/", 6);
-  at += 6;
-  for (int i = n; i;) path[at++] = digits[--i];
-  memcpy(path + at, "/children", 10);
-  long fd = raw_syscall(SYS_openat, AT_FDCWD, reinterpret_cast<long>(path), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  char path[64];
+  char* at = put_decimal(put_text(path, "/proc/"), static_cast<unsigned>(pid));
+  put_text(put_decimal(put_text(at, "/task/"), static_cast<unsigned>(pid)), "/children");
   char buf[256];
-  long got = raw_syscall(SYS_read, fd, reinterpret_cast<long>(buf), sizeof buf - 1);
-  raw_syscall(SYS_close, fd);
+  long got = read_small(path, buf, sizeof buf - 1);
+  if (got < 0) return false;
   bool any = false;
   long child = 0;
   for (long i = 0; i <= got; ++i) {
