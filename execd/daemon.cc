@@ -165,11 +165,13 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   for (RouteTable* t : {&routes_, &envd_routes_}) t->set_containment(&containment_);
   ptys_.set_activity(&activity_);
   // Actors that are not runs, for track_changes: terminals, file work
-  // through the API, processes finished commands left behind.
+  // through the API, processes finished commands left behind (counted by
+  // their members: an emptied cgroup waits for the next tick's rmdir and is
+  // nobody's actor; keepers' trees count too).
   activity_.set_probe([this](std::vector<std::string>& out) {
     ptys_.actors(out);
     if (file_gate_.running() > 0) out.emplace_back("file-api");
-    if (containment_.lingering() > 0) out.emplace_back("leftover-processes");
+    if (containment_.lingering_with_members() > 0) out.emplace_back("leftover-processes");
   });
   api::add_isolated_routes(routes_, isolated_);
 

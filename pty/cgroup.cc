@@ -872,7 +872,7 @@ void Containment::linger(std::shared_ptr<CommandCgroup> cg, uint64_t deadline_ms
   // Even an empty one is removed from the timer, not here: rmdir is off the
   // path of the command's terminal event.
   if (!timer_open_) {
-    cg->try_remove();
+    remove_after_shutdown(*cg);
     return;
   }
   for (auto& x : lingering_)
@@ -920,8 +920,8 @@ void Containment::on_reset(ReuseJob& job) {
   if (hierarchies_.empty()) {
     // shutdown() came while the job ran (see on_made).
     cg->close_join_fds();
-    if (!job.removed) cg->try_remove();
-    for (const auto& base : bases_after_shutdown_) rmdir(base.c_str());  // the last one back succeeds
+    if (job.removed) cg->mark_removed();
+    remove_after_shutdown(*cg);
     return;
   }
   if (job.reused) {
@@ -934,6 +934,11 @@ void Containment::on_reset(ReuseJob& job) {
     cg->close_counters();
     linger(std::move(cg), 0);
   }
+}
+
+void Containment::remove_after_shutdown(CommandCgroup& cg) {
+  cg.try_remove();
+  for (const auto& base : bases_after_shutdown_) rmdir(base.c_str());  // the last one back succeeds
 }
 
 void Containment::kill_everything() {

@@ -236,7 +236,6 @@ class Containment {
   // the spares (counters reset on the threadpool) while there are fewer
   // than kMaxSpares; any other lingers as above.
   void release(std::shared_ptr<CommandCgroup> cg, bool empty, uint64_t deadline_ms);
-  size_t lingering() const { return lingering_.size(); }
   // Cgroups of finished commands whose processes still run (their shell
   // exited and left them).
   size_t lingering_with_members() const;
@@ -284,6 +283,10 @@ class Containment {
   void make_ahead();
   void on_made(MakeJob& job);
   void on_reset(ReuseJob& job);
+  // A cgroup that comes back after shutdown() (a threadpool job, a command
+  // object released late): removed, then execd-<pid> again, whose rmdir in
+  // shutdown() failed while this one was there.
+  void remove_after_shutdown(CommandCgroup& cg);
   // Gives launchers to ready spares until launchers_ of them have one.
   void arm_spares();
   void arm_soon();  // arm_spares once the loop has nothing ready (arm_when_idle)
@@ -328,7 +331,7 @@ class Containment {
   bool arm_prepare_open_ = false;
   int arm_deferrals_ = 0;
   size_t resetting_ = 0;  // reuse jobs on the threadpool
-  std::vector<std::string> bases_after_shutdown_;  // for the jobs that come back after it
+  std::vector<std::string> bases_after_shutdown_;  // for what comes back after it
 
   // Freezing.
   std::string freeze_file() const;  // v1 freezer.state or v2 cgroup.freeze of execd-<pid>

@@ -35,9 +35,13 @@ import pytest
 
 from execd_client import MACHINE, SLOW, process_alive, wait_until
 
-# /ping within 100 ms while a launcher (or a child) is stopped. Sanitized daemons are several times slower in everything they do, so the
-# limit widens there (the bounds in execd are the same).
-PING_LIMIT = 0.1 * (2 if SLOW > 1 else 1)
+# /ping while a launcher (or a child) is stopped: a wait without a deadline
+# shows as the whole stall (STALL_US, 5 s); the limit is a tenth of that, as
+# the suite shares two cores with two other runs of itself (a release /ping
+# here once took 119 ms where alone it takes under 20). Sanitized daemons
+# are several times slower in everything they do, so it widens there (the
+# bounds in execd are the same). How fast it is belongs to make bench.
+PING_LIMIT = 0.5 * (2 if SLOW > 1 else 1)
 # How long strace holds a tracee: far past every bound in execd, so that a
 # wait without a deadline shows as a /ping of seconds.
 STALL_US = 5_000_000
