@@ -931,7 +931,12 @@ void Containment::on_reset(ReuseJob& job) {
   } else if (job.removed) {
     cg->mark_removed();
   } else {
+    // Neither reused nor removed (a member still there): it lingers, and
+    // is tracked as every other cgroup is, or shutdown() would drop it from
+    // lingering_ without its rmdir (this object is not the one the command
+    // had: hand_over() made it).
     cg->close_counters();
+    track(cg);
     linger(std::move(cg), 0);
   }
 }

@@ -41,6 +41,12 @@ def execd_cgroup_dirs(pid: int) -> list[str]:
     return MACHINE.call("find_dirs", CGROUP_ROOT, f"execd-{pid}", 4, "execd-")
 
 
+def assert_no_cgroups_left(ex) -> None:
+    left = execd_cgroup_dirs(ex.pid)
+    inside = {d: sorted(os.listdir(d)) for d in left if os.path.isdir(d)}
+    assert left == [], f"execd left its cgroups behind: {inside}\n{ex.stderr_text()[-3000:]}"
+
+
 def contained_pids(pid: int) -> set[int]:
     """Process scan: every live process whose cgroup path names execd-<pid>."""
     needle = f"/execd-{pid}/"
@@ -75,7 +81,7 @@ def cg_execd(execd_factory):
         pid = ex.pid
         assert ex.stop() == 0, ex.stderr_text()[-3000:]
         wait_until(lambda: not contained_pids(pid), 5 * SLOW, what="no process left in execd's cgroups")
-        assert execd_cgroup_dirs(pid) == [], "execd left its cgroups behind"
+        assert_no_cgroups_left(ex)
 
 
 def keeper_trees(pid: int) -> set[int]:
@@ -153,7 +159,7 @@ def tier_execd(request, execd_factory):
                        what="nothing of the keepers' trees left")
         else:
             wait_until(lambda: not contained_pids(pid), 5 * SLOW, what="no process left in execd's cgroups")
-            assert execd_cgroup_dirs(pid) == [], "execd left its cgroups behind"
+            assert_no_cgroups_left(ex)
 
 
 def run_pids(ex) -> set[int]:
