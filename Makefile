@@ -98,12 +98,15 @@ unit: build build-asan
 	./$(BUILD)/unit_tests
 	ASAN_OPTIONS=detect_leaks=1 ./$(ASAN_BUILD)/unit_tests
 
-# The whole suite against three binaries: release, ASan+UBSan, and the
-# static one images ship (its name lookups and malloc set-up differ). The
-# three run at the same time: see tests/run-integration.sh.
+# The whole suite against the release and ASan+UBSan binaries, and the files
+# tests/integration/static-files.txt names against the static one images
+# ship (its name lookups, malloc set-up and self re-execution differ). The
+# runs go at the same time, the ASan one (the longest) with two workers: see
+# tests/run-integration.sh.
 integration: build build-asan static venv e2b-js opensandbox-js
-	tests/run-integration.sh $(VENV)/bin/pytest asan=$(CURDIR)/$(ASAN_BUILD)/execd,sanitized \
-	  release=$(CURDIR)/$(BUILD)/execd static=$(CURDIR)/$(BUILD)/execd-static
+	tests/run-integration.sh $(VENV)/bin/pytest asan=$(CURDIR)/$(ASAN_BUILD)/execd,sanitized,workers=2 \
+	  release=$(CURDIR)/$(BUILD)/execd \
+	  static=$(CURDIR)/$(BUILD)/execd-static,files=tests/integration/static-files.txt
 
 # test-vm (5 min) is opt-in since the suite grew past the 30 minute budget
 # with it (see docs/deployment.md).
