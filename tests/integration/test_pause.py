@@ -81,12 +81,13 @@ def test_the_verdict_follows_what_runs(fx):
 
 
 def test_a_timeout_does_not_count_frozen_time(fx):
-    """1 s of work under a 2 s timeout, frozen for 2.5 s in the middle: it
+    """0.5 s of work under a 2.5 s timeout, frozen for 3 s in the middle: it
     must end well, not time out; and while frozen it makes no progress. The
-    work is one process (no fork per step) so that a loaded machine does not
-    make it take more than the timeout by itself."""
-    work = "import time\nfor i in range(1, 101):\n    print(i, flush=True)\n    time.sleep(0.01)"
-    body = {"command": f"python3 -c '{work}'", "timeout": 2000, "id": "t1"}
+    work is one process (no fork per step) and a fifth of the timeout, so
+    that a loaded machine does not make it take more than the timeout by
+    itself (1 s of it did once, with the suite beside five builds)."""
+    work = "import time\nfor i in range(1, 51):\n    print(i, flush=True)\n    time.sleep(0.01)"
+    body = {"command": f"python3 -c '{work}'", "timeout": 2500, "id": "t1"}
     rd = EventReader(fx, "POST", "/command", body)
     it = rd.events()
     assert next(it)["type"] == "init"
@@ -97,17 +98,17 @@ def test_a_timeout_does_not_count_frozen_time(fx):
         assert member_states(fx) and all(s == "D" for s in member_states(fx)), member_states(fx)
     assert activity(fx)["frozen"] is True
     before = fx.logs("t1")[2]
-    time.sleep(2.5)  # the pause itself: longer than the whole timeout
+    time.sleep(3)  # the pause itself: longer than the whole timeout
     assert fx.logs("t1")[2] == before, "frozen processes printed"
     st, status = fx.status("t1")
     assert status["running"] is True
     st, th = fx.json("POST", "/thaw")
-    assert st == 200 and th["frozen"] is False and th["frozen_ms"] >= 2500
+    assert st == 200 and th["frozen"] is False and th["frozen_ms"] >= 3000
     bufs = {"stdout": b"", "stderr": b""}
     term = collect(it, bufs)
     rd.close()
     assert term["exit_code"] == 0 and term["timed_out"] is False, term
-    assert bufs["stdout"].split() == [str(i).encode() for i in range(1, 101)]
+    assert bufs["stdout"].split() == [str(i).encode() for i in range(1, 51)]
 
 
 def test_a_timeout_still_fires_in_unfrozen_time(fx):
