@@ -148,7 +148,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     api::add_download_route(routes_, prefix, service);
   }
   api::add_archive_routes(routes_, files_);
-  api::add_metrics_routes(routes_, metrics_);
+  api::add_metrics_routes(routes_, metrics_, executions_.budget());
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
   api::add_code_routes(routes_, code_, commands_, sessions_);
