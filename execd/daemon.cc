@@ -39,6 +39,7 @@ exec::RegistrySettings registry_settings(const Config& cfg) {
   s.log_limit = static_cast<uint64_t>(cfg.log_limit_bytes);
   s.budget.cap_bytes = static_cast<uint64_t>(cfg.state_budget_bytes);
   s.budget.share_percent = static_cast<unsigned>(cfg.state_budget_percent);
+  s.budget.floor_percent = static_cast<unsigned>(cfg.state_floor_percent);
   s.budget.journal_max_bytes = cfg.journal ? static_cast<uint64_t>(cfg.journal_max_bytes) : 0;
   return s;
 }
