@@ -35,6 +35,7 @@ struct Config {
   int64_t log_limit_bytes = 64ll << 20;   // retained output per command
   int64_t state_budget_bytes = 1ll << 30;  // everything in the state dir (0: no absolute cap)
   int state_budget_percent = 25;           // ... and at most this share of its filesystem
+  int state_floor_percent = 5;             // ... and never takes its filesystem's last N%
   int64_t code_spill_limit_bytes = 1ll << 30;  // /code output a slow client may lag behind by
   int64_t max_kernel_message_bytes = 1ll << 30;  // one message from a kernel, held whole to verify it
   int64_t max_body_bytes = 8ll << 20;     // buffered JSON bodies

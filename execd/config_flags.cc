@@ -392,7 +392,11 @@ std::vector<FlagGroup> build_table() {
                     "0: no absolute cap. Finished runs' output goes first, oldest first"},
            {.name = "state-budget-percent", .value_name = "N",
             .reader = count_in(&Config::state_budget_percent, 1, 100),
-            .help = "the state budget is also at most N% of --state-dir's filesystem, and never its last 5% free"},
+            .help = "the state budget is also at most N% of --state-dir's filesystem"},
+           {.name = "state-floor-percent", .value_name = "N",
+            .reader = count_in(&Config::state_floor_percent, 0, 100),
+            .help = "execd never takes the last N% of --state-dir's filesystem, whoever filled the rest: the state "
+                    "budget is at most what execd keeps plus what is free above them"},
            {.name = "journal-max-bytes", .value_name = "BYTES",
             .reader = bytes(&Config::journal_max_bytes, 4096, int64_t(1) << 40),
             .help = "rotate the execution journal past this size; one rotated file is kept"},

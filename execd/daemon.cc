@@ -39,6 +39,7 @@ exec::RegistrySettings registry_settings(const Config& cfg) {
   s.log_limit = static_cast<uint64_t>(cfg.log_limit_bytes);
   s.budget.cap_bytes = static_cast<uint64_t>(cfg.state_budget_bytes);
   s.budget.share_percent = static_cast<unsigned>(cfg.state_budget_percent);
+  s.budget.floor_percent = static_cast<unsigned>(cfg.state_floor_percent);
   s.budget.journal_max_bytes = cfg.journal ? static_cast<uint64_t>(cfg.journal_max_bytes) : 0;
   return s;
 }
@@ -148,7 +149,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     api::add_download_route(routes_, prefix, service);
   }
   api::add_archive_routes(routes_, files_);
-  api::add_metrics_routes(routes_, metrics_);
+  api::add_metrics_routes(routes_, metrics_, executions_.budget());
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
   api::add_code_routes(routes_, code_, commands_, sessions_);

@@ -15,6 +15,23 @@ namespace execd::api {
 namespace codes = protocol::codes;
 using ojson = nlohmann::ordered_json;
 
+// What execd keeps in its state directory against its budget
+// (exec/state_budget): /activity's "state_dir" and /metrics' (execd's one
+// addition to the Go daemon's body).
+nlohmann::ordered_json state_dir_json(exec::StateBudget& budget) {
+  budget.refresh(true);
+  return {{"used_bytes", budget.used()},
+          {"budget_bytes", budget.limit()},
+          {"output_bytes", budget.output_bytes()},
+          {"output_budget_bytes", budget.output_limit()},
+          {"journal_bytes", budget.journal_bytes()},
+          {"other_bytes", budget.other_bytes()},
+          {"evicted_bytes", budget.evicted_bytes()},
+          {"trimmed_bytes", budget.trimmed_bytes()},
+          {"filesystem_bytes", budget.fs_bytes()},
+          {"filesystem_free_bytes", budget.fs_free_bytes()}};
+}
+
 namespace {
 
 ojson time_or_null(int64_t ms) { return ms ? ojson(rfc3339_nano(ms * 1000000)) : ojson(); }
@@ -71,20 +88,7 @@ void handle_activity(ActivityService& s, http::Exchange& ex) {
   j["streams"] = {{"run_readers", s.executions.readers()},
                   {"journal_followers", s.journal.followers()},
                   {"watch_feeds", s.watches.followers()}};
-  // What execd keeps in its state directory against its budget
-  // (exec/state_budget).
-  exec::StateBudget& budget = s.executions.budget();
-  budget.refresh(true);
-  j["state_dir"] = {{"used_bytes", budget.used()},
-                    {"budget_bytes", budget.limit()},
-                    {"output_bytes", budget.output_bytes()},
-                    {"output_budget_bytes", budget.output_limit()},
-                    {"journal_bytes", budget.journal_bytes()},
-                    {"other_bytes", budget.other_bytes()},
-                    {"evicted_bytes", budget.evicted_bytes()},
-                    {"trimmed_bytes", budget.trimmed_bytes()},
-                    {"filesystem_bytes", budget.fs_bytes()},
-                    {"filesystem_free_bytes", budget.fs_free_bytes()}};
+  j["state_dir"] = state_dir_json(s.executions.budget());
   j["connections"] = s.server.connection_count();
   j["containment"] = pty::containment_mode_name(s.containment.mode());
   // How processes got into their cgroups: a launcher made ahead or born in

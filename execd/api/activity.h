@@ -10,6 +10,8 @@
 // the registries', the freezing is pty::Containment's.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "execd/activity.h"
 #include "execd/api/code.h"
 #include "execd/journal/journal.h"
@@ -42,5 +44,9 @@ struct ActivityService {
 };
 
 void add_activity_routes(RouteTable& routes, ActivityService& svc);
+
+// The state directory's use against its budget, refreshed now: /activity's
+// "state_dir" and the one object /metrics adds to the Go daemon's body.
+nlohmann::ordered_json state_dir_json(exec::StateBudget& budget);
 
 }  // namespace execd::api

@@ -28,6 +28,8 @@ void add_upload_route(RouteTable& routes, const std::string& prefix, const FileS
 void add_download_route(RouteTable& routes, const std::string& prefix, const FileServiceFor& service);
 // GET and POST /files/archive (execd/api/archive).
 void add_archive_routes(RouteTable& routes, FileService& files);
-void add_metrics_routes(RouteTable& routes, metrics::MetricsService& metrics);
+// GET /metrics: the Go daemon's body plus "state_dir" (the figures
+// /activity has, from `budget`); GET /metrics/watch: the Go daemon's lines.
+void add_metrics_routes(RouteTable& routes, metrics::MetricsService& metrics, exec::StateBudget& budget);
 
 }  // namespace execd::api

@@ -48,7 +48,7 @@ void StateBudget::refresh(bool force) {
     limit = std::min(limit, fs_total_ / 100 * s_.share_percent);
     // What execd keeps plus what is free above the floor: the user's files
     // grow into the same space, and the floor stays free whoever wrote.
-    uint64_t floor = fs_total_ / 100 * kFreeFloorPercent;
+    uint64_t floor = fs_total_ / 100 * s_.floor_percent;
     uint64_t reachable = used() + (fs_avail_ > floor ? fs_avail_ - floor : 0);
     limit = std::min(limit, reachable);
   }

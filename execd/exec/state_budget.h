@@ -5,7 +5,7 @@
 //
 //   budget = min(--state-budget, --state-budget-percent of the filesystem,
 //                what execd keeps + what is free beyond the last
-//                kFreeFloorPercent of the filesystem)
+//                --state-floor-percent (5%) of the filesystem)
 //
 // The last term moves with the user's own files: execd never takes the
 // filesystem's last few percent, whoever filled the rest.
@@ -38,7 +38,6 @@ namespace execd::exec {
 
 class StateBudget {
  public:
-  static constexpr unsigned kFreeFloorPercent = 5;
   static constexpr unsigned kJournalShare = 8;    // 1/8 of the budget at most
   static constexpr uint64_t kSegmentShare = 64;   // an output segment: 1/64 of output's share at most
   static constexpr uint64_t kRefreshMs = 100;     // statvfs and stat at most this often, unless forced
@@ -47,6 +46,7 @@ class StateBudget {
     std::string dir;
     uint64_t cap_bytes = 1ull << 30;  // 0: no absolute cap
     unsigned share_percent = 25;
+    unsigned floor_percent = 5;  // of the filesystem, never taken
     uint64_t journal_max_bytes = 0;  // one journal file's rotation size; 0: no journal
   };
 

@@ -85,7 +85,7 @@ void MetricsService::answer(http::Exchange& ex, BodyFn body) {
     ex.respond_json(200, body(*latest_));
   } else {
     auto w = std::make_unique<MetricsWaiter>();
-    w->body = body;
+    w->body = std::move(body);
     http::await(ex, *w);
     waiters_.push_back(std::move(w));
     start_sampling(quiet);

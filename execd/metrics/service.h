@@ -10,6 +10,7 @@
 
 #include <uv.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -36,8 +37,9 @@ class MetricsService {
   void close();
 
   // Answers `ex` with the latest sample (now, or once one is taken), as
-  // `body` writes it (upstream's shape by default; E2B's /metrics has its own).
-  using BodyFn = std::string (*)(const MetricsSample&);
+  // `body` writes it (upstream's shape by default; execd's /metrics adds
+  // the state directory's figures, E2B's /metrics has its own shape).
+  using BodyFn = std::function<std::string(const MetricsSample&)>;
   void answer(http::Exchange& ex, BodyFn body = nullptr);
   // GET /metrics/watch, its head sent: a line per sample from now on.
   void watch(http::Exchange& ex);

@@ -70,11 +70,29 @@ def test_logs_cursor_as_go_reads_it(execd):
     assert st == 400
 
 
+# The Go daemon's /metrics body (components/execd/pkg/web/model/metric.go):
+# every key, with its JSON type. execd adds exactly the keys in
+# METRICS_EXTRA (docs/api.md, "GET /metrics"), nothing else.
+GO_METRICS = {"cpu_count": float, "cpu_used_pct": float, "mem_total_mib": float, "mem_used_mib": float,
+              "timestamp": int}
+METRICS_EXTRA = {"state_dir"}
+
+
+def assert_go_metrics_shape(m: dict):
+    missing = set(GO_METRICS) - set(m)
+    assert not missing, f"the Go daemon's keys {missing} are missing from {m}"
+    for key, kind in GO_METRICS.items():
+        # A float64 that happens to be whole is written without a fraction.
+        allowed = (int, float) if kind is float else (int,)
+        assert isinstance(m[key], allowed) and not isinstance(m[key], bool), (key, m[key])
+    assert set(m) - set(GO_METRICS) == METRICS_EXTRA, f"execd's keys beside the Go daemon's are not the documented {METRICS_EXTRA}: {m}"
+
+
 def test_metrics_shape_and_speed(execd):
     t0 = time.monotonic()
     st, m = execd.json("GET", "/metrics")
     assert st == 200
-    assert set(m) == {"cpu_count", "cpu_used_pct", "mem_total_mib", "mem_used_mib", "timestamp"}
+    assert_go_metrics_shape(m)
     assert m["cpu_count"] >= 1 and 0 <= m["cpu_used_pct"] <= 100 * m["cpu_count"]
     assert 0 < m["mem_used_mib"] <= m["mem_total_mib"]
     assert abs(m["timestamp"] - time.time() * 1000) < 60_000
@@ -83,6 +101,70 @@ def test_metrics_shape_and_speed(execd):
     assert execd.json("GET", "/metrics")[0] == 200
     assert time.monotonic() - t1 < 0.5 * SLOW
     assert t1 - t0 < 3 * SLOW
+
+
+def test_metrics_shows_the_state_directory_as_activity_does(execd):
+    """/metrics adds one object to the Go daemon's body: the state directory's
+    use against its budget (issue 43), the same figures as /activity's."""
+    execd.run("head -c 300000 /dev/zero", id="metrics-output")
+    st, m = execd.json("GET", "/metrics")
+    assert st == 200
+    st, a = execd.json("GET", "/activity")
+    assert st == 200
+    sd, want = m["state_dir"], a["state_dir"]
+    assert list(sd) == list(want), (sd, want)
+    assert all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sd.values()), sd
+    # Figures that do not move between the two calls are equal; the rest
+    # are consistent with what just ran.
+    for key in ("budget_bytes", "filesystem_bytes", "evicted_bytes", "trimmed_bytes"):
+        assert sd[key] == want[key], key
+    assert sd["output_bytes"] >= 300000, sd
+    assert sd["used_bytes"] >= sd["output_bytes"] + sd["journal_bytes"], sd
+    assert 0 < sd["budget_bytes"] <= 1 << 30 and sd["budget_bytes"] <= sd["filesystem_bytes"] // 4, sd
+    # /metrics/watch keeps the Go daemon's lines exactly.
+    s = socket.create_connection((execd.host, execd.port), timeout=20)
+    try:
+        s.sendall(f"GET /metrics/watch HTTP/1.1\r\nHost: x\r\n{TOKEN_HEADER}: {execd.token}\r\n\r\n".encode())
+        buf = b""
+        while b"}\n" not in buf.partition(b"\r\n\r\n")[2]:
+            chunk = s.recv(65536)
+            assert chunk, buf
+            buf += chunk
+    finally:
+        s.close()
+    body = buf.partition(b"\r\n\r\n")[2]
+    line = body[body.index(b"{"):body.index(b"}\n") + 1]
+    assert set(json.loads(line)) == set(GO_METRICS), line
+
+
+def test_the_opensandbox_sdk_reads_metrics_with_the_added_object(execd):
+    """The official SDK (1.1.1) decodes /metrics with the extra key: its
+    generated model keeps what it does not know in additional_properties."""
+    import asyncio
+
+    from opensandbox.adapters.factory import AdapterFactory
+    from opensandbox.api.execd.api.metric import get_metrics
+    from opensandbox.config import ConnectionConfig
+    from opensandbox.models.sandboxes import SandboxEndpoint
+
+    async def main():
+        cfg = ConnectionConfig(protocol="http").with_transport_if_missing()
+        try:
+            svc = AdapterFactory(cfg).create_metrics_service(
+                SandboxEndpoint(endpoint=execd.endpoint, headers={TOKEN_HEADER: execd.token}))
+            try:
+                seen = await svc.get_metrics("local")
+                raw = await get_metrics.asyncio_detailed(client=svc._client)
+                return seen, raw
+            finally:
+                await svc._httpx_client.aclose()
+        finally:
+            await cfg.close_transport_if_owned()
+
+    seen, raw = asyncio.run(main())
+    assert seen.cpu_count >= 1 and 0 < seen.memory_used_in_mib <= seen.memory_total_in_mib
+    assert raw.status_code == 200 and raw.parsed is not None
+    assert raw.parsed.additional_properties["state_dir"]["budget_bytes"] > 0
 
 
 def test_metrics_watch_streams_samples(execd):

@@ -7,16 +7,20 @@ records and journal entries; a restart counts what is left."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import socket
 import subprocess
+import tarfile
 import threading
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
-from execd_client import SLOW, decode_chunk, parse_stream, wait_until
+from execd_client import SLOW, TOKEN_HEADER, decode_chunk, parse_stream, start_execd, wait_until
 
 MiB = 1 << 20
 RUN_BYTES = 24 * MiB
@@ -211,3 +215,159 @@ def test_a_restart_counts_what_is_on_disk_and_a_smaller_budget_evicts_at_once(ex
     assert state_dir_figures(ex3)["used_bytes"] <= 30 * MiB
     first, out, _ = retained_from(ex3, "more-01")
     assert first == 0 and len(out) == RUN_BYTES
+
+
+# ---- archive spools ----------------------------------------------------------------------------------
+
+def tar_of(name: str, data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def post_archive_raw(ex, target: Path, body: bytes) -> tuple[int, dict]:
+    """POST /files/archive over a socket that tolerates execd answering (and
+    closing) before the whole body is sent: the answer is read either way."""
+    head = (f"POST /files/archive?path={quote(str(target))} HTTP/1.1\r\nHost: x\r\n"
+            f"{TOKEN_HEADER}: {ex.token}\r\nContent-Type: application/x-tar\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection((ex.host, ex.port), timeout=60 * SLOW) as s:
+        s.sendall(head)
+        try:
+            piece = 256 << 10
+            for i in range(0, len(body), piece):
+                s.sendall(body[i:i + piece])
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered early: the rest of the body is not read
+        raw = b""
+        try:
+            while b"\r\n\r\n" not in raw or len(raw.partition(b"\r\n\r\n")[2]) < content_length(raw):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                raw += chunk
+        except ConnectionResetError:
+            pass
+    head_text, _, payload = raw.partition(b"\r\n\r\n")
+    assert head_text.startswith(b"HTTP/1.1 "), raw[:300]
+    return int(head_text.split()[1]), json.loads(payload[:content_length(raw)])
+
+
+def content_length(raw: bytes) -> int:
+    for line in raw.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            return int(v)
+    return 1 << 62
+
+
+def test_an_archive_spool_makes_room_and_one_that_cannot_fit_is_refused_with_507(execd_factory, tmp_path):
+    """An archive body is spooled in --state-dir and counts against the budget
+    while it is: finished runs' output goes to make room for it; one that
+    does not fit even once all finished output is gone is refused with 507
+    INSUFFICIENT_STORAGE before the rest of it is read, and leaves nothing
+    behind (no file, no bytes counted, later uploads unaffected)."""
+    budget = 4 * MiB
+    ex = execd_factory("--state-budget", str(budget))
+    ex.run(f"head -c {3 * MiB} /dev/zero", id="old", background=True)
+    assert ex.wait_finished("old")["stdout_bytes"] == 3 * MiB
+    base = state_dir_figures(ex)
+    assert base["budget_bytes"] == budget and base["output_bytes"] >= 3 * MiB, base
+
+    # 2 MiB fits once some of the finished run's output is let go of.
+    data = os.urandom(2 * MiB)
+    st, js = post_archive_raw(ex, tmp_path / "fits", tar_of("f.bin", data))
+    assert st == 200, js
+    assert (tmp_path / "fits" / "f.bin").read_bytes() == data
+    after = state_dir_figures(ex)
+    assert after["evicted_bytes"] > 0 and after["used_bytes"] <= budget, after
+    first, _, gaps = retained_from(ex, "old")
+    assert first > 0 and gaps, "the finished run's oldest output made room"
+
+    # 5 MiB cannot fit even with every finished run's output gone.
+    ex.run(f"head -c {MiB} /dev/zero", id="newer", background=True)
+    ex.wait_finished("newer")
+    st, js = post_archive_raw(ex, tmp_path / "too-big", tar_of("g.bin", os.urandom(5 * MiB)))
+    assert st == 507 and js["code"] == "INSUFFICIENT_STORAGE", js
+    assert "--state-budget" in js["message"]
+    assert not (tmp_path / "too-big").exists()
+    refused = state_dir_figures(ex)
+    assert refused["output_bytes"] == 0, refused  # it was tried: all finished output went first
+    first, out, gaps = retained_from(ex, "newer")
+    assert first == MiB and out == b"" and gaps
+    # The refused spool is no longer counted, and no spool file is left.
+    wait_until(lambda: state_dir_figures(ex)["other_bytes"] <= base["other_bytes"] + 64 * 1024, 10 * SLOW,
+               what="the refused spool uncounted")
+    assert not [p for p in Path(ex.state_dir).iterdir() if p.name.startswith("archive-")]
+    st, js = post_archive_raw(ex, tmp_path / "again", tar_of("h.bin", b"small"))
+    assert st == 200, js
+    assert (tmp_path / "again" / "h.bin").read_bytes() == b"small"
+
+
+# ---- envd's POST /files ------------------------------------------------------------------------------
+
+def test_envd_gzip_uploads_are_not_spooled_in_the_state_dir_and_a_full_disk_is_507(execd_factory, small_fs,
+                                                                                     monkeypatch, tmp_path):
+    """E2B's POST /files (here gzip, the SDK's gzip=True) inflates as the body
+    arrives straight into a temp file beside the target: nothing of it
+    passes through --state-dir, so it has no spool for the budget to count,
+    and an upload many times the budget succeeds without the state
+    directory's filesystem moving. What bounds it is the target's disk: a
+    full one is 507, as envd answers ENOSPC, which the E2B SDK raises as
+    NotEnoughSpaceException; nothing is left behind."""
+    from e2b import NotEnoughSpaceException, Sandbox
+
+    from e2b_support import listener_url, point_sdk_at
+    from files_fixtures import tiny_tmpfs
+
+    budget = 2 * MiB
+    ex = execd_factory("--envd-port", "0", "--state-budget", str(budget), state_dir=small_fs)
+    point_sdk_at(monkeypatch, listener_url(ex))
+    sbx = Sandbox.create()
+    data = os.urandom(4 * MiB) * 6  # 24 MiB, about as much gzip: twelve times the budget
+    base = fs_used(small_fs)
+    with PeakUse(small_fs) as peak:
+        sbx.files.write(str(tmp_path / "big.bin"), io.BytesIO(data), gzip=True)
+    assert (tmp_path / "big.bin").read_bytes() == data
+    assert peak.peak <= base + 512 * 1024, (base, peak.peak)
+    figures = state_dir_figures(ex)
+    assert figures["other_bytes"] < 512 * 1024 and figures["evicted_bytes"] == 0, figures
+
+    with tiny_tmpfs("4m") as full:
+        with pytest.raises(NotEnoughSpaceException):
+            sbx.files.write(f"{full}/too-big.bin", io.BytesIO(os.urandom(8 * MiB)), gzip=True)
+        assert os.listdir(full) == []
+    assert state_dir_figures(ex)["evicted_bytes"] == 0
+
+
+# ---- the free-space floor ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("floor", [None, "0", "30"])
+def test_the_free_space_floor_is_a_flag(execd_factory, small_fs, floor):
+    """--state-floor-percent (5 by default): the budget is at most what execd
+    keeps plus what is free above the filesystem's last N%. The user's files
+    (here 60 MiB of them) shrink it; a larger floor shrinks it more."""
+    (small_fs / "users-files").write_bytes(b"u" * (60 * MiB))
+    args = ["--state-budget", "0", "--state-budget-percent", "100"]
+    if floor is not None:
+        args += ["--state-floor-percent", floor]
+    ex = execd_factory(*args, state_dir=small_fs)
+    f = state_dir_figures(ex)
+    percent = 5 if floor is None else int(floor)
+    floor_bytes = f["filesystem_bytes"] // 100 * percent
+    assert f["budget_bytes"] == f["used_bytes"] + max(f["filesystem_free_bytes"] - floor_bytes, 0), f
+    if percent == 0:
+        return  # the whole disk is execd's to take: nothing more to see
+    # Output past it makes room as with any budget: a 24 MiB run keeps
+    # what fits, the disk keeps its floor free.
+    with PeakUse(small_fs) as peak:
+        print_runs(ex, "floor", 2)
+    assert peak.peak <= fs_size(small_fs) - floor_bytes + SLACK, (peak.peak, floor_bytes)
+
+
+def test_a_floor_outside_0_to_100_is_refused():
+    proc, pump = start_execd("--state-floor-percent", "101", wait=False)
+    assert proc.wait(10) == 2
