@@ -23,7 +23,7 @@ void RuntimeBinding::status_line(const std::string& line) {
   if (path.empty()) return;
   // As upstream during an apply: logged, never fatal.
   if (std::string err = append_lifecycle_status(path, line); !err.empty())
-    spdlog::warn("runtime init: append lifecycle startup status "{}": {}", line, err);
+    spdlog::warn("runtime init: append lifecycle startup status '{}': {}", line, err);
 }
 
 RuntimeBinding::RuntimeBinding(const Context& ctx, Access& access, CommandService& commands, Entrypoint* entrypoint)
