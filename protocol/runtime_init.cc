@@ -247,7 +247,7 @@ std::string init_response_json(const InitRequest& r, const std::vector<std::stri
   j["status"] = "initialized";
   j["sandboxId"] = r.sandbox_id;
   j["generation"] = r.generation;
-  j["warning"] = warnings;
+  if (!warnings.empty()) j["warning"] = warnings;  // Go: omitempty
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

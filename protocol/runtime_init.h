@@ -61,7 +61,8 @@ std::vector<std::pair<std::string, std::string>> parse_metric_extra_attrs(std::s
 // The message says what is wrong; the caller answers 400 with it.
 std::variant<InitRequest, std::string> decode_init_request(std::string_view body);
 
-// {"status":"initialized","sandboxId","generation","warning":[...]}
+// {"status":"initialized","sandboxId","generation","warning":[...]}, the
+// warnings only when there are some.
 std::string init_response_json(const InitRequest& r, const std::vector<std::string>& warnings);
 
 }  // namespace execd::protocol
