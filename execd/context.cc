@@ -3,7 +3,6 @@
 
 #include <cctype>
 
-#include "protocol/runtime_init.h"
 #include "pty/spawn.h"
 
 namespace execd {
@@ -16,26 +15,24 @@ const char* env_lookup(const std::vector<std::string>& env, std::string_view nam
 }
 
 namespace {
-// bootstrap.sh's strip list for the entrypoint (upstream's
-// bootstrapStripEnv): a subset of protocol::kReservedEnvKeys.
-bool entrypoint_keeps(std::string_view upper_key) {
-  return upper_key == "JUPYTER_HOST" || upper_key == "JUPYTER_TOKEN" || upper_key == "EXECD_ENVS" ||
-         upper_key == "EXECD_ISOLATION_CONFIG";
+// What no process execd starts gets of execd's environment (OpenSandbox's
+// bootstrapStripEnv, and what its main.go unsets from its own environment
+// at start). The rest of upstream's blacklist (EXECD_ENVS, JUPYTER_HOST,
+// EXECD_ISOLATION_CONFIG) stays: upstream's /command passes it on, and the
+// SDKs' commands.set_env writes to the file $EXECD_ENVS names.
+bool stripped(std::string_view key) {
+  std::string upper(key);
+  for (char& c : upper) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  return upper == "EXECD_ACCESS_TOKEN" || upper == "EXECD_RUNTIME_INIT" || upper == "OPENSANDBOX_LIFECYCLE" ||
+         upper == "EXECD_LIFECYCLE_CONFIG" || upper == "JUPYTER_TOKEN";
 }
 }  // namespace
 
-std::vector<std::string> Context::child_env(EnvFor who) const {
+std::vector<std::string> Context::child_env() const {
   std::vector<std::string> env;
   env.reserve(base_env.size() + binding->envs.size() + 1);
-  for (const std::string& kv : base_env) {
-    std::string_view key = std::string_view(kv).substr(0, kv.find('='));
-    if (protocol::reserved_env_key(key)) {
-      std::string upper(key);
-      for (char& c : upper) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
-      if (!(who == EnvFor::entrypoint && entrypoint_keeps(upper))) continue;
-    }
-    env.push_back(kv);
-  }
+  for (const std::string& kv : base_env)
+    if (!stripped(std::string_view(kv).substr(0, kv.find('=')))) env.push_back(kv);
   for (const auto& [k, v] : binding->envs) pty::set_env(env, k, v);
   seal_env(env);
   return env;

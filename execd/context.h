@@ -26,10 +26,6 @@ struct Binding {
   std::vector<std::pair<std::string, std::string>> telemetry_attributes;
 };
 
-// Whose environment child_env() builds: the entrypoint keeps JUPYTER_* and
-// EXECD_ENVS (a code-interpreter entrypoint configures itself from them).
-enum class EnvFor { user_process, entrypoint };
-
 struct Context {
   uv_loop_t* loop = nullptr;
   Config config;
@@ -50,10 +46,11 @@ struct Context {
   std::string home;
 
   // The environment a process starts from (OpenSandbox's precedence, lowest
-  // first): base_env without execd's own settings (protocol::
-  // kReservedEnvKeys, any case), the binding's envs, OPENSANDBOX_ID. The
+  // first): base_env without the settings no process gets
+  // (EXECD_RUNTIME_INIT, OPENSANDBOX_LIFECYCLE, EXECD_LIFECYCLE_CONFIG and
+  // the tokens, any case), the binding's envs, OPENSANDBOX_ID. The
   // EXECD_ENVS file and a request's envs go over it, then seal_env.
-  std::vector<std::string> child_env(EnvFor who = EnvFor::user_process) const;
+  std::vector<std::string> child_env() const;
   // Last, over everything: OPENSANDBOX_ID is the bound sandbox id (no
   // request or file overrides it); before a binding, nothing changes.
   void seal_env(std::vector<std::string>& env) const;

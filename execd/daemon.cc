@@ -264,7 +264,7 @@ void Daemon::run() {
     }
   }
   // Started once execd listens: what it runs can reach execd at once.
-  if (entrypoint_ && !entrypoint_->start(ctx_.child_env(EnvFor::entrypoint), error)) {
+  if (entrypoint_ && !entrypoint_->start(ctx_.child_env(), error)) {
     spdlog::error("the entrypoint could not start: {}", error);
     exit_status_ = error.find("permission denied") != std::string::npos ? 126 : 127;  // as a shell says
     shutdown(SIGTERM);

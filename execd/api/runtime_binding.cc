@@ -144,7 +144,7 @@ void RuntimeBinding::advance_pre_start() {
 void RuntimeBinding::all_started() {
   if (ready_) return;
   status_line("done 0");
-  if (entrypoint_ && bound_.restart_entrypoint) entrypoint_->restart(ctx_.child_env(EnvFor::entrypoint));
+  if (entrypoint_ && bound_.restart_entrypoint) entrypoint_->restart(ctx_.child_env());
   ready_ = true;
   spdlog::info("sandbox {} generation {} ready", bound_.sandbox_id, bound_.generation);
 }

@@ -194,9 +194,11 @@ def test_environment_precedence_refused_keys_and_opensandbox_id(execd_factory, t
     assert e["OPENSANDBOX_ID"] == "sbx-env"
     e = env_of(ex)
     assert e["BOTH"] == "file" and e["OPENSANDBOX_ID"] == "sbx-env"
-    # execd's own settings reach no process.
-    for key in ("EXECD_RUNTIME_INIT", "EXECD_ENVS", "JUPYTER_HOST", "EXECD_LIFECYCLE_CONFIG"):
+    # execd's own settings reach no process; EXECD_ENVS and JUPYTER_HOST do,
+    # as upstream's /command passes them (the SDKs' set_env needs the first).
+    for key in ("EXECD_RUNTIME_INIT", "EXECD_LIFECYCLE_CONFIG", "OPENSANDBOX_LIFECYCLE"):
         assert key not in e, key
+    assert e["EXECD_ENVS"] == str(envs) and e["JUPYTER_HOST"] == "http://j:1"
     # Bash sessions too.
     st, js = ex.json("POST", "/session", {})
     st, _, body = ex.request("POST", f"/session/{js['session_id']}/run",
