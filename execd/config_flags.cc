@@ -485,8 +485,16 @@ std::vector<FlagGroup> build_table() {
                     "TERM/INT/HUP/USR1/USR2/WINCH to it and exit with its status",
             .env = "EXECD_INIT", .env_use = EnvUse::turns_on},
            {.name = "runtime-init", .reader = switch_on(&Config::runtime_init),
-            .help = "warm pool: only /ping, /ready and /init answer until POST /init binds this execd (a token "
-                    "is then optional: /init brings its hash)"},
+            .help = "warm pool: only /ping, /ready and /internal/init (or /init) answer until POST "
+                    "/internal/init binds this execd (a token is then optional: the binding brings its hash); "
+                    "the variable takes Go's booleans only (1 t T TRUE true True, 0 f F FALSE false False) and "
+                    "never reaches a process execd starts",
+            .env = "EXECD_RUNTIME_INIT"},
+           {.name = "lifecycle-startup-status-file", .value_name = "PATH",
+            .reader = text(&Config::lifecycle_status_file, "needs a path", non_empty),
+            .help = "append startup progress to this existing file for bootstrap.sh's watchdog: 'running N' "
+                    "before preStart hooks that may take N s, then 'done 0' (ready) or 'done 1' (a hook "
+                    "failed); never created (a missing file fails startup)"},
        }},
       {"E2B SDKs",
        {

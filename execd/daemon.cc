@@ -4,12 +4,14 @@
 #include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "execd/api/api.h"
+#include "execd/lifecycle_status.h"
 #include "execd/api/journal.h"
 #include "execd/api/proxy.h"
 #include "execd/api/envd/connect_rpc.h"
@@ -153,6 +155,22 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_journal_routes(routes_, journal_);
   api::add_proxy_routes(routes_, proxy_);
   api::add_code_routes(routes_, code_, commands_, sessions_);
+  // The reset before a binding (OpenSandbox's Controller.Reset): what the
+  // warm-up started goes, through each registry's own kill path; the
+  // entrypoint stays (its policy decides), finished records stay readable.
+  binding_.set_reset([this] {
+    size_t runs = executions_.running(), kernels = code_.kernels_alive();
+    size_t shells = sessions_.count(), terminals = ptys_.count(), isolated = isolated_.count();
+    executions_.signal_all(SIGKILL);
+    sessions_.remove_all();
+    ptys_.remove_all();
+    isolated_.remove_all();
+    code_.shutdown_all();
+    code_.kill_all();
+    spdlog::info("runtime init reset: killed {} running command(s), {} bash session(s), {} PTY session(s), "
+                 "{} isolated session(s), {} kernel(s)",
+                 runs, shells, terminals, isolated, kernels);
+  });
   api::add_runtime_routes(routes_, binding_);
   if (ctx_.config.envd_port >= 0 || ctx_.config.code_interpreter_port >= 0) {
     api::add_envd_process_routes(envd_routes_, envd_processes_);
@@ -223,8 +241,30 @@ int Daemon::listen_e2b() {
 }
 
 void Daemon::run() {
-  // Started once execd listens: what it runs can reach execd at once.
   std::string error;
+  const Config& cfg = ctx_.config;
+  if (!cfg.runtime_init) {
+    // Classic startup has no hooks of its own (they come with a binding):
+    // ready at once. A lifecycle configuration is not read: say so.
+    std::string lifecycle = lifecycle_config_path(ctx_.base_env);
+    struct stat st;
+    if (!lifecycle.empty() && stat(lifecycle.c_str(), &st) == 0)
+      spdlog::warn("lifecycle configuration {} is not read: execd runs hooks only from POST /internal/init",
+                   lifecycle);
+    if (const char* inline_config = env_lookup(ctx_.base_env, "OPENSANDBOX_LIFECYCLE"); inline_config && *inline_config)
+      spdlog::warn("OPENSANDBOX_LIFECYCLE is not read: execd runs hooks only from POST /internal/init");
+    if (!cfg.lifecycle_status_file.empty()) {
+      // Upstream's classic startup fails closed when bootstrap's channel is gone.
+      if (std::string err = append_lifecycle_status(cfg.lifecycle_status_file, "done 0"); !err.empty()) {
+        spdlog::error("lifecycle startup status: {}", err);
+        exit_status_ = 1;
+        shutdown(SIGTERM);
+        uv_run(loop_, UV_RUN_DEFAULT);
+        return;
+      }
+    }
+  }
+  // Started once execd listens: what it runs can reach execd at once.
   if (entrypoint_ && !entrypoint_->start(ctx_.child_env(), error)) {
     spdlog::error("the entrypoint could not start: {}", error);
     exit_status_ = error.find("permission denied") != std::string::npos ? 126 : 127;  // as a shell says

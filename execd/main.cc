@@ -8,12 +8,14 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
 
 #include "execd/work_gate.h"
+#include "protocol/runtime_init.h"
 #include "execd/config.h"
 #include "execd/context.h"
 #include "execd/daemon.h"
@@ -163,6 +165,14 @@ int main(int argc, char** argv) {
   if (ctx.config.insecure_no_auth) spdlog::warn("running WITHOUT an access token (--insecure-no-auth)");
 
   ctx.base_env = execd::hide_secrets(argc, argv);
+  if (const char* id = execd::env_lookup(ctx.base_env, "OPENSANDBOX_ID")) {
+    std::string_view v = id;
+    while (!v.empty() && isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
+    while (!v.empty() && isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
+    if (!v.empty()) ctx.static_metric_attrs.emplace_back("sandbox_id", std::string(v));
+  }
+  if (const char* extra = execd::env_lookup(ctx.base_env, "OPENSANDBOX_EXECD_METRICS_EXTRA_ATTRS"))
+    for (auto& kv : execd::protocol::parse_metric_extra_attrs(extra)) ctx.static_metric_attrs.push_back(std::move(kv));
   ctx.shell = find_shell();
   ctx.home = own_home();
   bool private_state_dir = false;

@@ -59,7 +59,7 @@ void RouteTable::route(http::Exchange& ex) const {
                                                               : nullptr;
   if (access_.held() && !(rules && rules->while_held)) {
     // Not bound yet: nothing but the probes and /init, whoever asks.
-    ex.respond_error(503, "NOT_INITIALIZED", "execd is not bound to a sandbox yet (POST /init)");
+    ex.respond_error(503, "NOT_INITIALIZED", "execd is not initialized yet: POST /internal/init must be called first");
     return;
   }
   ex.authorized = access_.authorized(listener_, ex);

@@ -264,6 +264,12 @@ void IsolatedRegistry::on_tick() {
   if (sessions_.empty() && starting_.empty()) uv_timer_stop(&tick_);
 }
 
+void IsolatedRegistry::remove_all() {
+  std::vector<std::string> ids;
+  for (const auto& [id, s] : sessions_) ids.push_back(id);
+  for (const auto& id : ids) remove(id);
+}
+
 void IsolatedRegistry::kill_all() {
   for (auto* map : {&sessions_, &starting_})
     for (auto& [id, s] : *map) {

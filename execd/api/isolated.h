@@ -80,6 +80,9 @@ class IsolatedRegistry {
   void holder_exited(const std::string& id, pid_t pid);
   void shell_gone(const std::shared_ptr<IsolatedSession>& s, pty::BashSession* shell);
 
+  // remove() of every running session (POST /internal/init's reset;
+  // sessions still being set up are not touched).
+  void remove_all();
   // Daemon shutdown: every session's processes die; then let go of all.
   void kill_all();
   void clear();

@@ -301,6 +301,12 @@ void PtyRegistry::reap() {
   dying_ = std::move(keep);
 }
 
+void PtyRegistry::remove_all() {
+  std::vector<PtyEntry*> all;
+  for (auto& [id, e] : entries_) all.push_back(e.get());
+  for (PtyEntry* e : all) remove(e);
+}
+
 void PtyRegistry::kill_all() {
   for (auto& [id, e] : entries_) e->session->kill_all();
   for (auto& e : dying_) e->session->kill_all();

@@ -37,6 +37,8 @@ class PtyRegistry {
   size_t count() const { return entries_.size() + dying_.size(); }
   // Takes the entry out of the table; it is freed now, or after its process exits.
   void remove(PtyEntry* e);
+  // remove() of every session (POST /internal/init's reset).
+  void remove_all();
   // SIGKILL to every process of every session (daemon exit).
   void kill_all();
   // Frees every entry (daemon exit, after kill_all and with no client left).

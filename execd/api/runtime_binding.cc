@@ -6,12 +6,24 @@
 #include <nlohmann/json.hpp>
 
 #include "execd/exec/execution.h"
+#include "execd/lifecycle_status.h"
 #include "protocol/errors.h"
 
 namespace execd::api {
 
 namespace {
 constexpr uint64_t kBindingTickMs = 50;
+// What a preStart hook without a timeout counts as for the watchdog
+// (upstream's default preStart timeout).
+constexpr int64_t kDefaultHookSeconds = 60;
+}  // namespace
+
+void RuntimeBinding::status_line(const std::string& line) {
+  const std::string& path = ctx_.config.lifecycle_status_file;
+  if (path.empty()) return;
+  // As upstream during an apply: logged, never fatal.
+  if (std::string err = append_lifecycle_status(path, line); !err.empty())
+    spdlog::warn("runtime init: append lifecycle startup status '{}': {}", line, err);
 }
 
 RuntimeBinding::RuntimeBinding(const Context& ctx, Access& access, CommandService& commands, Entrypoint* entrypoint)
@@ -36,8 +48,6 @@ void RuntimeBinding::handle_init(http::Exchange& ex) {
   namespace codes = protocol::codes;
   auto decoded = protocol::decode_init_request(ex.request().body);
   if (auto* msg = std::get_if<std::string>(&decoded)) return ex.respond_error(400, codes::kInvalidRequestBody, *msg);
-  if (!ctx_.config.runtime_init)
-    return ex.respond_error(409, "NOT_RUNTIME_INIT", "execd was not started with --runtime-init: nothing to bind");
   if (initialized_)
     return ex.respond_error(409, "ALREADY_INITIALIZED",
                             "execd is already bound to sandbox " + bound_.sandbox_id + " generation " +
@@ -48,14 +58,21 @@ void RuntimeBinding::handle_init(http::Exchange& ex) {
                             "accessTokenHash is required: execd has no token of its own");
   if (closed_ || !commands_.executions.accepting())
     return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
-  std::vector<std::string> warnings;
+  std::vector<std::string> warnings = std::move(r.warnings);
   if (r.restart_entrypoint && !entrypoint_)
     warnings.push_back("entrypointPolicy restart: execd runs no entrypoint (started without --init -- CMD)");
-  if (!r.telemetry_attributes.empty())
-    warnings.push_back("telemetry.attributes are kept and reported by GET /ready; execd exports no telemetry");
   initialized_ = true;
+  // Without --runtime-init too (upstream: "accepted any time and becomes
+  // authoritative on apply"): not ready again until the preStart hooks ran.
+  ready_ = false;
   bound_ = std::move(r);
-  *ctx_.bound_env = bound_.envs;
+  // What the warm-up left dies before anything of the binding runs.
+  if (reset_) reset_();
+  Binding& b = *ctx_.binding;
+  b.envs = bound_.envs;
+  b.sandbox_id = bound_.sandbox_id;
+  b.generation = bound_.generation;
+  b.telemetry_attributes = bound_.telemetry_attributes;
   access_.bind(bound_.token_sha256);
   spdlog::info("bound to sandbox {} generation {} ({} envs, {} preStart and {} periodic hooks)", bound_.sandbox_id,
                bound_.generation, bound_.envs.size(), bound_.pre_start.size(), bound_.periodic.size());
@@ -65,6 +82,12 @@ void RuntimeBinding::handle_init(http::Exchange& ex) {
     p.hook = h;
     p.next_ms = now + static_cast<uint64_t>(h.interval_ms);
     periodic_.push_back(std::move(p));
+  }
+  if (!bound_.pre_start.empty()) {
+    int64_t seconds = 0;
+    for (const auto& h : bound_.pre_start)
+      seconds += h.timeout_ms > 0 ? (h.timeout_ms + 999) / 1000 : kDefaultHookSeconds;
+    status_line("running " + std::to_string(seconds));
   }
   uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<RuntimeBinding*>(t->data)->on_tick(); }, 0, kBindingTickMs);
   ex.respond(200, "application/json; charset=utf-8", protocol::init_response_json(bound_, warnings));
@@ -98,6 +121,7 @@ void RuntimeBinding::advance_pre_start() {
                                              : "signal " + res.signal) +
                          "): see /command/status/" + pre_start_running_;
       spdlog::warn("{}", pre_start_error_);
+      status_line("done 1");
       pre_start_running_.clear();
       return;  // not ready, ever: the sandbox is not what was asked for
     }
@@ -108,6 +132,7 @@ void RuntimeBinding::advance_pre_start() {
     std::string id = "lifecycle-prestart-" + hook.name + "-" + std::to_string(bound_.generation), error;
     if (!start_hook(hook, id, error)) {
       pre_start_error_ = "preStart hook " + hook.name + " could not start: " + error;
+      status_line("done 1");
       return;
     }
     pre_start_running_ = id;
@@ -118,6 +143,7 @@ void RuntimeBinding::advance_pre_start() {
 
 void RuntimeBinding::all_started() {
   if (ready_) return;
+  status_line("done 0");
   if (entrypoint_ && bound_.restart_entrypoint) entrypoint_->restart(ctx_.child_env());
   ready_ = true;
   spdlog::info("sandbox {} generation {} ready", bound_.sandbox_id, bound_.generation);
@@ -153,18 +179,28 @@ void RuntimeBinding::handle_ready(http::Exchange& ex) {
   j["sandboxId"] = initialized_ ? nlohmann::ordered_json(bound_.sandbox_id) : nlohmann::ordered_json();
   j["generation"] = initialized_ ? nlohmann::ordered_json(bound_.generation) : nlohmann::ordered_json();
   if (!pre_start_error_.empty()) j["error"] = pre_start_error_;
-  if (initialized_ && ex.authorized && !bound_.telemetry_attributes.empty()) {  // not for anonymous probes
-    nlohmann::ordered_json attrs = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : bound_.telemetry_attributes) attrs[k] = v;
-    j["telemetry"]["attributes"] = std::move(attrs);
+  if (ex.authorized) {  // not for anonymous probes
+    if (initialized_ && !bound_.telemetry_attributes.empty()) {
+      nlohmann::ordered_json attrs = nlohmann::ordered_json::object();
+      for (const auto& [k, v] : bound_.telemetry_attributes) attrs[k] = v;
+      j["telemetry"]["attributes"] = std::move(attrs);
+    }
+    // What upstream stamps on every metric data point (execd exports no
+    // OTLP, and /metrics keeps the Go daemon's keys): a list, as a key may
+    // repeat in OPENSANDBOX_EXECD_METRICS_EXTRA_ATTRS.
+    nlohmann::ordered_json stamped = nlohmann::ordered_json::array();
+    for (const auto& [k, v] : ctx_.metric_attributes()) stamped.push_back({k, v});
+    if (!stamped.empty()) j["metricAttributes"] = std::move(stamped);
   }
   ex.respond(ready_ ? 200 : 503, "application/json; charset=utf-8",
              j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace), {"Cache-Control: no-store"});
 }
 
 void add_runtime_routes(RouteTable& routes, RuntimeBinding& binding) {
-  // /init answers while held (with the token, if execd has one).
-  routes.add("POST", "/init", [&binding](http::Exchange& ex) { binding.handle_init(ex); }, {true, true, false});
+  // Both answer while held (with the token, if execd has one): upstream
+  // renamed /init to /internal/init after 1.1.1; one handler, one bind.
+  for (const char* path : {"/internal/init", "/init"})
+    routes.add("POST", path, [&binding](http::Exchange& ex) { binding.handle_init(ex); }, {true, true, false});
   routes.add("GET", "/ready", [&binding](http::Exchange& ex) { binding.handle_ready(ex); }, kProbe);
 }
 

@@ -1,9 +1,12 @@
 // execd/api/runtime_binding: binding a warm-pool execd to its sandbox
-// (--runtime-init; OpenSandbox PR 1871, OSEP-0020/0021):
-//   POST /init   one-shot: sandbox id and generation, the token's SHA-256,
+// (--runtime-init or EXECD_RUNTIME_INIT; OpenSandbox PR 1871, OSEP-0020/0021):
+//   POST /internal/init  one-shot (POST /init, its 1.1.1 name, is the same
+//                route): sandbox id and generation, the token's SHA-256,
 //                the environment every later process gets, telemetry
 //                attributes, lifecycle hooks, the entrypoint policy
 //   GET  /ready  200 once bound and the preStart hooks have run, else 503
+// Before the binding is applied, whatever the warm-up left runs no more
+// (the reset the daemon hands in: commands, sessions, PTYs, kernels).
 // Hooks run as trusted background commands (ids lifecycle-<phase>-<name>-
 // <generation>[-<n>]): their output and results are in /command/status,
 // /logs and the journal like any command's.
@@ -11,6 +14,7 @@
 
 #include <uv.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +34,9 @@ class RuntimeBinding {
   RuntimeBinding(const RuntimeBinding&) = delete;
   RuntimeBinding& operator=(const RuntimeBinding&) = delete;
 
+  // What runs before a binding is applied: kills what the warm-up left.
+  void set_reset(std::function<void()> reset) { reset_ = std::move(reset); }
+
   void handle_init(http::Exchange& ex);
   void handle_ready(http::Exchange& ex);
   // Shutdown: no more periodic hooks; the timer handle is closed.
@@ -48,11 +55,14 @@ class RuntimeBinding {
   void advance_pre_start();
   void all_started();
   bool done(const std::string& id) const;
+  // A line for --lifecycle-startup-status-file, if given.
+  void status_line(const std::string& line);
 
   const Context& ctx_;
   Access& access_;
   CommandService& commands_;
   Entrypoint* entrypoint_;
+  std::function<void()> reset_;
   bool initialized_ = false, ready_ = false, closed_ = false;
   protocol::InitRequest bound_;
   size_t pre_start_next_ = 0;

@@ -54,6 +54,7 @@ std::vector<std::string> environment_with_env_file(const Context& ctx) {
   std::vector<std::string> env = ctx.child_env();
   if (const char* envs_file = env_lookup(ctx.base_env, "EXECD_ENVS"); envs_file && *envs_file)
     apply_env_file(envs_file, env);
+  ctx.seal_env(env);
   return env;
 }
 
@@ -94,6 +95,7 @@ std::optional<ApiError> prepare_process_spawn(const Context& ctx, const ProcessS
     pty::set_env(env, "LOGNAME", user.name);
   }
   for (const auto& [k, v] : req.envs) pty::set_env(env, k, v);
+  ctx.seal_env(env);
 
   struct stat st;
   std::string cwd;
@@ -149,6 +151,7 @@ std::optional<ApiError> prepare_spawn(const Context& ctx, const protocol::Comman
     }
   }
   for (const auto& [k, v] : req.envs) pty::set_env(env, k, v);
+  ctx.seal_env(env);
 
   if (!req.cwd.empty()) {
     // Expanded with the same variables the command will see (the Go daemon

@@ -78,6 +78,12 @@ InterruptResult SessionRegistry::interrupt_run(const std::string& id) {
   return InterruptResult::interrupted;
 }
 
+void SessionRegistry::remove_all() {
+  std::vector<std::string> ids;
+  for (const auto& [id, e] : entries_) ids.push_back(id);
+  for (const auto& id : ids) remove(id);
+}
+
 void SessionRegistry::kill_all() {
   for (auto& [id, e] : entries_)
     if (e->shell) e->shell->kill_all();

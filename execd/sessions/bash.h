@@ -55,6 +55,8 @@ class SessionRegistry {
   // DELETE /command?id=<session id>: stops the session's current run (the Go
   // daemon deleted the whole session).
   InterruptResult interrupt_run(const std::string& id);
+  // remove() of every session (POST /internal/init's reset).
+  void remove_all();
   // SIGKILL to every process of every session (daemon exit).
   void kill_all();
   // Lets go of every shell (daemon exit, after kill_all); runs still on end

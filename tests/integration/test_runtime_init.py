@@ -1,6 +1,6 @@
 """execd as a warm-pool runtime and as a container's init (OpenSandbox 1.1.1 /
 Go execd 1.0.22): `--runtime-init` holds every route but /ping, /ready and
-/init until POST /init binds it (sandbox id, generation, the token's SHA-256,
+/init (or /internal/init) until POST /init binds it (sandbox id, generation, the token's SHA-256,
 envs, telemetry attributes, lifecycle hooks, entrypoint policy), and
 `--init -- CMD` (or EXECD_INIT=1 through image/bootstrap.sh) makes execd the
 process that runs the entrypoint, passes it its signals and exits with its
@@ -57,8 +57,6 @@ def test_held_until_bound_then_the_hash_is_the_token(warm):
                 {"sandboxId": "s", "generation": 1.5}, {"sandboxId": "s", "generation": 1, "accessTokenHash": "md5:00"},
                 {"sandboxId": "s", "generation": 1, "accessTokenHash": HASH, "envs": {"EXECD_ACCESS_TOKEN": "x"}},
                 {"sandboxId": "s", "generation": 1, "accessTokenHash": HASH, "envs": {"A": 1}},
-                {"sandboxId": "s", "generation": 1, "accessTokenHash": HASH,
-                 "telemetry": {"attributes": {"sandbox_id": "x"}}},
                 {"sandboxId": "s", "generation": 1, "accessTokenHash": HASH,
                  "telemetry": {"attributes": {f"k{i}": "v" for i in range(65)}}},
                 {"sandboxId": "s", "generation": 1, "accessTokenHash": HASH, "entrypointPolicy": "sometimes"},
@@ -143,11 +141,18 @@ def test_a_client_that_resets_mid_init_does_not_consume_it(warm):
     assert st == 200, js
 
 
-def test_without_runtime_init_it_is_ready_and_init_is_refused(execd):
+def test_without_runtime_init_it_is_ready_and_a_bind_is_still_taken(execd):
+    # OpenSandbox @714cac6b: "/internal/init is still accepted any time and
+    # becomes authoritative on apply" (execd: once, as with --runtime-init).
     st, js = ready(execd)
     assert st == 200 and js["initialized"] is True and js["sandboxId"] is None
+    assert post_init(execd, {"sandboxId": "s", "generation": 1, "accessTokenHash": HASH}, token=False)[0] == 401
     st, js = post_init(execd, {"sandboxId": "s", "generation": 1, "accessTokenHash": HASH}, token=True)
-    assert st == 409
+    assert st == 200, js
+    execd.token = TOKEN
+    wait_until(lambda: ready(execd) == (200, {"initialized": True, "ready": True, "sandboxId": "s", "generation": 1}),
+               TIMEOUT, 0.02, "ready once bound")
+    assert post_init(execd, {"sandboxId": "s", "generation": 2, "accessTokenHash": HASH}, token=True)[0] == 409
 
 
 def test_entrypoint_policy_restart_gives_the_entrypoint_the_bound_env(execd_factory, tmp_path):

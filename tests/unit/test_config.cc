@@ -379,6 +379,30 @@ TEST_CASE("config: --init with an entrypoint, EXECD_INIT, --runtime-init") {
   CHECK(!parse({}).error.empty());
 }
 
+TEST_CASE("config: EXECD_RUNTIME_INIT is read as Go's strconv.ParseBool, and the flag wins") {
+  // OpenSandbox pkg/flag/parser.go @33b299af: anything but these is fatal.
+  for (const char* on : {"1", "t", "T", "TRUE", "true", "True"}) {
+    Parsed p = parse({}, {{"EXECD_RUNTIME_INIT", on}});
+    REQUIRE_MESSAGE(p.error.empty(), on);
+    CHECK(p.cfg.runtime_init);
+  }
+  for (const char* off : {"0", "f", "F", "FALSE", "false", "False"}) {
+    Parsed p = parse({"--insecure-no-auth"}, {{"EXECD_RUNTIME_INIT", off}});
+    REQUIRE_MESSAGE(p.error.empty(), off);
+    CHECK(!p.cfg.runtime_init);
+  }
+  for (const char* bad : {"yes", "on", "2", "tRUE"}) {
+    Parsed p = parse({"--insecure-no-auth"}, {{"EXECD_RUNTIME_INIT", bad}});
+    CHECK_MESSAGE(p.error.find("EXECD_RUNTIME_INIT") != std::string::npos, bad);
+  }
+  Parsed p = parse({"--insecure-no-auth", "--runtime-init=false"}, {{"EXECD_RUNTIME_INIT", "true"}});
+  REQUIRE(p.error.empty());
+  CHECK(!p.cfg.runtime_init);
+  p = parse({"--runtime-init"}, {{"EXECD_RUNTIME_INIT", "false"}});
+  REQUIRE(p.error.empty());
+  CHECK(p.cfg.runtime_init);
+}
+
 TEST_CASE("config: the E2B listeners from the environment, a flag wins, loopback without a token") {
   Parsed p = parse({"-insecure-no-auth"}, {{"EXECD_ENVD_PORT", "49983"}, {"EXECD_CODE_INTERPRETER_PORT", "49999"}});
   REQUIRE(p.error.empty());
