@@ -137,7 +137,8 @@ def test_descendants_reach_the_whole_tree(execd_factory, scope):
         kill_by_hand(sid)
         return
     wait_until(lambda: not pids_with_cmdline(sid), TIMEOUT, what="the setsid child to die")
-    # Nothing is left of it now.
+    # Nothing is left of it now (once a keeper has reported its tree empty).
+    wait_until(lambda: signal(ex, pid, "SIGNAL_SIGKILL", True)[0] == 404, TIMEOUT, what="not_found")
     st, _, body = signal(ex, pid, "SIGNAL_SIGKILL", True)
     assert st == 404 and json.loads(body)["code"] == "not_found", body
 
