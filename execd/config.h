@@ -73,6 +73,12 @@ struct Config {
   std::string envd_access_token_source;   // as access_token_source; safe to log
   int code_interpreter_port = -1;         // E2B's code-interpreter server (49999); same host and token
   int64_t envd_max_processes = 1024;      // E2B processes running at once
+  // Whom a SendSignal without `descendants` reaches: run = everything the
+  // process started (execd's default, what kill() has always done here),
+  // leader = the process alone, as envd. `descendants: true` always
+  // reaches everything.
+  enum class EnvdSignalScope : uint8_t { run, leader };
+  EnvdSignalScope envd_signal_scope = EnvdSignalScope::run;
   int64_t envd_max_watchers = 128;        // directory watchers (WatchDir streams and polling watchers)
   int64_t envd_watcher_queue = 65536;     // events a polling watcher keeps between GetWatcherEvents
   int64_t envd_max_list_entries = 262144; // entries one ListDir answers (its depth can reach the whole disk)

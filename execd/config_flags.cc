@@ -523,6 +523,10 @@ std::vector<FlagGroup> build_table() {
             .secrecy = Secrecy::token_path},
            {.name = "envd-max-processes", .value_name = "N", .reader = count(&Config::envd_max_processes, 1, kCountCap),
             .help = "E2B processes running at once"},
+           {.name = "envd-signal-scope", .value_name = "SCOPE",
+            .reader = choice(&Config::envd_signal_scope, {"run", "leader"}),
+            .help = "whom an E2B SendSignal without descendants reaches: everything the process started (run) "
+                    "or the process alone, as envd (leader)"},
            {.name = "envd-max-watchers", .value_name = "N", .reader = count(&Config::envd_max_watchers, 1, kCountCap),
             .help = "E2B directory watchers at once"},
            {.name = "envd-watcher-queue", .value_name = "N", .reader = count(&Config::envd_watcher_queue, 1, kCountCap),

@@ -329,6 +329,8 @@ std::variant<SendSignalRequest, DecodeError> decode_send_signal(std::string_view
       } else {
         return bad("signal", "an enum name or number");
       }
+    } else if (is(f.key, "descendants")) {
+      if (auto e = read_bool(f.value, "descendants", req.descendants)) return *e;
     }
   }
   return req;

@@ -36,6 +36,15 @@
 
 namespace execd::protocol::envd {
 
+// The envd release whose API execd serves, sent as X-Envd-Version on
+// GET /health for the control plane in front of execd to hand to the SDKs
+// as `envdVersion` (their version gates choose paths by it; envd itself
+// sends the header on its /init answer). 0.6.13 (infra main 54693ff3) is
+// the newest release whose source could be read and checked; SendSignal's
+// `descendants` from envd 0.7.1 (infra PR 3617, open) is served too, but
+// what else 0.7.x changed could not be read, so execd does not claim it.
+inline constexpr const char* kEnvdVersion = "0.6.13";
+
 // --- process.Process requests ----------------------------------------------
 
 struct PtySize {
@@ -88,6 +97,9 @@ struct SendInputRequest {
 struct SendSignalRequest {
   ProcessSelector process;
   int signal = 0;  // SIGNAL_UNSPECIFIED 0, SIGNAL_SIGTERM 15, SIGNAL_SIGKILL 9
+  // Field 3 (e2b-dev/infra PR 3617, envd 0.7.1): the signal goes to the
+  // process's group, not only to its leader. Absent = false.
+  bool descendants = false;
 };
 
 // One message of StreamInput's request stream.

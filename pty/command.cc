@@ -412,6 +412,10 @@ void Command::signal_group(int sig) {
   if (!leader_exited_) kill(-pid_, sig);
 }
 
+void Command::signal_leader(int sig) {
+  if (!leader_exited_) kill(pid_, sig);
+}
+
 void Command::signal_everything(int sig) {
   if (cgroup_) {
     if (sig == SIGKILL) cgroup_->kill_all();

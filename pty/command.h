@@ -102,6 +102,9 @@ class Command final : public FreezeListener {
   // while processes of it remain.
   const std::shared_ptr<KeptTree>& tree() const { return tree_; }
   void signal_group(int sig);
+  // `sig` to the leader alone (while it has not exited): what it started
+  // is not reached, as envd's SendSignal without `descendants`.
+  void signal_leader(int sig);
   // `sig` to everything of the command: its cgroup (SIGKILL: kill_all, so
   // setsid() children are caught too) and its process group.
   void signal_everything(int sig);

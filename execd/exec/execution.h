@@ -98,6 +98,9 @@ class RunSink {
   virtual void stdin_closed(int err) = 0;
 };
 
+// Whom a client's signal reaches (Runner::send_signal).
+enum class SignalScope : uint8_t { leader, everything };
+
 // A kind of run.
 class Runner {
  public:
@@ -123,10 +126,11 @@ class Runner {
   virtual void stdin_close() {}
   // The pid whose process group a restarted execd ends if the run was lost.
   virtual int64_t pgid() const { return 0; }
-  // A client's signal (E2B's SendSignal): `sig` to everything the run
-  // started, its whole cgroup, even after its leader exited. False when
-  // nothing of it runs any more.
-  virtual bool send_signal(int sig) { return false; }
+  // A client's signal (E2B's SendSignal). everything: `sig` to all the run
+  // started (its cgroup or keeper tree, and its process group), even after
+  // its leader exited; leader: to the leader alone, while it runs (envd's
+  // default). False when nothing it would reach runs any more.
+  virtual bool send_signal(int sig, SignalScope scope) { return false; }
   // The terminal's size, for runs on a PTY.
   virtual void resize(uint16_t rows, uint16_t cols) {}
   // After the run finished: nothing of it is left to signal, interrupt or
@@ -184,8 +188,9 @@ class Execution final : public RunSink {
   void signal(int sig) {
     if (runner_ && running()) runner_->signal(sig);
   }
-  // A client's signal to everything the run started (Runner::send_signal).
-  bool send_signal(int sig) { return runner_ && runner_->send_signal(sig); }
+  // A client's signal to the run's leader or to everything it started
+  // (Runner::send_signal).
+  bool send_signal(int sig, SignalScope scope) { return runner_ && runner_->send_signal(sig, scope); }
   void resize(uint16_t rows, uint16_t cols) {
     if (runner_ && running()) runner_->resize(rows, cols);
   }

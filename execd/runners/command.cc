@@ -113,7 +113,12 @@ void CommandRunner::signal(int sig) {
   if (cmd_ && cmd_->running()) cmd_->signal_group(sig);
 }
 
-bool CommandRunner::send_signal(int sig) {
+bool CommandRunner::send_signal(int sig, exec::SignalScope scope) {
+  if (scope == exec::SignalScope::leader) {
+    if (!cmd_ || !cmd_->running()) return false;
+    cmd_->signal_leader(sig);
+    return true;
+  }
   if (cmd_ && cmd_->running()) {
     cmd_->signal_everything(sig);
     return true;

@@ -37,7 +37,7 @@ class CommandRunner final : public exec::Runner, private pty::CommandSink {
   size_t stdin_queued() const override { return stdin_ ? stdin_->queued() : 0; }
   void stdin_close() override;
   int64_t pgid() const override { return pid_; }
-  bool send_signal(int sig) override;
+  bool send_signal(int sig, exec::SignalScope scope) override;
   void resize(uint16_t rows, uint16_t cols) override;
 
  private:

@@ -16,6 +16,7 @@ import socket
 import struct
 import sys
 import threading
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -59,13 +60,15 @@ class ControlPlane:
     """A stand-in for E2B's API (E2B_API_URL), for the calls an SDK makes to
     it: POST /v2/sandboxes (create) and /sandboxes/{id}/connect answer with
     `token` as envdAccessToken and trafficAccessToken, as a control plane in
-    front of execd hands out execd's own; the others answer empty. `calls`
-    records (method, path, X-API-Key)."""
+    front of execd hands out execd's own, and `envd_version` (what execd's
+    GET /health names in X-Envd-Version) as envdVersion; the others answer
+    empty. `calls` records (method, path, X-API-Key)."""
 
     SANDBOX_ID = "sbx-execd"
 
     def __init__(self):
         self.token = ""
+        self.envd_version = ""
         self.calls: list[tuple[str, str, str | None]] = []
         plane = self
 
@@ -83,7 +86,7 @@ class ControlPlane:
                 plane.calls.append((self.command, self.path, self.headers.get("x-api-key")))
                 if self.command == "POST" and (self.path == "/v2/sandboxes" or self.path.endswith("/connect")):
                     return self.answer(201, {"sandboxID": plane.SANDBOX_ID, "templateID": "base", "clientID": "c",
-                                             "envdVersion": "0.6.13", "envdAccessToken": plane.token,
+                                             "envdVersion": plane.envd_version, "envdAccessToken": plane.token,
                                              "trafficAccessToken": plane.token, "domain": None})
                 self.answer(200 if self.command == "GET" else 204, [] if self.command == "GET" else None)
 
@@ -100,12 +103,23 @@ class ControlPlane:
 _PLANE: ControlPlane | None = None
 
 
-def control_plane(token: str) -> ControlPlane:
-    """The stand-in (one per test process), handing out `token` from now on."""
+def envd_version(url: str) -> str:
+    """The envd version the listener at `url` reports (X-Envd-Version on GET /health)."""
+    with urllib.request.urlopen(url + "/health", timeout=10 * SLOW) as r:
+        version = r.headers.get("X-Envd-Version", "")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"GET /health named no envd version: {version!r}"
+    return version
+
+
+def control_plane(token: str, version: str | None = None) -> ControlPlane:
+    """The stand-in (one per test process), handing out `token` (and
+    `version` as envdVersion, if given) from now on."""
     global _PLANE
     if _PLANE is None:
         _PLANE = ControlPlane()
     _PLANE.token = token
+    if version is not None:
+        _PLANE.envd_version = version
     _PLANE.calls.clear()
     return _PLANE
 
@@ -114,7 +128,7 @@ def sdk_env(url: str) -> dict:
     """The environment that points E2B's SDKs at `url` (envd) the way they
     run in production: E2B_API_URL is the stand-in, which hands out the
     listener's token; the SDK then sends X-Access-Token and signs file URLs."""
-    plane = control_plane(TOKENS[url])
+    plane = control_plane(TOKENS[url], envd_version(url))
     return {"E2B_API_URL": plane.url, "E2B_API_KEY": "e2b_test_key", "E2B_SANDBOX_URL": url}
 
 

@@ -13,9 +13,9 @@
 # `make clean` takes seconds to minutes, not the ~20 minutes of a cold one.
 set -euo pipefail
 
-K8S_VERSION=${K8S_VERSION:-v1.34.4}
+K8S_VERSION=${K8S_VERSION:-v1.34.7}  # the proxy serves it though its version list stops at v1.34.4
 ETCD_VERSION=${ETCD_VERSION:-v3.7.3}
-AGENT_SANDBOX_VERSION=${AGENT_SANDBOX_VERSION:-v1.0.1}
+AGENT_SANDBOX_VERSION=${AGENT_SANDBOX_VERSION:-v1.0.3}  # served; the version list names only v1.0.1
 cache=${EXECD_K8S_CACHE:-$HOME/.cache/execd/k8s}
 bin=$cache/bin
 mkdir -p "$bin" "$cache/src"

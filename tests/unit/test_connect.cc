@@ -178,6 +178,16 @@ TEST_CASE("envd: selectors, input bytes and signals") {
   auto t = envd::decode_send_signal(R"({"process":{"pid":3},"signal":15})");
   CHECK(std::get<envd::SendSignalRequest>(t).signal == 15);
   CHECK(std::holds_alternative<DecodeError>(envd::decode_send_signal(R"({"signal":"SIGHUP"})")));
+  // descendants (field 3, infra PR 3617): absent and null are false; only a boolean is one.
+  CHECK_FALSE(std::get<envd::SendSignalRequest>(k).descendants);
+  auto g = envd::decode_send_signal(R"({"process":{"pid":3},"signal":9,"descendants":true})");
+  REQUIRE(std::holds_alternative<envd::SendSignalRequest>(g));
+  CHECK(std::get<envd::SendSignalRequest>(g).descendants);
+  CHECK_FALSE(std::get<envd::SendSignalRequest>(
+                  envd::decode_send_signal(R"({"process":{"pid":3},"signal":9,"descendants":null})"))
+                  .descendants);
+  CHECK(std::holds_alternative<DecodeError>(envd::decode_send_signal(R"({"signal":9,"descendants":"yes"})")));
+  CHECK(std::holds_alternative<DecodeError>(envd::decode_send_signal(R"({"signal":9,"descendants":1})")));
 
   auto st = envd::decode_stream_input(R"({"start":{"process":{"pid":5}}})");
   CHECK(std::get<envd::StreamInputEvent>(st).kind == envd::StreamInputEvent::Kind::start);

@@ -115,7 +115,9 @@ std::string envd_upload_reply(const std::vector<std::string>& paths,
 
 void add_envd_file_routes(RouteTable& routes, const Access& access, FileService& files, metrics::MetricsService& metrics) {
   namespace impl = envd_files_impl;
-  routes.add("GET", "/health", [](http::Exchange& ex) { ex.respond_empty(204); }, kProbe);
+  routes.add("GET", "/health", [](http::Exchange& ex) {
+    ex.respond(204, "", "", {std::string("X-Envd-Version: ") + protocol::envd::kEnvdVersion});
+  }, kProbe);
   // The token or a signature is checked here, as envd does.
   routes.add("GET", "/files", [&files, &access](http::Exchange& ex) {
     std::string path = impl::query_or_empty(ex, "path"), user = impl::query_or_empty(ex, "username");

@@ -5,7 +5,7 @@
 //   POST /process.Process/SendInput    bytes to stdin (or the PTY)
 //   POST /process.Process/StreamInput  client stream: start{selector}, data...
 //   POST /process.Process/CloseStdin   EOF (a PTY gets ^D)
-//   POST /process.Process/SendSignal   SIGTERM / SIGKILL to the whole cgroup
+//   POST /process.Process/SendSignal   SIGTERM / SIGKILL to the process, or to all it started
 //   POST /process.Process/Update       PTY size
 #include "execd/api/envd/process.h"
 
@@ -386,8 +386,15 @@ void handle_send_signal(EnvdProcesses& svc, http::Exchange& ex, std::string_view
   EnvdProcesses::Entry* p = svc.find(req.process);
   exec::Execution* e = p ? svc.execution(*p) : nullptr;
   if (!e) return rpc::respond_error(ex, not_found(req.process));
-  // The whole cgroup, also after the leader has exited.
-  if (!e->send_signal(req.signal))
+  // descendants (infra PR 3617): everything the process started, its
+  // process group and the rest of its cgroup or keeper tree (setsid()
+  // children too, which envd's group signal misses), also after the leader
+  // has exited. Without it, envd signals the leader alone; execd does so
+  // with --envd-signal-scope leader, and by default reaches everything as
+  // kill() always has here (a released SDK cannot ask for descendants).
+  bool everything =
+      req.descendants || svc.ctx.config.envd_signal_scope == Config::EnvdSignalScope::run;
+  if (!e->send_signal(req.signal, everything ? exec::SignalScope::everything : exec::SignalScope::leader))
     return rpc::respond_error(ex, {cn::Code::not_found,
                                    "process with pid " + std::to_string(p->pid) + " is not running"});
   rpc::respond(ex, "{}");
