@@ -210,9 +210,10 @@ def test_environment_precedence_refused_keys_and_opensandbox_id(execd_factory, t
     assert st == 200
     assert js["metricAttributes"] == [["sandbox_id", "sbx-env"], ["generation", "4"], ["tenant", "bound-tenant"],
                                       ["zone", "cn-hz"]]
-    # /metrics keeps the Go daemon's keys.
+    # /metrics keeps the Go daemon's keys (and execd's one addition, state_dir).
     st, m = ex.json("GET", "/metrics")
-    assert st == 200 and set(m) == {"cpu_count", "cpu_used_pct", "mem_total_mib", "mem_used_mib", "timestamp"}
+    assert st == 200 and set(m) == {"cpu_count", "cpu_used_pct", "mem_total_mib", "mem_used_mib", "timestamp",
+                                    "state_dir"}
 
 
 def test_binding_resets_what_the_warm_up_left(execd_factory, tmp_path):
