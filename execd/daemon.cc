@@ -116,7 +116,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       envd_fs_(ctx_, files_),
       activity_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
                     server_},
-      isolated_(ctx_, runtime_, executions_, watches_) {
+      isolated_(ctx_, runtime_, launches_, watches_) {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).

@@ -15,9 +15,12 @@
 #include <utility>
 
 #include "execd/clock.h"
+#include "execd/exec/formats.h"
 #include "execd/ids.h"
 #include "fs/ops.h"
 #include "fs/pool_job.h"
+#include "execd/runners/command.h"
+#include "execd/runners/session.h"
 #include "protocol/errors.h"
 #include "pty/bash_session.h"
 #include "pty/hardening.h"
@@ -39,9 +42,9 @@ IsolatedSession::~IsolatedSession() { pty::close_namespaces(entry); }
 
 // --- the registry --------------------------------------------------------------
 
-IsolatedRegistry::IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions,
+IsolatedRegistry::IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, exec::LaunchPath& launches,
                                    watch::Hub& watches)
-    : ctx_(ctx), runtime_(runtime), executions_(executions), watches_(watches) {
+    : ctx_(ctx), runtime_(runtime), launches_(launches), watches_(watches) {
   uv_timer_init(ctx.loop, &tick_);
   tick_.data = this;
   uv_unref(reinterpret_cast<uv_handle_t*>(&tick_));
@@ -174,7 +177,7 @@ void IsolatedRegistry::on_tick() {
     auto& bg = s->background;
     bg.erase(std::remove_if(bg.begin(), bg.end(),
                             [this](const std::string& run) {
-                              exec::Execution* e = executions_.find(run);
+                              exec::Execution* e = executions().find(run);
                               return !e || e->done();
                             }),
              bg.end());
@@ -644,6 +647,180 @@ const char* untrackable_root(const IsolatedSession& s, const std::string& root) 
   for (const auto& b : s.spec.binds)
     if (beneath(root, b.target()) && b.readonly) return "it lies in a read-only bind";
   return nullptr;
+}
+
+// --- runs ----------------------------------------------------------------------
+
+namespace {
+
+std::string shell_quote(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+protocol::ApiError session_gone(const std::string& id) {
+  return {404, "SESSION_NOT_FOUND", "session " + id + " not found"};
+}
+
+protocol::ApiError session_exited(const std::string& id) {
+  return {410, "SESSION_EXITED", "session " + id + " has exited; delete it and create a new one"};
+}
+
+// A run in the session's shell, so shell state persists between runs.
+class ForegroundStart final : public exec::RunStart {
+ public:
+  ForegroundStart(IsolatedRegistry& reg, const IsolatedSession& s, const protocol::IsolatedRunRequest& r,
+                  protocol::Framing framing)
+      : reg_(reg), session_(s.id), timeout_ms_(r.timeout_seconds * 1000), framing_(framing) {
+    // envs: exported in a subshell for this run only (as upstream).
+    code_ = r.code;
+    if (!r.envs.empty()) {
+      std::string wrapped = "(\n";
+      for (const auto& [k, v] : r.envs) wrapped += "export " + k + "=" + shell_quote(v) + "\n";
+      wrapped += code_;
+      if (wrapped.back() != '\n') wrapped += '\n';
+      code_ = wrapped + ")";
+    }
+    if (s.run_uid) owner_ = std::pair<uid_t, gid_t>{*s.run_uid, s.run_gid.value_or(*s.run_uid)};
+    if (s.shell) {
+      file_ = s.shell->next_run_file();
+      shell_pid_ = s.shell->shell_pid();
+    }
+  }
+  // A run that never starts (the client left, the session went) leaves no script.
+  ~ForegroundStart() override { pty::BashSession::discard(prepared_); }
+
+  std::optional<protocol::ApiError> admission() override { return refusal(); }
+  bool prepare_blocks() const override { return true; }
+  std::optional<protocol::ApiError> prepare() override {
+    prepared_ = pty::BashSession::prepare_run(file_, shell_pid_, code_, timeout_ms_, owner_);
+    return std::nullopt;
+  }
+  watch::MountRef track_mount() const override {
+    IsolatedSession* s = reg_.find(session_);
+    return s ? s->mount : nullptr;
+  }
+  // The session may have gone or become busy while the jobs ran.
+  std::optional<protocol::ApiError> recheck() override { return refusal(); }
+  std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange&) override {
+    return exec::envelope_format(framing_, exec::kind_traits(exec::Kind::isolated_run).split_lines);
+  }
+  bool start_failure_refuses() const override { return true; }
+  std::unique_ptr<exec::Runner> start(exec::Execution& e, std::string& error) override {
+    IsolatedSession& s = *reg_.find(session_);
+    auto runner = std::make_unique<runners::SessionRunner>(e, *s.shell);
+    auto status = s.shell->run(std::exchange(prepared_, {}), "", timeout_ms_, runner.get(), error);
+    if (status == pty::BashSession::RunStatus::started) return runner;
+    error = "error running in the session: " + error;
+    return nullptr;
+  }
+  void started(exec::Execution&, http::Exchange*) override { reg_.find(session_)->last_run_ns = unix_ns(); }
+
+ private:
+  std::optional<protocol::ApiError> refusal() {
+    IsolatedSession* s = reg_.find(session_);
+    if (!s) return session_gone(session_);
+    if (s->dead()) return session_exited(session_);
+    if (s->shell->busy())
+      return protocol::ApiError{409, "SESSION_BUSY", "session " + session_ + " is already running a foreground run"};
+    return std::nullopt;
+  }
+
+  IsolatedRegistry& reg_;
+  std::string session_, code_;
+  int64_t timeout_ms_;
+  protocol::Framing framing_;
+  std::optional<std::pair<uid_t, gid_t>> owner_;
+  std::string file_;
+  pid_t shell_pid_ = -1;
+  pty::BashSession::PreparedRun prepared_;
+};
+
+// A process of its own in the session's namespaces: it starts while the
+// session's holder lives, even when its shell is gone.
+class BackgroundStart final : public exec::RunStart {
+ public:
+  using Accepted = std::function<void(http::Exchange&, const IsolatedSession&, const exec::Execution&)>;
+  BackgroundStart(IsolatedRegistry& reg, const protocol::IsolatedRunRequest& r, std::string session, Accepted accepted)
+      : reg_(reg), session_(std::move(session)), code_(r.code), envs_(r.envs), accepted_(std::move(accepted)) {}
+
+  std::optional<protocol::ApiError> admission() override { return refusal(); }
+  watch::MountRef track_mount() const override {
+    IsolatedSession* s = reg_.find(session_);
+    return s ? s->mount : nullptr;
+  }
+  std::optional<protocol::ApiError> recheck() override { return refusal(); }
+  // The answer is the 202 of started(), not a stream.
+  std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange&) override { return nullptr; }
+  bool start_failure_refuses() const override { return true; }
+  std::unique_ptr<exec::Runner> start(exec::Execution& e, std::string& error) override {
+    IsolatedSession& s = *reg_.find(session_);
+    const Context& ctx = reg_.ctx();
+    pty::SpawnOptions opts;
+    opts.program = ctx.shell;
+    opts.argv = {ctx.shell, "-c", code_};
+    opts.env = s.env;
+    for (const auto& [k, v] : envs_) pty::set_env(opts.env, k, v);
+    opts.cwd = s.cwd;
+    opts.uid = s.run_uid;
+    opts.gid = s.run_gid;
+    opts.isolated = &s.entry;
+    pty::CommandLimits limits;  // not time-limited, as upstream
+    limits.kill_grace_ms = ctx.config.kill_grace_ms;
+    auto runner = runners::CommandRunner::start(reg_.runtime(), opts, limits, false, e, error);
+    if (!runner) error = "cannot start the run: " + error;
+    return runner;
+  }
+  void started(exec::Execution& e, http::Exchange* client) override {
+    IsolatedSession& s = *reg_.find(session_);
+    s.background.push_back(e.id());
+    s.last_run_ns = unix_ns();
+    if (client) accepted_(*client, s, e);
+  }
+
+ private:
+  std::optional<protocol::ApiError> refusal() {
+    IsolatedSession* s = reg_.find(session_);
+    if (!s) return session_gone(session_);
+    if (!s->holder_alive) return session_exited(session_);
+    return std::nullopt;
+  }
+
+  IsolatedRegistry& reg_;
+  std::string session_, code_;
+  decltype(protocol::IsolatedRunRequest::envs) envs_;
+  Accepted accepted_;
+};
+
+}  // namespace
+
+std::unique_ptr<exec::RunStart> foreground_run(IsolatedRegistry& reg, const std::string& session,
+                                               const protocol::IsolatedRunRequest& r, protocol::Framing framing) {
+  return std::make_unique<ForegroundStart>(reg, *reg.find(session), r, framing);
+}
+
+std::unique_ptr<exec::RunStart> background_run(
+    IsolatedRegistry& reg, const std::string& session, const protocol::IsolatedRunRequest& r,
+    std::function<void(http::Exchange&, const IsolatedSession&, const exec::Execution&)> accepted) {
+  return std::make_unique<BackgroundStart>(reg, r, session, std::move(accepted));
+}
+
+exec::ExecutionSpec run_spec(const IsolatedSession& s, const protocol::IsolatedRunRequest& r) {
+  exec::ExecutionSpec spec;
+  spec.kind = exec::Kind::isolated_run;
+  spec.id = random_uuid();
+  spec.content = r.code;
+  spec.fingerprint = "isolated-run";
+  spec.uid = s.run_uid;
+  spec.gid = s.run_gid;
+  spec.owner = s.id;
+  spec.track_changes = r.track_changes;
+  if (r.background) {
+    spec.cwd = s.cwd;
+    spec.background = true;
+  }
+  return spec;
 }
 
 }  // namespace execd::sessions

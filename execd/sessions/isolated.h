@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "execd/context.h"
+#include "execd/exec/launch.h"
 #include "execd/exec/registry.h"
 #include "execd/http/awaiter.h"
 #include "execd/watch/watch.h"
@@ -89,16 +90,34 @@ struct IsolatedSession {
 // and an empty list would read as "nothing changed".
 const char* untrackable_root(const IsolatedSession& s, const std::string& root);
 
+class IsolatedRegistry;
+
+// A run's start through exec::LaunchPath (the one way in: admission, the id,
+// track_changes inside the session's mount namespace, the first reader).
+// The session must be there and alive (a foreground run: its shell idle)
+// when asked and again when it starts. A foreground run goes to the
+// session's shell and streams in `framing`; a background run is a process of
+// its own in the session's namespaces, and `accepted` answers the client
+// once it started (the 202). Start failures are 500s.
+std::unique_ptr<exec::RunStart> foreground_run(IsolatedRegistry& reg, const std::string& session,
+                                               const protocol::IsolatedRunRequest& r, protocol::Framing framing);
+std::unique_ptr<exec::RunStart> background_run(
+    IsolatedRegistry& reg, const std::string& session, const protocol::IsolatedRunRequest& r,
+    std::function<void(http::Exchange&, const IsolatedSession&, const exec::Execution&)> accepted);
+// The spec of a run of `s` (kind isolated_run, a fresh id).
+exec::ExecutionSpec run_spec(const IsolatedSession& s, const protocol::IsolatedRunRequest& r);
+
 class IsolatedRegistry {
  public:
-  IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions, watch::Hub& watches);
+  IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, exec::LaunchPath& launches, watch::Hub& watches);
   ~IsolatedRegistry();
   IsolatedRegistry(const IsolatedRegistry&) = delete;
   IsolatedRegistry& operator=(const IsolatedRegistry&) = delete;
 
   const Context& ctx() const { return ctx_; }
   pty::Runtime& runtime() { return runtime_; }
-  exec::Registry& executions() { return executions_; }
+  exec::Registry& executions() { return launches_.executions(); }
+  exec::LaunchPath& launches() { return launches_; }
   watch::Hub& watches() { return watches_; }
   const pty::Hardening* hardening() const;
 
@@ -147,7 +166,7 @@ class IsolatedRegistry {
 
   const Context& ctx_;
   pty::Runtime& runtime_;
-  exec::Registry& executions_;
+  exec::LaunchPath& launches_;
   watch::Hub& watches_;
   std::optional<pty::IsolationProbe> probe_;
   std::map<std::string, std::shared_ptr<IsolatedSession>> sessions_;
