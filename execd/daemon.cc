@@ -116,7 +116,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       envd_fs_(ctx_, files_),
       activity_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
                     server_},
-      isolated_(ctx_, runtime_, executions_, files_, watches_) {
+      isolated_(ctx_, runtime_, launches_, watches_) {
   reaper_.start();
   // The OOM killer takes a command before the daemon (children get
   // pty::kChildOomScoreAdj as they start).
@@ -192,7 +192,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     if (file_gate_.running() > 0) out.emplace_back("file-api");
     if (containment_.lingering_with_members() > 0) out.emplace_back("leftover-processes");
   });
-  api::add_isolated_routes(routes_, isolated_);
+  api::add_isolated_routes(routes_, isolated_, files_);
 
   for (uv_signal_t* s : {&sigterm_, &sigint_}) {
     uv_signal_init(loop, s);

@@ -106,7 +106,7 @@ class Daemon {
   api::EnvdProcesses envd_processes_;
   api::EnvdFilesystem envd_fs_;
   api::ActivityService activity_api_;
-  api::IsolatedRegistry isolated_;  // after files_: its sessions' file routes share the gate and journal
+  sessions::IsolatedRegistry isolated_;  // after files_: its sessions' file services share the gate and journal
   uv_signal_t sigterm_, sigint_;
   // With an entrypoint: what a container's init is sent, passed on to it.
   uv_signal_t forwarded_[4];

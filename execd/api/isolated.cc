@@ -6,49 +6,25 @@
 //   GET    /v1/isolated/sessions                  {sessions: [...]}
 //   GET    /v1/isolated/session/{id}              {status, created_at, last_run_at, ...echo}
 //   DELETE /v1/isolated/session/{id}
-//   POST   /v1/isolated/session/{id}/run          stream, or 202 {session_id, run_id, started_at}
-//   GET    /v1/isolated/session/{id}/runs/{run}   {session_id, run_id, running, exit_code, ...}
-//   GET    /v1/isolated/session/{id}/runs/{run}/logs?cursor=N
+//   POST   /v1/isolated/session/{id}/run          (api/isolated_runs)
+//   GET    /v1/isolated/session/{id}/runs/{run}   (api/isolated_runs)
+//   GET    /v1/isolated/session/{id}/runs/{run}/logs?cursor=N   (api/isolated_runs)
 //   GET    /v1/isolated/session/{id}/diff          (api/isolated_layers)
 //   POST   /v1/isolated/session/{id}/commit        (api/isolated_layers)
 //   .../{id}/files/*, .../{id}/directories*       the file routes, inside the session
-//
-// Decisions: a second foreground run while one is on is 409 SESSION_BUSY
-// (upstream queues it); a run on a session whose shell has exited is 410
-// SESSION_EXITED (background runs still start while the session's holder
-// lives); a client that leaves a foreground run does not stop it (as with
-// /command), it stays readable by its id.
 #include "execd/api/isolated.h"
 
-#include <fcntl.h>
-#include <glob.h>
-#include <grp.h>
-#include <signal.h>
-#include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <climits>
-#include <cstring>
 #include <utility>
 
 #include "execd/api/api.h"
-#include "execd/http/awaiter.h"
-#include "execd/api/commands.h"
 #include "execd/api/isolated_layers.h"
 #include "execd/clock.h"
-#include "execd/ids.h"
-#include "execd/exec/reader.h"
 #include "execd/limits.h"
-#include "execd/runners/command.h"
-#include "execd/runners/session.h"
-#include "fs/ops.h"
-#include "fs/pool_job.h"
 #include "protocol/errors.h"
 #include "protocol/isolated.h"
-#include "pty/bash_session.h"
 #include "pty/hardening.h"
 
 namespace execd::api {
@@ -56,475 +32,26 @@ namespace execd::api {
 namespace codes = protocol::codes;
 using http::Exchange;
 using ojson = nlohmann::ordered_json;
+using sessions::IsolatedRegistry;
+using sessions::IsolatedSession;
 
 namespace {
-constexpr const char* kSessionNotFound = "SESSION_NOT_FOUND";
 constexpr const char* kServiceUnavailable = "SERVICE_UNAVAILABLE";
 constexpr const char* kNotSupported = "NOT_SUPPORTED";
-// Where a session's shell finds the run scripts (a read-only bind of the
-// session's scripts directory into its /run tmpfs).
-constexpr const char* kScriptsInside = "/run/execd-isolated";
-constexpr uint64_t kSessionTickMs = 1000;
-constexpr int64_t kStartDeadlineMs = 30000;
-constexpr size_t kMaxRunLogRead = 16 << 20;  // a page of GET .../logs, as upstream
-}  // namespace
 
-// The exchange waiting for a session's creation.
-struct CreateWait : http::Awaitable {};
-
-struct IsolatedSession {
-  std::string id;
-  protocol::IsolatedCreateRequest spec;
-  std::string dir;      // <state dir>/isolated/<id>: staging root, uppers, scripts
-  std::string scripts;  // run scripts on the host (kScriptsInside in the session)
-  std::string cwd;      // the first overlay: where the shell and background runs start
-  std::vector<std::string> env;
-  std::optional<uint32_t> run_uid, run_gid;  // uid_mode setpriv: the identity runs take
-  std::vector<LayerSource> layers;           // persistent overlays, for diff and commit
-  std::vector<std::string> writable;         // what the session may write (its Landlock ruleset)
-  pty::SessionPlan plan;
-  pty::IsolatedEntry entry;
-  std::shared_ptr<const pty::MountNamespace> mount;
-  std::unique_ptr<FileService> files;
-  pid_t holder = -1;
-  bool holder_alive = false;
-  pty::BashSession* shell = nullptr;
-  int64_t created_ns = 0, last_run_ns = 0;
-  uint64_t begun_ms = 0;
-  std::vector<std::string> background;  // running background runs (pruned by the tick)
-  std::unique_ptr<CreateWait> create;
-  std::string ready_text;
-  bool ended = false;
-
-  ~IsolatedSession() { pty::close_namespaces(entry); }
-  bool dead() const { return !holder_alive || !shell; }
-  const char* status() const { return dead() ? "destroyed" : "active"; }  // upstream's words
+// A session's own file service, made at its first file request: the plain
+// one's gate, journal and budget, inside the session's mount namespace, the
+// journal naming the session. It lives as long as the session.
+struct SessionFiles : sessions::SessionAttachment {
+  explicit SessionFiles(FileService svc) : svc(std::move(svc)) {}
+  FileService svc;
 };
 
-// --- the registry --------------------------------------------------------------
-
-IsolatedRegistry::IsolatedRegistry(const Context& ctx, pty::Runtime& runtime, exec::Registry& executions,
-                                   FileService& files,
-                                   watch::Hub& watches)
-    : ctx_(ctx), runtime_(runtime), executions_(executions), files_(files), watches_(watches) {
-  uv_timer_init(ctx.loop, &tick_);
-  tick_.data = this;
-  uv_unref(reinterpret_cast<uv_handle_t*>(&tick_));
-  // Sessions do not outlive execd: what an earlier one left goes, here at
-  // start-up, before anything is served. On the pool it raced with the
-  // first session's directories (one stat when nothing was left).
-  (void)fs::remove_tree(ctx.config.state_dir + "/isolated");
-}
-
-IsolatedRegistry::~IsolatedRegistry() { clear(); }
-
-const pty::Hardening* IsolatedRegistry::hardening() const { return runtime_.children.hardening(); }
-
-const pty::IsolationProbe& IsolatedRegistry::probe() {
-  if (!probe_) {
-    if (!ctx_.config.isolation) {
-      pty::IsolationProbe off;
-      off.message = "isolated sessions are turned off (--no-isolation)";
-      probe_ = off;
-    } else {
-      using Choice = Config::RootViewChoice;
-      std::optional<pty::RootView> view;
-      if (ctx_.config.isolated_root_view == Choice::idmapped) view = pty::RootView::idmapped;
-      if (ctx_.config.isolated_root_view == Choice::masked) view = pty::RootView::masked;
-      probe_ = pty::probe_isolation(ctx_.config.state_dir + "/isolated", view, view_skip());
-      spdlog::info("isolated sessions: {}{}{}", probe_->available ? "available" : "unavailable",
-                   probe_->message.empty() ? "" : ": ", probe_->message);
-      if (probe_->available) {
-        std::string plain;
-        for (const std::string& m : probe_->not_idmapped) plain += (plain.empty() ? "" : ", ") + m;
-        spdlog::info("isolated sessions: root view {} ({}{}{}); {}", pty::root_view_name(probe_->root_view),
-                     probe_->root_view_message, plain.empty() ? "" : ": ", plain, probe_->namespaces_message);
-      }
-    }
-  }
-  return *probe_;
-}
-
-std::vector<std::string> IsolatedRegistry::view_skip() const {
-  std::vector<std::string> skip{ctx_.config.state_dir};
-  for (const char* const* p = pty::kReplacedPaths; *p; ++p) skip.emplace_back(*p);
-  return skip;
-}
-
-std::vector<std::string> IsolatedRegistry::hidden_paths() const {
-  std::vector<std::string> out{ctx_.config.state_dir};
-  out.insert(out.end(), ctx_.config.secret_files.begin(), ctx_.config.secret_files.end());
-  if (probe_ && probe_->root_view == pty::RootView::masked) {
-    for (const char* const* p = pty::kMaskedPaths; *p; ++p) out.emplace_back(*p);
-    out.emplace_back("/etc/ssh/*key*");
-  }
-  return out;
-}
-
-IsolatedSession* IsolatedRegistry::find(const std::string& id) {
-  auto it = sessions_.find(id);
-  return it == sessions_.end() ? nullptr : it->second.get();
-}
-
-void IsolatedRegistry::begin(std::shared_ptr<IsolatedSession> s) {
-  s->begun_ms = uv_now(ctx_.loop);
-  starting_[s->id] = std::move(s);
-  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&tick_)) && !closed_)
-    uv_timer_start(&tick_, [](uv_timer_t* t) { static_cast<IsolatedRegistry*>(t->data)->on_tick(); }, kSessionTickMs,
-                   kSessionTickMs);
-}
-
-void IsolatedRegistry::activate(const std::shared_ptr<IsolatedSession>& s) {
-  starting_.erase(s->id);
-  sessions_[s->id] = s;
-}
-
-void IsolatedRegistry::abandon(const std::shared_ptr<IsolatedSession>& s) {
-  starting_.erase(s->id);
-  end(s);
-}
-
-void IsolatedRegistry::remove(const std::string& id) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return;
-  std::shared_ptr<IsolatedSession> s = std::move(it->second);
-  sessions_.erase(it);
-  end(std::move(s));
-}
-
-void IsolatedRegistry::end(std::shared_ptr<IsolatedSession> s) {
-  if (s->ended) return;
-  s->ended = true;
-  if (s->shell) {
-    // Gone once reaped (a run still on ends with the shell's death).
-    dying_[s->shell] = true;
-    s->shell->kill_all();
-    s->shell = nullptr;
-  }
-  // The kernel kills every process of the session with its PID 1.
-  if (s->holder_alive) kill(s->holder, SIGKILL);
-  pty::close_namespaces(s->entry);
-  if (s->mount) watches_.end_namespace(s->mount.get());
-  s->mount.reset();
-  if (closed_) return;
-  struct Sweep {
-    std::string dir;
-  };
-  fs::queue_job<Sweep>(
-      ctx_.loop, std::make_unique<Sweep>(Sweep{s->dir}), [](Sweep& w) { (void)fs::remove_tree(w.dir); },
-      [](Sweep&, int) {});
-  spdlog::info("isolated session {} ended", s->id);
-}
-
-void IsolatedRegistry::holder_exited(const std::string& id, pid_t pid) {
-  for (auto* map : {&sessions_, &starting_}) {
-    auto it = map->find(id);
-    if (it != map->end() && it->second->holder == pid) {
-      it->second->holder_alive = false;
-      spdlog::warn("isolated session {}: its holder (pid {}) is gone; the session is dead", id, pid);
-    }
-  }
-}
-
-void IsolatedRegistry::shell_gone(const std::shared_ptr<IsolatedSession>& s, pty::BashSession* shell) {
-  if (s && s->shell == shell) s->shell = nullptr;  // the session is dead from now on
-  dying_.erase(shell);
-  shell->destroy();
-}
-
-void IsolatedRegistry::on_tick() {
-  int64_t now = unix_ns();
-  std::vector<std::string> idle;
-  for (auto& [id, s] : sessions_) {
-    auto& bg = s->background;
-    bg.erase(std::remove_if(bg.begin(), bg.end(),
-                            [this](const std::string& run) {
-                              exec::Execution* e = executions_.find(run);
-                              return !e || e->done();
-                            }),
-             bg.end());
-    // A run on (foreground or background) keeps the session from idling.
-    if ((s->shell && s->shell->busy()) || !bg.empty()) s->last_run_ns = now;
-    int64_t timeout = s->spec.idle_timeout_seconds;
-    if (timeout > 0 && now - s->last_run_ns >= timeout * 1000000000ll) idle.push_back(id);
-  }
-  for (const std::string& id : idle) {
-    spdlog::info("isolated session {} idle for {} s: ended", id, find(id)->spec.idle_timeout_seconds);
-    remove(id);
-  }
-  uint64_t now_ms = uv_now(ctx_.loop);
-  std::vector<std::shared_ptr<IsolatedSession>> stuck;
-  for (auto& [id, s] : starting_)
-    if (now_ms - s->begun_ms > kStartDeadlineMs) stuck.push_back(s);
-  for (auto& s : stuck) {
-    if (http::Exchange* ex = s->create ? s->create->exchange() : nullptr)
-      ex->respond_error(500, codes::kRuntimeError, "the session did not start within 30 s");
-    abandon(s);
-  }
-  if (sessions_.empty() && starting_.empty()) uv_timer_stop(&tick_);
-}
-
-void IsolatedRegistry::remove_all() {
-  std::vector<std::string> ids;
-  for (const auto& [id, s] : sessions_) ids.push_back(id);
-  for (const auto& id : ids) remove(id);
-}
-
-void IsolatedRegistry::kill_all() {
-  for (auto* map : {&sessions_, &starting_})
-    for (auto& [id, s] : *map) {
-      if (s->shell) s->shell->kill_all();
-      if (s->holder_alive) kill(s->holder, SIGKILL);
-    }
-  for (auto& [shell, unused] : dying_) shell->kill_all();
-}
-
-void IsolatedRegistry::clear() {
-  if (closed_) return;
-  closed_ = true;
-  std::vector<std::string> dirs;
-  for (auto* map : {&sessions_, &starting_}) {
-    for (auto& [id, s] : *map) {
-      dirs.push_back(s->dir);
-      end(s);
-    }
-    map->clear();
-  }
-  std::map<pty::BashSession*, bool> shells = std::move(dying_);
-  for (auto& [shell, unused] : shells) {
-    shell->set_on_gone(nullptr);
-    shell->destroy();
-  }
-  // At exit, on the loop: nothing else waits for it any more.
-  for (const std::string& d : dirs) (void)fs::remove_tree(d);
-  uv_timer_stop(&tick_);
-  uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
-}
-
-namespace {
-
-// --- creating a session --------------------------------------------------------
-
-bool glob_match_upper(const std::string& name, const std::string& pattern) {
-  std::string n = name, p = pattern;
-  for (auto* s : {&n, &p})
-    for (char& c : *s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
-  if (p.size() > 1 && p.front() == '*' && p.back() == '*') return n.find(p.substr(1, p.size() - 2)) != std::string::npos;
-  if (!p.empty() && p.front() == '*') return n.size() >= p.size() - 1 && n.compare(n.size() - (p.size() - 1), p.size() - 1, p, 1) == 0;
-  if (!p.empty() && p.back() == '*') return n.compare(0, p.size() - 1, p, 0, p.size() - 1) == 0;
-  return n == p;
-}
-
-// The environment runs start from: execd's (minus its secrets) through the
-// passthrough rule. Without one, or a deny rule without keys, variables
-// that look like credentials stay out (upstream's list).
-std::vector<std::string> session_env(const std::vector<std::string>& base, const protocol::IsolatedCreateRequest& r) {
-  static const char* kCredentialPatterns[] = {"*_API_KEY", "*_TOKEN", "*_SECRET", "*_PASSWORD", "AWS_*",
-                                              "ALI_*",     "ALIYUN_*", "K8S_*",    "KUBE_*"};
-  std::vector<std::string> out;
-  for (const std::string& kv : base) {
-    std::string key = kv.substr(0, kv.find('='));
-    bool listed = std::find(r.env_keys.begin(), r.env_keys.end(), key) != r.env_keys.end();
-    bool keep;
-    if (r.env_mode == "allow") {
-      keep = listed;
-    } else if (!r.env_keys.empty()) {
-      keep = !listed;
-    } else {
-      keep = true;
-      for (const char* p : kCredentialPatterns) keep &= !glob_match_upper(key, p);
-    }
-    if (keep) out.push_back(kv);
-  }
-  return out;
-}
-
-size_t depth(const std::string& path) {
-  return path == "/" ? 0 : static_cast<size_t>(std::count(path.begin(), path.end(), '/'));
-}
-
-bool beneath(const std::string& path, const std::string& root) {
-  return root == "/" || path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
-                                        path[root.size()] == '/');
-}
-
-std::string real_path(const std::string& p) {
-  char buf[PATH_MAX];
-  return realpath(p.c_str(), buf) ? std::string(buf) : std::string();
-}
-
-bool make_dirs(const std::string& path, std::optional<uint32_t> uid, std::optional<uint32_t> gid) {
-  std::string cur;
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i != path.size() && path[i] != '/') continue;
-    cur = path.substr(0, i);
-    if (mkdir(cur.c_str(), 0755) == 0) {
-      // Made for the session: it belongs to the session's user.
-      if (uid && chown(cur.c_str(), *uid, gid.value_or(*uid)) != 0) return false;
-    } else if (errno != EEXIST) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// What the pool works out before the holder starts: every host path checked
-// and made, the plan, or why not (a 400 or a 500).
-struct PreparedSession {
-  int status = 0;
-  std::string error;
-};
-
-PreparedSession prepare_session(IsolatedSession& s, const std::vector<std::string>& allowed, const std::string& state_dir,
-                                const std::vector<std::string>& view_skip) {
-  auto bad = [](std::string why) { return PreparedSession{400, std::move(why)}; };
-  auto fail = [](std::string why) { return PreparedSession{500, std::move(why)}; };
-  const auto& r = s.spec;
-  for (const std::string& d : {s.dir, s.dir + "/root", s.scripts}) {
-    if (!make_dirs(d, std::nullopt, std::nullopt)) return fail("cannot make " + d + ": " + strerror(errno));
-  }
-  chmod(s.dir.c_str(), 0700);
-  if (s.run_uid && chown(s.scripts.c_str(), *s.run_uid, s.run_gid.value_or(*s.run_uid)) != 0)
-    return fail("cannot hand " + s.scripts + " to the session's user: " + strerror(errno));
-  s.plan.staging = s.dir + "/root";
-  s.plan.tmp_tmpfs = r.profile == "strict";
-  s.plan.share_net = r.share_net;
-  s.plan.hide = {state_dir};
-  // What covers the secret files: empty, and unreadable to a process
-  // without CAP_DAC_OVERRIDE, whatever its uid.
-  s.plan.mask_source = s.dir + "/mask";
-  int mask = open(s.plan.mask_source.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0);
-  if (mask < 0 || fchmod(mask, 0) != 0) {
-    int e = errno;
-    if (mask >= 0) close(mask);
-    return fail("cannot make " + s.plan.mask_source + ": " + strerror(e));
-  }
-  close(mask);
-  if (s.plan.root_view == pty::RootView::idmapped) {
-    // The host's mounts as they are now (a volume mounted since the last
-    // session is in this one's view).
-    s.plan.host_mounts = pty::host_mount_points(view_skip);
-  } else {
-    glob_t keys{};
-    if (glob("/etc/ssh/*key*", GLOB_NOSORT, nullptr, &keys) == 0)
-      for (size_t i = 0; i < keys.gl_pathc; ++i) s.plan.mask_files.emplace_back(keys.gl_pathv[i]);
-    globfree(&keys);
-  }
-  if (r.uid_mode == "userns")
-    s.plan.userns = std::pair<uint32_t, uint32_t>{r.uid.value_or(geteuid()), r.gid.value_or(r.uid.value_or(getegid()))};
-  std::vector<std::string> allowed_real;
-  for (const std::string& a : allowed)
-    if (std::string real = real_path(a); !real.empty()) allowed_real.push_back(real);
-  auto allowed_source = [&](const std::string& src, std::string& resolved) -> std::optional<std::string> {
-    resolved = real_path(src);
-    if (resolved.empty()) return src + " must be an existing path (" + strerror(errno) + ")";
-    for (const std::string& a : allowed_real)
-      if (beneath(resolved, a)) return std::nullopt;
-    return src + " is not in the allowlist (--isolated-allowed-paths)";
-  };
-  // The session's own tmpfs (/run, /root; /tmp under profile strict)
-  // starts empty: a mount point there is made, whatever the host has.
-  auto in_session_tmpfs = [&](const std::string& target) {
-    return beneath(target, "/run") || beneath(target, "/root") || (s.plan.tmp_tmpfs && beneath(target, "/tmp"));
-  };
-  std::vector<pty::SessionMount> mounts;
-  size_t k = 0;
-  for (const auto& o : r.overlays) {
-    ++k;
-    struct stat st {};
-    if (stat(o.path.c_str(), &st) != 0) {
-      // As upstream: a workspace that does not exist is made (here, for the
-      // session's user when it runs as one).
-      if (!make_dirs(o.path, s.run_uid, s.run_gid) || stat(o.path.c_str(), &st) != 0)
-        return fail("cannot create " + o.path + ": " + strerror(errno));
-    }
-    if (!S_ISDIR(st.st_mode)) return bad("overlay path " + o.path + " is not a directory");
-    pty::SessionMount m;
-    m.source = o.path;
-    m.target = o.path;
-    // Beneath the session's own tmpfs (/run; /tmp under profile strict)
-    // the mount point is made in it.
-    m.create_target = in_session_tmpfs(o.path);
-    if (o.mode == "rw") {
-      m.kind = pty::SessionMount::Kind::bind_rw;
-      s.writable.push_back(o.path);
-    } else if (o.mode == "ro") {
-      m.kind = pty::SessionMount::Kind::bind_ro;
-    } else if (o.persistent()) {
-      m.kind = pty::SessionMount::Kind::overlay;
-      std::string layer = s.dir + "/layers/" + std::to_string(k);
-      m.upper = layer + "/upper";
-      m.work = layer + "/work";
-      if (!make_dirs(m.upper, std::nullopt, std::nullopt) || !make_dirs(m.work, std::nullopt, std::nullopt))
-        return fail("cannot make " + layer + ": " + strerror(errno));
-      // The merged root shows the upper's owner and mode: the lower's.
-      if (chown(m.upper.c_str(), st.st_uid, st.st_gid) != 0 || chmod(m.upper.c_str(), st.st_mode & 07777) != 0)
-        return fail("cannot set up " + m.upper + ": " + strerror(errno));
-      s.layers.push_back({o.path, m.upper});
-      s.writable.push_back(o.path);
-    } else {
-      m.kind = pty::SessionMount::Kind::overlay_tmpfs;
-      m.upper = s.dir + "/ephemeral-" + std::to_string(k);
-      if (!make_dirs(m.upper, std::nullopt, std::nullopt)) return fail("cannot make " + m.upper);
-      m.upper_uid = st.st_uid;
-      m.upper_gid = st.st_gid;
-      m.upper_mode = st.st_mode & 07777;
-      s.writable.push_back(o.path);
-    }
-    mounts.push_back(std::move(m));
-  }
-  // Where a missing mount point may be made: in the session's own tmpfs
-  // (/run, /root, /tmp under profile strict) or in a writable overlay.
-  auto can_create_under = [&](const std::string& target) {
-    if (in_session_tmpfs(target)) return true;
-    for (const auto& o : r.overlays)
-      if (o.mode != "ro" && beneath(target, o.path) && target != o.path) return true;
-    return false;
-  };
-  auto add_bind = [&](const std::string& source, const std::string& target, bool readonly,
-                      const char* what) -> std::optional<std::string> {
-    std::string resolved;
-    if (auto e = allowed_source(source, resolved)) return std::string(what) + " source " + *e;
-    struct stat st {};
-    stat(resolved.c_str(), &st);
-    pty::SessionMount m;
-    m.kind = readonly ? pty::SessionMount::Kind::bind_ro : pty::SessionMount::Kind::bind_rw;
-    m.source = resolved;
-    m.target = target;
-    m.source_is_file = !S_ISDIR(st.st_mode);
-    struct stat tst {};
-    if (in_session_tmpfs(target)) {
-      m.create_target = true;
-    } else if (lstat(target.c_str(), &tst) != 0) {
-      if (!can_create_under(target))
-        return std::string(what) + " destination " + target +
-               " does not exist, and the session's root is read-only: use an existing path, or one under /run, "
-               "/tmp (profile strict) or a writable overlay";
-      m.create_target = true;
-    } else if (S_ISDIR(tst.st_mode) != S_ISDIR(st.st_mode)) {
-      return std::string(what) + " destination " + target + " and source " + source +
-             " must both be directories or both be files";
-    }
-    if (!readonly) s.writable.push_back(target);
-    mounts.push_back(std::move(m));
-    return std::nullopt;
-  };
-  for (const std::string& p : r.extra_writable)
-    if (auto e = add_bind(p, p, false, "extra_writable")) return bad(*e);
-  for (const auto& b : r.binds)
-    if (auto e = add_bind(b.source, b.target(), b.readonly, "bind")) return bad(*e);
-  // The shell's run scripts.
-  pty::SessionMount scripts;
-  scripts.kind = pty::SessionMount::Kind::bind_ro;
-  scripts.source = s.scripts;
-  scripts.target = kScriptsInside;
-  scripts.create_target = true;
-  mounts.push_back(std::move(scripts));
-  // Shallow first, so a deeper mount lands on (and shadows part of) a shallower one.
-  std::stable_sort(mounts.begin(), mounts.end(),
-                   [](const pty::SessionMount& a, const pty::SessionMount& b) { return depth(a.target) < depth(b.target); });
-  s.plan.mounts = std::move(mounts);
-  return {};
+FileService& session_files(FileService& plain, IsolatedSession& s) {
+  if (!s.files)
+    s.files = std::make_unique<SessionFiles>(
+        FileService{plain.ctx, plain.gate, plain.journal, nullptr, s.mount, s.id, plain.state_budget});
+  return static_cast<SessionFiles&>(*s.files).svc;
 }
 
 void respond_created(Exchange& ex, const IsolatedSession& s) {
@@ -533,120 +60,6 @@ void respond_created(Exchange& ex, const IsolatedSession& s) {
   j["created_at"] = rfc3339_nano(s.created_ns);
   protocol::echo_isolated_create(s.spec, j);
   ex.respond_json(201, j.dump());
-}
-
-void fail_creation(IsolatedRegistry& reg, const std::shared_ptr<IsolatedSession>& s, int status, const std::string& why) {
-  spdlog::warn("isolated session {} could not start: {}", s->id, why);
-  if (Exchange* ex = s->create ? s->create->exchange() : nullptr)
-    ex->respond_error(status, status == 400 ? codes::kInvalidRequestBody : codes::kRuntimeError, why);
-  reg.abandon(s);
-}
-
-// The last step: the session's shell, inside it.
-void start_shell(IsolatedRegistry& reg, const std::shared_ptr<IsolatedSession>& s) {
-  const Context& ctx = reg.ctx();
-  auto* shell = new pty::BashSession(reg.runtime(), s->scripts, "run");
-  shell->isolate(&s->entry, s->run_uid, s->run_gid, kScriptsInside);
-  std::string err;
-  if (!shell->start(ctx.shell, s->env, s->cwd, err)) {
-    shell->destroy();
-    return fail_creation(reg, s, 500, "cannot start the session's shell: " + err);
-  }
-  s->shell = shell;
-  std::weak_ptr<IsolatedSession> weak = s;
-  shell->set_on_gone([&reg, weak, shell] { reg.shell_gone(weak.lock(), shell); });
-  s->files = std::make_unique<FileService>(
-      FileService{reg.files().ctx, reg.files().gate, reg.files().journal, nullptr, s->mount, s->id,
-                  reg.files().state_budget});
-  s->created_ns = s->last_run_ns = unix_ns();
-  reg.activate(s);
-  spdlog::info("isolated session {} started: holder pid {}, {} mounts, profile {}, uid_mode {}", s->id, s->holder,
-               s->plan.mounts.size(), s->spec.profile, s->spec.uid_mode);
-  Exchange* ex = s->create ? s->create->exchange() : nullptr;
-  s->create.reset();
-  if (!ex) {
-    // The client left: nobody knows the session; it goes.
-    reg.remove(s->id);
-    return;
-  }
-  respond_created(*ex, *s);
-}
-
-// The holder is ready: its namespaces open, a Landlock ruleset of the
-// session's own (built inside it) if the floor has one, then the shell.
-void holder_ready(IsolatedRegistry& reg, const std::shared_ptr<IsolatedSession>& s) {
-  std::string err;
-  if (!pty::open_namespaces(s->holder, !s->spec.share_net, s->spec.uid_mode == "userns", s->entry, err))
-    return fail_creation(reg, s, 500, err);
-  int mnt = dup(s->entry.mnt);
-  if (mnt < 0) return fail_creation(reg, s, 500, std::string("dup: ") + strerror(errno));
-  fcntl(mnt, F_SETFD, FD_CLOEXEC);
-  s->mount = std::make_shared<const pty::MountNamespace>(mnt);
-  const pty::Hardening* h = reg.hardening();
-  if (!h || !h->landlock_on()) return start_shell(reg, s);
-  struct RulesetJob {
-    IsolatedRegistry* reg;
-    std::shared_ptr<IsolatedSession> s;
-    std::shared_ptr<const pty::MountNamespace> mount;
-    std::vector<std::string> writable;
-    const pty::Hardening* hardening;
-    int fd = -1, err = 0;
-  };
-  fs::queue_job<RulesetJob>(
-      reg.ctx().loop, std::make_unique<RulesetJob>(RulesetJob{&reg, s, s->mount, s->writable, h}),
-      [](RulesetJob& j) {
-        pty::MountScope scope(j.mount->fd);
-        if ((j.err = scope.error())) return;
-        j.fd = j.hardening->make_landlock_ruleset(j.writable);
-        if (j.fd < 0) j.err = errno;
-      },
-      [](RulesetJob& j, int) {
-        if (j.fd < 0 || j.s->ended) {
-          if (j.fd >= 0) close(j.fd);
-          if (!j.s->ended)
-            fail_creation(*j.reg, j.s, 500, std::string("cannot build the session's Landlock ruleset: ") + strerror(j.err));
-          return;
-        }
-        j.s->entry.landlock = j.fd;
-        start_shell(*j.reg, j.s);
-      });
-}
-
-// Reads the holder's "ok" (or its error) without blocking the loop.
-struct ReadyWatch {
-  uv_poll_t poll;
-  IsolatedRegistry* reg;
-  std::shared_ptr<IsolatedSession> s;
-  int fd;
-  std::string text;
-
-  void finish() {
-    uv_poll_stop(&poll);
-    close(fd);
-    uv_close(reinterpret_cast<uv_handle_t*>(&poll), [](uv_handle_t* h) { delete static_cast<ReadyWatch*>(h->data); });
-  }
-};
-
-void watch_ready(IsolatedRegistry& reg, const std::shared_ptr<IsolatedSession>& s, int fd) {
-  auto* w = new ReadyWatch{{}, &reg, s, fd, {}};
-  uv_poll_init(reg.ctx().loop, &w->poll, fd);
-  w->poll.data = w;
-  uv_poll_start(&w->poll, UV_READABLE, [](uv_poll_t* p, int status, int) {
-    auto* w = static_cast<ReadyWatch*>(p->data);
-    char buf[512];
-    ssize_t n = 0;
-    while (status == 0 && (n = read(w->fd, buf, sizeof buf)) > 0 && w->text.size() < 4096) w->text.append(buf, n);
-    if (status == 0 && n < 0 && (errno == EAGAIN || errno == EINTR) && w->text.find('\n') == std::string::npos)
-      return;  // more to come
-    std::string text = std::move(w->text);
-    std::shared_ptr<IsolatedSession> s = std::move(w->s);
-    IsolatedRegistry& reg = *w->reg;
-    w->finish();
-    if (s->ended) return;
-    if (text.rfind("ok\n", 0) == 0) return holder_ready(reg, s);
-    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-    fail_creation(reg, s, 500, "the session's init failed: " + (text.empty() ? std::string("it exited") : text));
-  });
 }
 
 void handle_capabilities(IsolatedRegistry& reg, Exchange& ex) {
@@ -696,24 +109,8 @@ void handle_capabilities(IsolatedRegistry& reg, Exchange& ex) {
   ex.respond_json(200, j.dump());
 }
 
-// Every route but capabilities needs the isolator.
-bool require_available(IsolatedRegistry& reg, Exchange& ex) {
-  const pty::IsolationProbe& p = reg.probe();
-  if (p.available) return true;
-  ex.respond_error(503, kServiceUnavailable, "isolation unavailable: " + p.message);
-  return false;
-}
-
-IsolatedSession* require_session(IsolatedRegistry& reg, Exchange& ex) {
-  if (!require_available(reg, ex)) return nullptr;
-  const std::string& id = ex.params.get("id");
-  IsolatedSession* s = reg.find(id);
-  if (!s) ex.respond_error(404, kSessionNotFound, "session " + id + " not found");
-  return s;
-}
-
 void handle_create(IsolatedRegistry& reg, Exchange& ex) {
-  if (!require_available(reg, ex)) return;
+  if (!require_isolation(reg, ex)) return;
   const pty::IsolationProbe& p = reg.probe();
   auto decoded = protocol::decode_isolated_create(ex.request().body);
   if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
@@ -731,61 +128,7 @@ void handle_create(IsolatedRegistry& reg, Exchange& ex) {
   if (!admit(ex, reg.count(), reg.ctx().config.max_isolated_sessions, "isolated sessions", "max-isolated-sessions") ||
       !admit_descriptors(ex, 16, "an isolated session"))
     return;
-  auto s = std::make_shared<IsolatedSession>();
-  s->id = random_uuid();
-  s->spec = std::move(req);
-  s->dir = reg.ctx().config.state_dir + "/isolated/" + s->id;
-  s->scripts = s->dir + "/scripts";
-  s->cwd = s->spec.overlays.front().path;
-  s->env = session_env(reg.ctx().base_env, s->spec);
-  if (s->spec.uid_mode == "setpriv" && (s->spec.uid || s->spec.gid)) {
-    s->run_uid = s->spec.uid.value_or(geteuid());
-    s->run_gid = s->spec.gid.value_or(s->spec.uid ? *s->spec.uid : getegid());
-  }
-  // The host's root as the probe found it can be seen (pty/namespaces RootView).
-  s->plan.root_view = p.root_view;
-  s->plan.idmap_userns = p.idmap_userns;
-  s->plan.mask_files = reg.ctx().config.secret_files;
-  if (p.root_view == pty::RootView::masked)
-    for (const char* const* m = pty::kMaskedPaths; *m; ++m) s->plan.mask_files.emplace_back(*m);
-  s->plan.refuse_namespaces = s->entry.refuse_namespaces = p.refuses_namespaces;
-  s->create = std::make_unique<CreateWait>();
-  http::await(ex, *s->create);
-  reg.begin(s);
-  struct PrepareJob {
-    IsolatedRegistry* reg;
-    std::shared_ptr<IsolatedSession> s;
-    std::vector<std::string> allowed;
-    std::string state_dir;
-    std::vector<std::string> view_skip;
-    PreparedSession result;
-  };
-  // The pool touches only the session's plan and paths until it is back.
-  fs::queue_job<PrepareJob>(
-      reg.ctx().loop,
-      std::make_unique<PrepareJob>(PrepareJob{&reg, s, reg.ctx().config.isolated_allowed_paths,
-                                              reg.ctx().config.state_dir, reg.view_skip(), {}}),
-      [](PrepareJob& j) { j.result = prepare_session(*j.s, j.allowed, j.state_dir, j.view_skip); },
-      [](PrepareJob& j, int) {
-        IsolatedRegistry& reg = *j.reg;
-        auto& s = j.s;
-        if (s->ended) return;
-        if (j.result.status) return fail_creation(reg, s, j.result.status, j.result.error);
-        if (!s->create || !s->create->exchange()) return reg.abandon(s);  // nobody waits for it
-        pty::Holder holder;
-        std::string err;
-        if (pty::start_holder(s->plan, reg.runtime().children, holder, err) != 0) {
-          reg.runtime().reaper.reap();
-          return fail_creation(reg, s, 500, "cannot build the session: " + err);
-        }
-        s->holder = holder.pid;
-        s->holder_alive = true;
-        std::string id = s->id;
-        reg.runtime().reaper.watch(holder.pid, [&reg, id, pid = holder.pid](const pty::ExitInfo&) {
-          reg.holder_exited(id, pid);
-        });
-        watch_ready(reg, s, holder.ready_fd);
-      });
+  reg.create(ex, std::move(req), respond_created);
 }
 
 void session_summary(const IsolatedSession& s, ojson& j) {
@@ -810,7 +153,7 @@ void handle_get(IsolatedRegistry& reg, Exchange& ex) {
 }
 
 void handle_list(IsolatedRegistry& reg, Exchange& ex) {
-  if (!require_available(reg, ex)) return;
+  if (!require_isolation(reg, ex)) return;
   ojson list = ojson::array();
   for (const auto& [id, s] : reg.sessions()) {
     ojson j;
@@ -830,221 +173,25 @@ void handle_delete(IsolatedRegistry& reg, Exchange& ex) {
   ex.respond_empty(200);
 }
 
-// --- runs --------------------------------------------------------------------------
-
-std::string shell_quote(const std::string& v) {
-  std::string out = "'";
-  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-void start_background(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r,
-                      std::unique_ptr<exec::ChangeTracker> tracker) {
-  const Context& ctx = reg.ctx();
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::isolated_run;
-  spec.id = random_uuid();
-  spec.content = r.code;
-  spec.fingerprint = "isolated-run";
-  spec.cwd = s.cwd;
-  spec.uid = s.run_uid;
-  spec.gid = s.run_gid;
-  spec.background = true;
-  spec.owner = s.id;
-  spec.track_changes = r.track_changes;
-  exec::Execution& e = reg.executions().create(std::move(spec));
-  if (tracker) e.track(std::move(tracker));
-  pty::SpawnOptions opts;
-  opts.program = ctx.shell;
-  opts.argv = {ctx.shell, "-c", r.code};
-  opts.env = s.env;
-  for (const auto& [k, v] : r.envs) pty::set_env(opts.env, k, v);
-  opts.cwd = s.cwd;
-  opts.uid = s.run_uid;
-  opts.gid = s.run_gid;
-  opts.isolated = &s.entry;
-  pty::CommandLimits limits;  // not time-limited, as upstream
-  limits.kill_grace_ms = ctx.config.kill_grace_ms;
-  std::string err;
-  auto runner = runners::CommandRunner::start(reg.runtime(), opts, limits, false, e, err);
-  if (!runner) {
-    e.fail_start(err);
-    return ex.respond_error(500, codes::kRuntimeError, "cannot start the run: " + err);
-  }
-  s.background.push_back(e.id());
-  s.last_run_ns = unix_ns();
-  e.start(std::move(runner));
-  ojson j;
-  j["session_id"] = s.id;
-  j["run_id"] = e.id();
-  j["started_at"] = rfc3339_nano(e.started_ns());
-  ex.respond(202, "application/json; charset=utf-8", j.dump(), {"EXECD-RUN-ID: " + e.id()});
-}
-
-const char* refuse_foreground(IsolatedRegistry& reg, Exchange& ex, const std::string& id) {
-  IsolatedSession* s = reg.find(id);
-  if (!s) return ex.respond_error(404, kSessionNotFound, "session " + id + " not found"), "";
-  if (s->dead())
-    return ex.respond_error(410, "SESSION_EXITED", "session " + id + " has exited; delete it and create a new one"), "";
-  if (s->shell->busy())
-    return ex.respond_error(409, "SESSION_BUSY", "session " + id + " is already running a foreground run"), "";
-  return nullptr;
-}
-
-void start_foreground(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r,
-                      std::unique_ptr<exec::ChangeTracker> tracker) {
-  if (refuse_foreground(reg, ex, s.id)) return;
-  // envs: exported in a subshell for this run only (as upstream).
-  std::string code = r.code;
-  if (!r.envs.empty()) {
-    std::string wrapped = "(\n";
-    for (const auto& [k, v] : r.envs) wrapped += "export " + k + "=" + shell_quote(v) + "\n";
-    wrapped += code;
-    if (wrapped.back() != '\n') wrapped += '\n';
-    code = wrapped + ")";
-  }
-  int64_t timeout_ms = r.timeout_seconds * 1000;
-  struct Job {
-    pty::BashSession::PreparedRun prepared;
-    ~Job() { pty::BashSession::discard(prepared); }
-  };
-  auto job = std::make_shared<Job>();
-  std::optional<std::pair<uid_t, gid_t>> owner;
-  if (s.run_uid) owner = std::pair<uid_t, gid_t>{*s.run_uid, s.run_gid.value_or(*s.run_uid)};
-  std::string id = s.id, content = r.code;
-  auto tracked = std::make_shared<std::unique_ptr<exec::ChangeTracker>>(std::move(tracker));
-  run_blocking(
-      reg.ctx().loop, ex,
-      [job, file = s.shell->next_run_file(), pid = s.shell->shell_pid(), code, timeout_ms, owner] {
-        job->prepared = pty::BashSession::prepare_run(file, pid, code, timeout_ms, owner);
-      },
-      [&reg, job, id, content, timeout_ms, tracked, track = r.track_changes](Exchange& ex) {
-        if (refuse_foreground(reg, ex, id)) return;
-        if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions", "max-running"))
-          return;
-        IsolatedSession& s = *reg.find(id);
-        exec::ExecutionSpec spec;
-        spec.kind = exec::Kind::isolated_run;
-        spec.id = random_uuid();
-        spec.content = content;
-        spec.fingerprint = "isolated-run";
-        spec.uid = s.run_uid;
-        spec.gid = s.run_gid;
-        spec.owner = id;
-        spec.track_changes = track;
-        exec::Execution& run = reg.executions().create(std::move(spec));
-        if (*tracked) run.track(std::move(*tracked));
-        auto runner = std::make_unique<runners::SessionRunner>(run, *s.shell);
-        std::string err;
-        auto status = s.shell->run(std::exchange(job->prepared, {}), "", timeout_ms, runner.get(), err);
-        if (status != pty::BashSession::RunStatus::started) {
-          run.fail_start(err);
-          return ex.respond_error(500, codes::kRuntimeError, "error running in the session: " + err);
-        }
-        s.last_run_ns = unix_ns();
-        ex.attach(std::make_unique<exec::ExecutionReader>(ex, run, exec::ExecutionReader::Role::original,
-                                                          framing_for(reg.ctx(), ex), 0, 0,
-                                                          std::vector<std::string>{"EXECD-RUN-ID: " + run.id()}));
-        run.start(std::move(runner));
-      });
-}
-
-// Why `root` cannot be tracked, or nullptr. The watch is made inside the
-// session's mount namespace, so a root is a path as the session sees it and
-// the kernel reports changes made through its overlays and binds alike.
-// Only a root in a read-only mount is refused: nothing can change there,
-// and an empty list would read as "nothing changed".
-const char* untrackable_root(const IsolatedSession& s, const std::string& root) {
-  for (const auto& o : s.spec.overlays)
-    if (beneath(root, o.path) && o.mode == "ro") return "it lies in a read-only mount";
-  for (const auto& b : s.spec.binds)
-    if (beneath(root, b.target()) && b.readonly) return "it lies in a read-only bind";
-  return nullptr;
-}
-
-struct IsolatedTrackWait : http::Awaitable {};
-
-void dispatch_run(IsolatedRegistry& reg, IsolatedSession& s, Exchange& ex, protocol::IsolatedRunRequest& r,
-                  std::unique_ptr<exec::ChangeTracker> tracker) {
-  if (!r.background) return start_foreground(reg, s, ex, r, std::move(tracker));
-  if (!s.holder_alive)
-    return ex.respond_error(410, "SESSION_EXITED", "session " + s.id + " has exited; delete it and create a new one");
-  if (!admit(ex, reg.executions().running(), reg.ctx().config.max_running, "running executions", "max-running")) return;
-  start_background(reg, s, ex, r, std::move(tracker));
-}
-
-void handle_run(IsolatedRegistry& reg, Exchange& ex) {
-  IsolatedSession* s = require_session(reg, ex);
-  if (!s) return;
-  auto decoded = protocol::decode_isolated_run(ex.request().body);
-  if (auto* err = std::get_if<protocol::DecodeError>(&decoded))
-    return ex.respond_error(400, codes::kInvalidRequestBody, err->message);
-  auto& r = std::get<protocol::IsolatedRunRequest>(decoded);
-  if (!reg.executions().accepting()) return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
-  if (r.track_changes.empty()) return dispatch_run(reg, *s, ex, r, nullptr);
-  for (const auto& root : r.track_changes)
-    if (const char* why = untrackable_root(*s, root))
-      return ex.respond_error(400, codes::kInvalidRequestBody, "track_changes: cannot track " + root + ": " + why);
-  // The watches on the roots first; the session is looked up again after.
-  auto wait = std::make_shared<IsolatedTrackWait>();
-  http::await(ex, *wait);
-  auto req = std::make_shared<protocol::IsolatedRunRequest>(std::move(r));
-  exec::ChangeTracker::open(reg.watches(), req->track_changes, track_limits(reg.ctx()),
-                            [&reg, wait, req, id = s->id](std::unique_ptr<exec::ChangeTracker> t,
-                                                          std::optional<protocol::ApiError> err) {
-                              Exchange* ex = wait->exchange();
-                              if (!ex) return;
-                              if (err) return ex->respond_error(err->status, err->code, "track_changes: " + err->message);
-                              IsolatedSession* s = reg.find(id);
-                              if (!s) return ex->respond_error(404, kSessionNotFound, "session " + id + " not found");
-                              dispatch_run(reg, *s, *ex, *req, std::move(t));
-                            },
-                            s->mount);
-}
-
-// A run of this session, or a 404 already sent.
-exec::Execution* require_run(IsolatedRegistry& reg, Exchange& ex) {
-  IsolatedSession* s = require_session(reg, ex);
-  if (!s) return nullptr;
-  const std::string& run = ex.params.get("run");
-  exec::Execution* e = reg.executions().find(run);
-  if (!e || e->kind() != exec::Kind::isolated_run || e->spec().owner != s->id) {
-    ex.respond_error(404, kSessionNotFound, "run " + run + " not found in session " + s->id);
-    return nullptr;
-  }
-  return e;
-}
-
-void handle_run_status(IsolatedRegistry& reg, Exchange& ex) {
-  exec::Execution* e = require_run(reg, ex);
-  if (!e) return;
-  ojson j;
-  j["session_id"] = e->spec().owner;
-  j["run_id"] = e->id();
-  j["running"] = !e->done();
-  protocol::ExecutionResult r = e->result();
-  if (e->done()) {
-    if (r.exit_code) j["exit_code"] = *r.exit_code;
-    else j["exit_code"] = nullptr;
-    if (e->lost()) j["error"] = "lost: execd stopped while the run was going";
-    else if (!r.start_error.empty()) j["error"] = r.start_error;
-    else if (!r.signal.empty()) j["error"] = "killed by " + r.signal + (r.timed_out ? " (timed out)" : "");
-  }
-  j["started_at"] = rfc3339_nano(e->started_ns());
-  if (e->finished_ns()) j["finished_at"] = rfc3339_nano(e->finished_ns());
-  else j["finished_at"] = nullptr;
-  ex.respond_json(200, j.dump());
-}
-
-void handle_run_logs(IsolatedRegistry& reg, Exchange& ex) {
-  exec::Execution* e = require_run(reg, ex);
-  if (!e) return;
-  respond_logs(ex, *e, kMaxRunLogRead, "EXECD-ISOLATED-TAIL-CURSOR", "EXECD-ISOLATED-LOG-TRUNCATED");
-}
-
 }  // namespace
 
-void add_isolated_routes(RouteTable& routes, IsolatedRegistry& reg) {
+// Every route but capabilities needs the isolator.
+bool require_isolation(IsolatedRegistry& reg, Exchange& ex) {
+  const pty::IsolationProbe& p = reg.probe();
+  if (p.available) return true;
+  ex.respond_error(503, kServiceUnavailable, "isolation unavailable: " + p.message);
+  return false;
+}
+
+IsolatedSession* require_session(IsolatedRegistry& reg, Exchange& ex) {
+  if (!require_isolation(reg, ex)) return nullptr;
+  const std::string& id = ex.params.get("id");
+  IsolatedSession* s = reg.find(id);
+  if (!s) ex.respond_error(404, kSessionNotFound, "session " + id + " not found");
+  return s;
+}
+
+void add_isolated_routes(RouteTable& routes, IsolatedRegistry& reg, FileService& plain) {
   const std::string base = "/v1/isolated";
   const std::string session = base + "/session/:id";
   routes.add("GET", base + "/capabilities", [&reg](Exchange& ex) { handle_capabilities(reg, ex); });
@@ -1052,9 +199,7 @@ void add_isolated_routes(RouteTable& routes, IsolatedRegistry& reg) {
   routes.add("GET", base + "/sessions", [&reg](Exchange& ex) { handle_list(reg, ex); });
   routes.add("GET", session, [&reg](Exchange& ex) { handle_get(reg, ex); });
   routes.add("DELETE", session, [&reg](Exchange& ex) { handle_delete(reg, ex); });
-  routes.add("POST", session + "/run", [&reg](Exchange& ex) { handle_run(reg, ex); }, kStartsProcesses);
-  routes.add("GET", session + "/runs/:run", [&reg](Exchange& ex) { handle_run_status(reg, ex); });
-  routes.add("GET", session + "/runs/:run/logs", [&reg](Exchange& ex) { handle_run_logs(reg, ex); });
+  add_isolated_run_routes(routes, session, reg);
   add_layer_routes(routes, session,
                    LayerScope{[&reg](Exchange& ex, LayerSet& set) {
                                 IsolatedSession* s = require_session(reg, ex);
@@ -1070,13 +215,11 @@ void add_isolated_routes(RouteTable& routes, IsolatedRegistry& reg) {
                                 set.layers = s->layers;
                                 return true;
                               },
-                              reg.files().gate, reg.ctx().loop});
+                              plain.gate, reg.ctx().loop});
   // A session's own files: null once the refusal is answered.
-  FileServiceFor files = [&reg](Exchange& ex) -> FileService* {
-    if (!require_available(reg, ex)) return nullptr;
-    IsolatedSession* s = reg.find(ex.params.get("id"));
-    if (!s) ex.respond_error(404, kSessionNotFound, "session " + ex.params.get("id") + " not found");
-    return s ? s->files.get() : nullptr;
+  FileServiceFor files = [&reg, &plain](Exchange& ex) -> FileService* {
+    IsolatedSession* s = require_session(reg, ex);
+    return s ? &session_files(plain, *s) : nullptr;
   };
   add_file_routes(routes, session, files);
   add_upload_route(routes, session, files);

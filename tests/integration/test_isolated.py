@@ -591,6 +591,31 @@ def test_second_foreground_run_is_busy(iso, tmp_path):
         assert stdout(s.run("echo free")) == "free\n"
 
 
+def test_runs_count_against_max_running(execd_factory, tmp_path):
+    """Isolated runs start through the one launch path: a background run
+    fills --max-running 1, and the next run of either kind is refused
+    (429, naming the flag) before anything of it exists; once the run is
+    gone the session takes runs again."""
+    ex = execd_factory("--max-running", "1", "--isolated-allowed-paths", str(tmp_path))
+    svc = service(ex)
+    if not svc.capabilities().available:
+        pytest.skip("isolation unavailable here")
+    req, ws = workspace(tmp_path)
+    with svc.session(req) as s:
+        sid = s.session_id
+        st, js = ex.json("POST", f"/v1/isolated/session/{sid}/run", {"code": "sleep 300", "background": True})
+        assert st == 202, js
+        run_id = js["run_id"]
+        for body in ({"code": f"touch {ws}/fg"}, {"code": f"touch {ws}/bg", "background": True}):
+            st, js = ex.json("POST", f"/v1/isolated/session/{sid}/run", body)
+            assert st == 429 and js["code"] == "LIMIT_REACHED" and "--max-running" in js["message"], (body, st, js)
+        assert not (ws / "fg").exists() and not (ws / "bg").exists()
+        assert ex.request("DELETE", f"/command?id={run_id}")[0] == 200
+        wait_until(lambda: ex.json("GET", f"/command/status/{run_id}")[1].get("running") is False, 10 * SLOW, 0.02,
+                   "the background run to end")
+        assert stdout(s.run("echo again")) == "again\n"
+
+
 def _busy(ex, sid) -> bool:
     status, _, body = ex.request("POST", f"/v1/isolated/session/{sid}/run", {"code": "echo second"})
     if status == 409:
