@@ -108,8 +108,14 @@ def run_code(ex, code, ctx=None, language=None, exact=False, timeout=60):
     if ctx or language:
         body["context"] = {k: v for k, v in (("id", ctx), ("language", language)) if v}
     c, r = open_code(ex, body, exact, timeout)
+    # A deadline for the whole answer: the stream's keep-alive pings outlive
+    # any socket timeout, and a run that never ended once held make test
+    # for half an hour (test_interrupt_as_the_code_starts' last run).
+    deadline, raw = time.monotonic() + timeout * SLOW, b""
     try:
-        raw = r.read()
+        while line := r.readline():
+            raw += line
+            assert time.monotonic() < deadline, f"the run did not end in {timeout * SLOW} s: {raw[-500:]!r}"
     finally:
         c.close()
     if r.status != 200:
