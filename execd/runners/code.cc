@@ -28,15 +28,19 @@ constexpr uint64_t kSigintRepeatMs = 500;
 // The kernel sends its execute reply on shell before it publishes idle on
 // iopub; the two sockets may deliver out of order, but not by this much.
 constexpr uint64_t kReplyAfterIdleMs = 1000;
+// The other way round, a kernel whose loop stopped right after its reply
+// never publishes idle: once its iopub has been quiet this long after the
+// reply, the run ends with the reply's status.
+constexpr uint64_t kIdleAfterReplyMs = 5000;
 constexpr size_t kStderrTail = 2048;
 // Stream messages above this are handed on in pieces of this size.
 constexpr size_t kStreamPieceBytes = 1 << 20;
 
-// Overridable for tests of a silent kernel; 5 s otherwise.
-uint64_t heartbeat_timeout_from(const std::vector<std::string>& env) {
-  const char* v = env_lookup(env, "EXECD_KERNEL_HEARTBEAT_TIMEOUT_MS");
+// Overridable for tests of a silent kernel.
+uint64_t ms_from(const std::vector<std::string>& env, const char* name, uint64_t fallback) {
+  const char* v = env_lookup(env, name);
   long n = v ? atol(v) : 0;
-  return n > 0 ? static_cast<uint64_t>(n) : uint64_t{5000};
+  return n > 0 ? static_cast<uint64_t>(n) : fallback;
 }
 
 std::string describe_exit(const pty::Outcome& o) {
@@ -50,7 +54,8 @@ std::string describe_exit(const pty::Outcome& o) {
 
 CodeRegistryImpl::CodeRegistryImpl(const Context& c, pty::Runtime& rt, exec::LaunchPath& l)
     : ctx(c), runtime(rt), executions(l.executions()), launches(l),
-      heartbeat_timeout_ms(heartbeat_timeout_from(c.base_env)) {}
+      heartbeat_timeout_ms(ms_from(c.base_env, "EXECD_KERNEL_HEARTBEAT_TIMEOUT_MS", 5000)),
+      take_timeout_ms(ms_from(c.base_env, "EXECD_KERNEL_TAKE_TIMEOUT_MS", 20000)) {}
 
 void CodeContext::ensure_started() {
   if (state_ == State::stopped) start();
@@ -141,6 +146,9 @@ void CodeContext::on_thaw(uint64_t frozen_ms) {
   if (run_) {
     if (run_->idle_at) run_->idle_at += frozen_ms;
     if (run_->last_sigint) run_->last_sigint += frozen_ms;
+    if (run_->sent_at) run_->sent_at += frozen_ms;
+    if (run_->reply_at) run_->reply_at += frozen_ms;
+    if (run_->last_iopub_at) run_->last_iopub_at += frozen_ms;
   }
 }
 
@@ -220,6 +228,8 @@ bool CodeContext::on_kernel_message(KernelChannel ch, const jp::WireView& m) {
         shell_ready_ = true;
         maybe_ready();
       } else if (env->msg_type == "execute_reply" && run_ && run_->sent && env->parent_msg_id == run_->msg_id) {
+        run_->taken = true;
+        run_->reply_at = uv_now(reg_.ctx.loop);
         if (auto c = jp::read_content(m.content)) {
           run_->reply = std::move(*c);
           if (run_->reply.execution_count) run_->count = run_->reply.execution_count;
@@ -233,7 +243,11 @@ bool CodeContext::on_kernel_message(KernelChannel ch, const jp::WireView& m) {
         iopub_seen_ = true;
         maybe_ready();
       }
-      if (run_ && run_->sent && env->parent_msg_id == run_->msg_id) return on_iopub(env->msg_type, m.content);
+      if (run_ && run_->sent && env->parent_msg_id == run_->msg_id) {
+        run_->taken = true;
+        run_->last_iopub_at = uv_now(reg_.ctx.loop);
+        return on_iopub(env->msg_type, m.content);
+      }
       return true;
     case KernelChannel::stdin_:
       if (env->msg_type == "input_request") answer_input(m.header);
@@ -311,8 +325,11 @@ void CodeContext::tick() {
   // Time the loop itself was held up (a large kernel message verified in
   // one go, a loaded machine) does not count against the kernel: its
   // heartbeat reply may be sitting unread in the socket meanwhile.
-  if (last_tick_ && now - last_tick_ > 2 * kTickMs)
-    last_heartbeat_ = std::min(now, last_heartbeat_ + (now - last_tick_ - kTickMs));
+  if (last_tick_ && now - last_tick_ > 2 * kTickMs) {
+    uint64_t held = now - last_tick_ - kTickMs;
+    last_heartbeat_ = std::min(now, last_heartbeat_ + held);
+    if (run_ && run_->sent_at) run_->sent_at = std::min(now, run_->sent_at + held);
+  }
   last_tick_ = now;
   switch (state_) {
     case State::starting:
@@ -332,15 +349,38 @@ void CodeContext::tick() {
       } else if (channels_ && now - last_ping_ >= kHeartbeatIntervalMs) {
         if (channels_->ping()) last_ping_ = now;
       }
+      // A kernel whose request loop has stopped (ipykernel's, when a
+      // SIGINT lands just as it leaves a request handler: its main thread
+      // ends while another thread keeps the process and the heartbeat up)
+      // would hold the run and the context for good. A kernel publishes
+      // busy before it handles a request, so one that has not taken the run
+      // in this time will not: it is ended, the run says why, and the
+      // context's next run starts a fresh kernel.
+      if (run_ && run_->sent_at && !run_->taken && now - run_->sent_at > reg_.take_timeout_ms) {
+        death_reason_ = "the kernel did not take the request in " + std::to_string(reg_.take_timeout_ms) +
+                        " ms although it answered heartbeats (its request loop has stopped); execd ended it";
+        spdlog::warn("code context {}: {}", id_, death_reason_);
+        kill();
+        uv_timer_stop(&timer_);
+        return;
+      }
       // A SIGINT that lands in the kernel between requests is ignored
       // there; while the interrupted run goes on, say it again.
-      // Never once the reply is in: the kernel is between requests then,
-      // and a SIGINT landing as ipykernel leaves its handler can break its
-      // shell loop while the heartbeat thread keeps answering.
-      if (run_ && run_->last_sigint && !run_->reply_seen && now - run_->last_sigint >= kSigintRepeatMs)
+      // Never once the kernel shows the run is ending (its error, its idle
+      // status or its reply): it is leaving its handler then, and a SIGINT
+      // landing there is what stops ipykernel's request loop (above).
+      if (run_ && run_->last_sigint && !run_->reply_seen && !run_->idle_seen && !run_->error_sent &&
+          now - run_->last_sigint >= kSigintRepeatMs)
         deliver_interrupt();
       if (run_ && run_->idle_seen && !run_->reply_seen && now - run_->idle_at >= kReplyAfterIdleMs)
         end_run_without_reply();
+      else if (run_ && run_->reply_seen && !run_->idle_seen && !run_->paused &&
+               now - std::max(run_->reply_at, run_->last_iopub_at) >= kIdleAfterReplyMs) {
+        spdlog::warn("code context {}: the kernel replied but did not go idle in {} ms; the run ends", id_,
+                     kIdleAfterReplyMs);
+        run_->idle_seen = true;
+        maybe_finish_run();
+      }
       return;
     case State::stopping:
       if (!term_sent_ && now - stop_started_ > kShutdownGraceMs && cmd_) {
@@ -357,6 +397,7 @@ void CodeContext::send_execute() {
   run_->msg_id = random_uuid();
   run_->sent = true;
   run_->started_ms = unix_ms();
+  run_->sent_at = uv_now(reg_.ctx.loop);
   // The kernel runs shell requests in order: the variables are set before
   // the code starts. Replies to the helper are not the run's (another
   // parent msg_id) and are ignored.

@@ -78,6 +78,11 @@ class CodeRun final : public exec::Runner {
   uint64_t last_sigint = 0;  // loop ms of the last SIGINT for this run, 0 = none
   bool interrupted = false;  // an interrupt reached the kernel during this run
   uint64_t idle_at = 0;      // loop ms of the run's idle status while no reply was in
+  uint64_t sent_at = 0;      // loop ms the execute request went out
+  // The kernel showed it took the request: a message of the run's on iopub
+  // (a kernel publishes busy before it handles a request) or its reply.
+  bool taken = false;
+  uint64_t reply_at = 0, last_iopub_at = 0;  // loop ms of the reply and the run's last iopub message
   std::optional<int64_t> count;
   jp::KernelContent reply;  // of the execute_reply, once in
 };
@@ -90,6 +95,8 @@ class CodeRegistryImpl {
   exec::Registry& executions;
   exec::LaunchPath& launches;
   const uint64_t heartbeat_timeout_ms;
+  // How long a kernel that answers heartbeats may leave a request untaken.
+  const uint64_t take_timeout_ms;
   std::map<std::string, std::unique_ptr<CodeContext>> contexts;
   std::map<std::string, std::string> defaults;  // kernel name -> context id
   std::vector<std::unique_ptr<CodeContext>> dying;

@@ -441,6 +441,59 @@ def test_silent_kernel_is_dead(kx):
     assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
 
 
+def test_kernel_whose_request_loop_stopped_is_ended(tmp_path_factory):
+    """ipykernel's request loop can stop while its process and heartbeat go
+    on (a SIGINT landing as it leaves a request handler ends its main thread;
+    another thread keeps the process). A run sent to such a kernel once hung
+    for good, its stream pinging; now a kernel that does not take a request
+    in EXECD_KERNEL_TAKE_TIMEOUT_MS is ended and the run says why."""
+    take_ms = int(3000 * SLOW)
+    env = kernel_env() | {"EXECD_KERNEL_TAKE_TIMEOUT_MS": str(take_ms)}
+    ex = start_execd(env=env, state_dir=tmp_path_factory.mktemp("code-state"))
+    try:
+        ctx = new_context(ex)
+        pid = kernel_pid_of(ex, ctx)
+        # The same end of the main thread, on purpose: a KeyboardInterrupt
+        # out of an event-loop callback, with a thread that keeps the process.
+        # It stops after this run ended, and says so in a file first.
+        marker = tmp_path_factory.mktemp("stop") / "stopped"
+        st, events = run_code(ex, "import threading, time\n"
+                                  "threading.Thread(target=time.sleep, args=(3600,)).start()\n"
+                                  f"def stop():\n    open({str(marker)!r}, 'w').close()\n    raise KeyboardInterrupt\n"
+                                  "get_ipython().kernel.io_loop.call_later(0.2, stop)", ctx=ctx)
+        assert st == 200 and terminal(events)["status"] == "ok", events
+        wait_until(marker.exists, 10 * SLOW, 0.02, "the kernel's request loop to stop")
+        started = time.monotonic()
+        st, events = run_code(ex, "40 + 2", ctx=ctx, timeout=take_ms / 1000 + 30)
+        assert st == 200, events
+        err = of(events, "error")
+        assert err and err[0]["error"]["ename"] == "KernelDied", events
+        assert "did not take the request" in err[0]["error"]["evalue"], events
+        assert terminal(events)["status"] == "died", events
+        assert time.monotonic() - started >= take_ms / 1000
+        wait_until(lambda: reaped(pid), 10 * SLOW, 0.05, "the stuck kernel to be reaped")
+        # The context goes on with a fresh kernel.
+        st, events = run_code(ex, "40 + 2", ctx=ctx)
+        assert [e["results"]["text"] for e in of(events, "result")] == ["42"], events
+    finally:
+        stop_and_check(ex)
+
+
+def test_kernel_that_replies_but_never_goes_idle(kx):
+    """The kernel's idle status is what says its output is all out; a kernel
+    that replies and then publishes nothing more (its loop stopped between
+    the two) ends the run with the reply's status once iopub has been quiet
+    for 5 s, instead of holding the run and the context for good."""
+    ctx = new_context(kx)
+    st, events = run_code(kx, "k = get_ipython().kernel\nk._publish_status_and_flush = lambda *a, **kw: None\n"
+                              "print('out', flush=True)\n6 * 7", ctx=ctx)
+    assert st == 200, events
+    assert terminal(events)["status"] == "ok", events
+    assert [e["results"]["text"] for e in of(events, "result")] == ["42"], events
+    assert "".join(e["text"] for e in of(events, "stdout")) == "out\n", events
+    assert kx.request("DELETE", f"/code/contexts/{ctx}")[0] == 200
+
+
 # ---------------------------------------------------------------------------
 # many contexts, deletion, shutdown
 
