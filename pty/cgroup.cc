@@ -552,7 +552,8 @@ std::string Containment::without_cgroups(const std::string& why) {
   if (keeper_executable() < 0)
     return "containment: process-group (" + why + "; no keepers: /proc/self/exe cannot be opened)";
   mode_ = ContainmentMode::subreaper;
-  return "containment: subreaper (" + why + "): each run under a keeper of its own";
+  return "containment: subreaper (" + why + "): each run under a keeper of its own (" +
+         (std::string(keeper_kind()) == "embedded" ? "the embedded static keeper" : "execd's own binary") + ")";
 }
 
 std::shared_ptr<CommandCgroup> Containment::new_cgroup() {

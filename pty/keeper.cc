@@ -2,6 +2,8 @@
 #include "pty/keeper.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <sys/mman.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -15,115 +17,105 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
+#include "pty/keeper_image.h"
 #include "pty/reaper.h"
 
 namespace execd::pty {
 
 namespace {
 
-// The children of every thread of `pid`, appended to `out`.
-void children_of(pid_t pid, std::vector<pid_t>& out) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/task", static_cast<int>(pid));
-  DIR* d = opendir(path);
-  if (!d) return;
-  std::string text;
-  while (struct dirent* e = readdir(d)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    char file[320];
-    snprintf(file, sizeof file, "/proc/%d/task/%s/children", static_cast<int>(pid), e->d_name);
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    text.clear();
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
-    close(fd);
-    const char* p = text.c_str();
-    while (*p) {
-      char* end;
-      long v = strtol(p, &end, 10);
-      if (end == p) break;
-      if (v > 0) out.push_back(static_cast<pid_t>(v));
-      p = end;
-    }
-  }
-  closedir(d);
-}
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U  // Linux 6.3; older kernels refuse the flag (EINVAL)
+#endif
 
-// Every process below `root`, each once (a pid is listed under one parent;
-// the set guards against one seen again as it is re-parented mid-walk).
-std::vector<pid_t> tree_below(pid_t root) {
-  std::vector<pid_t> all;
-  std::unordered_set<pid_t> seen;
-  std::vector<pid_t> next;
-  children_of(root, next);
-  while (!next.empty()) {
-    pid_t p = next.back();
-    next.pop_back();
-    if (!seen.insert(p).second) continue;
-    all.push_back(p);
-    children_of(p, next);
-  }
-  return all;
-}
+const char* opened_kind = "none";
 
-// Gone, a zombie, or on its way out (PF_EXITING: set as its exit begins,
-// before its descriptors close, so a reader that saw its pipe's end never
-// counts it as left over).
-bool is_gone_or_exiting(pid_t pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;  // gone
-  ssize_t len = read(fd, buf, sizeof buf - 1);
+// Whether the kernel lets this pid namespace exec a memfd at all.
+bool memfd_exec_allowed() {
+  char v = 0;
+  int fd = open("/proc/sys/vm/memfd_noexec", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;  // before Linux 6.3: always
+  bool ok = read(fd, &v, 1) == 1 && v != '2';
   close(fd);
-  if (len <= 0) return true;
-  buf[len] = 0;
-  const char* p = strrchr(buf, ')');  // comm may hold anything
-  char state = 0;
-  int ppid = 0, pgrp = 0, session = 0, tty = 0, tpgid = 0;
-  unsigned flags = 0;
-  if (!p || sscanf(p + 1, " %c %d %d %d %d %d %u", &state, &ppid, &pgrp, &session, &tty, &tpgid, &flags) != 7)
-    return true;
-  constexpr unsigned kPfExiting = 0x4;
-  return state == 'Z' || state == 'X' || (flags & kPfExiting);
+  return ok;
 }
 
-int64_t timeval_us(const struct timeval& tv) { return int64_t(tv.tv_sec) * 1000000 + tv.tv_usec; }
-
-void fill_usage(KeeperReport& r) {
-  struct rusage ru {};
-  getrusage(RUSAGE_CHILDREN, &ru);
-  r.user_us = timeval_us(ru.ru_utime);
-  r.system_us = timeval_us(ru.ru_stime);
-  r.max_rss_kib = ru.ru_maxrss;
-}
-
-void send_report(int fd, KeeperReport::Kind kind, int wait_status) {
-  KeeperReport r;
-  r.kind = kind;
-  r.wait_status = wait_status;
-  fill_usage(r);
-  // execd gone (EPIPE; SIGPIPE is blocked): nobody to tell.
-  while (write(fd, &r, sizeof r) < 0 && errno == EINTR) {
+// Runs `<fd> --probe` and waits: the keeper must exec where execd runs
+// (an LSM or a seccomp filter may refuse what the sysctl allows).
+bool exec_works(int fd) {
+  char name[] = "execd-keeper", probe[] = "--probe";
+  char* argv[] = {name, probe, nullptr};
+  char* envp[] = {nullptr};
+  pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    syscall(SYS_execveat, fd, "", argv, envp, AT_EMPTY_PATH);
+    _exit(127);
   }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-void signal_tree(int sig) {
-  for (pid_t p : tree_below(getpid())) kill(p, sig);
+int embedded_keeper() {
+  std::string_view image = keeper_image();
+  if (image.empty() || !memfd_exec_allowed()) return -1;
+  int fd = static_cast<int>(syscall(SYS_memfd_create, "execd-keeper", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC));
+  if (fd < 0 && errno == EINVAL)
+    fd = static_cast<int>(syscall(SYS_memfd_create, "execd-keeper", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (fd < 0) return -1;
+  size_t done = 0;
+  while (done < image.size()) {
+    ssize_t n = write(fd, image.data() + done, image.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  // Sealed: nothing (not even execd, by a bug) can change what runs as root.
+  if (done != image.size() ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0 ||
+      fchmod(fd, 0500) != 0) {
+    close(fd);
+    return -1;
+  }
+  // Kept open read-only: a file open for writing cannot be exec'd (ETXTBSY).
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  int ro = open(self, O_RDONLY | O_CLOEXEC);
+  close(fd);
+  if (ro >= 0 && !exec_works(ro)) {
+    close(ro);
+    return -1;
+  }
+  return ro;
+}
+
+int open_keeper() {
+  int fd = embedded_keeper();
+  if (fd >= 0) {
+    opened_kind = "embedded";
+    return fd;
+  }
+  fd = open("/proc/self/exe", O_PATH | O_CLOEXEC);
+  if (fd >= 0) opened_kind = "execd";
+  return fd;
 }
 
 }  // namespace
 
-bool is_keeper_invocation(int argc, char** argv) { return argc >= 2 && strcmp(argv[1], "--keeper") == 0; }
-
 int keeper_executable() {
-  static int fd = open("/proc/self/exe", O_PATH | O_CLOEXEC);
+  static int fd = open_keeper();
   return fd;
+}
+
+const char* keeper_kind() {
+  keeper_executable();
+  return opened_kind;
 }
 
 int count_descendants(pid_t root) {
@@ -134,84 +126,6 @@ int count_descendants(pid_t root) {
   for (pid_t p : tree_below(root))
     if (!is_gone_or_exiting(p)) ++n;
   return n;
-}
-
-void keeper_main(int argc, char** argv) {
-  pid_t leader = argc > 2 ? static_cast<pid_t>(atoi(argv[2])) : -1;
-  pid_t execd = argc > 3 ? static_cast<pid_t>(atoi(argv[3])) : -1;
-  // Every signal is taken with sigtimedwait, none by a handler; SIGCHLD
-  // must not be ignored (that reaps by itself, and loses the usage).
-  sigset_t all;
-  sigfillset(&all);
-  sigprocmask(SIG_SETMASK, &all, nullptr);
-  signal(SIGCHLD, SIG_DFL);
-  prctl(PR_SET_NAME, "execd-keeper", 0, 0, 0);
-  // Dies with execd, killing its tree first (SIGUSR2 below).
-  prctl(PR_SET_PDEATHSIG, SIGUSR2, 0, 0, 0);
-  bool dying = getppid() != execd;
-  // The command (another uid) may neither trace it nor read its memory.
-  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);  // kept across the exec; again, to be sure
-  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull >= 0)
-    for (int fd = 0; fd < 3; ++fd) dup2(devnull, fd);
-  syscall(SYS_close_range, 4, ~0U, 0);
-  const int report = 3;
-
-  sigset_t wanted;
-  sigemptyset(&wanted);
-  for (int s : {SIGCHLD, SIGUSR1, SIGUSR2, SIGTERM, SIGHUP, SIGINT}) sigaddset(&wanted, s);
-  bool leader_done = false, leader_reported = false, killing = false;
-  int leader_status = 0;
-  for (;;) {
-    bool none_left = false;
-    for (;;) {
-      int st = 0;
-      pid_t p = waitpid(-1, &st, WNOHANG);
-      if (p == 0) break;
-      if (p < 0) {
-        if (errno == EINTR) continue;
-        none_left = true;  // ECHILD
-        break;
-      }
-      if (p == leader) {
-        leader_done = true;
-        leader_status = st;
-      }
-    }
-    if (leader_done && !leader_reported) {
-      send_report(report, KeeperReport::leader_exited, leader_status);
-      leader_reported = true;
-    }
-    if (none_left) {
-      if (!leader_reported) send_report(report, KeeperReport::leader_exited, SIGKILL);
-      send_report(report, KeeperReport::tree_empty, 0);
-      _exit(0);
-    }
-    if (dying || killing) signal_tree(SIGKILL);
-    siginfo_t si{};
-    int s;
-    if (dying || killing) {
-      // Rounds until the tree is empty: what forked since the last walk.
-      struct timespec ts {0, 10 * 1000 * 1000};
-      s = sigtimedwait(&wanted, &si, &ts);
-    } else {
-      s = sigwaitinfo(&wanted, &si);
-    }
-    if (s == SIGUSR1) {
-      // Only execd directs it (a command of the same uid would have to be root).
-      if (si.si_code == SI_QUEUE && si.si_pid == execd) {
-        int sig = si.si_value.sival_int;
-        if (sig == SIGKILL) {
-          killing = true;
-        } else if (sig > 0 && sig < NSIG) {
-          signal_tree(sig);
-        }
-      }
-    } else if (s == SIGUSR2 || s == SIGTERM || s == SIGHUP || s == SIGINT) {
-      dying = true;
-    }
-  }
 }
 
 KeptTree::~KeptTree() {

@@ -1,6 +1,6 @@
 // pty/keeper: containment without cgroups. Each run gets a keeper, a small
-// process between execd and the command (execd's own binary, exec'd as
-// `execd --keeper`), which is a child subreaper: whatever the command starts
+// process between execd and the command (the small static `execd-keeper`
+// embedded in execd, or execd's own binary as `execd --keeper`), which is a child subreaper: whatever the command starts
 // (setsid children, double forks, daemons) is re-parented to the keeper
 // when its parent dies, never to execd. So the kernel keeps the run's tree
 // under one process, which execd can reach after the shell has exited:
@@ -27,27 +27,19 @@
 #include <memory>
 #include <unordered_map>
 
+#include "pty/keeper_process.h"
+
 namespace execd::pty {
 
 class Reaper;
 
-// One record on the keeper's report pipe (well under PIPE_BUF: atomic).
-struct KeeperReport {
-  enum Kind : int32_t { leader_exited = 1, tree_empty = 2 };
-  int32_t kind = 0;
-  int32_t wait_status = 0;  // the leader's (leader_exited)
-  // RUSAGE_CHILDREN of the keeper when written: everything reaped so far.
-  int64_t user_us = 0, system_us = 0, max_rss_kib = 0;
-};
-
-// True for `execd --keeper ...`: main() hands over to keeper_main at once.
-bool is_keeper_invocation(int argc, char** argv);
-// argv: execd --keeper <leader pid> <execd pid>; fd 3 is the report pipe.
-[[noreturn]] void keeper_main(int argc, char** argv);
-
-// execd's binary (O_PATH), for the keeper's exec; -1 if it cannot be opened
-// (then there are no keepers: process-group containment).
+// What the keeper's exec runs, opened once: the embedded static keeper in a
+// sealed memfd, else execd's own binary (O_PATH; the kernel refuses exec
+// from a memfd under vm.memfd_noexec=2); -1 if neither can be had (then
+// there are no keepers: process-group containment).
 int keeper_executable();
+// Which of the two keeper_executable() opened: "embedded", "execd" or "none".
+const char* keeper_kind();
 
 // Counts the live (not zombie) descendants of `root`, found through
 // /proc/PID/task/TID/children; -1 if `root`'s own list cannot be read.

@@ -794,6 +794,26 @@ def test_usage_counts_cpu_spent_in_an_orphaned_grandchild(tier_execd):
     assert big.terminal["max_rss_kib"] > 60 * 1024, big.terminal
 
 
+def test_the_keeper_is_the_small_static_one_execd_embeds(execd_factory):
+    """Without cgroups each run's keeper is the static execd-keeper that
+    execd carries and execs from a sealed memfd, not execd's own binary
+    (whose shared libraries cost each run 40-50 ms and 7 MiB)."""
+    ex = execd_factory("--no-cgroups")
+    assert "the embedded static keeper" in ex.stderr_text(), ex.stderr_text()[-2000:]
+    r = ex.run("readlink /proc/$PPID/exe; cat /proc/$PPID/comm; sed -n 's/^VmRSS:[^0-9]*//p' /proc/$PPID/status",
+               exact=True)
+    exe, comm, rss = r.stdout.decode().split("\n")[:3]
+    assert exe.startswith("/memfd:execd-keeper"), r.stdout
+    assert comm == "execd-keeper", r.stdout
+    rss_kib = int(rss.split()[0])
+    print(f"keeper VmRSS {rss_kib} KiB")
+    assert rss_kib < 2048, r.stdout
+    # It cannot be changed: the memfd is sealed, and the command (root
+    # here) cannot write through the keeper's exe link.
+    r = ex.run("echo x >> /proc/$PPID/exe && echo wrote || echo refused", exact=True)
+    assert r.stdout == b"refused\n", r.stdout
+
+
 def test_a_command_of_another_uid_cannot_signal_or_read_its_keeper(tier_execd):
     ex = tier_execd()
     # Its parent is its keeper (no-cgroup tier) or execd (cgroup tier).
