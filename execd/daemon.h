@@ -93,7 +93,7 @@ class Daemon {
   std::unique_ptr<Entrypoint> entrypoint_;  // --init -- CMD
   api::RuntimeBinding binding_;
   sessions::SessionRegistry sessions_;
-  api::PtyRegistry ptys_;
+  sessions::PtyRegistry ptys_;
   api::FileService files_;
   api::FileIdentities file_identities_;
   metrics::MetricsService metrics_;

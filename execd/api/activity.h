@@ -16,7 +16,7 @@
 #include "execd/api/code.h"
 #include "execd/journal/journal.h"
 #include "execd/proxy/proxy.h"
-#include "execd/api/pty.h"
+#include "execd/sessions/pty.h"
 #include "execd/sessions/bash.h"
 #include "execd/work_gate.h"
 #include "execd/context.h"
@@ -34,7 +34,7 @@ struct ActivityService {
   exec::Registry& executions;
   journal::Journal& journal;
   sessions::SessionRegistry& sessions;
-  PtyRegistry& ptys;
+  sessions::PtyRegistry& ptys;
   runners::CodeRegistry& code;
   proxy::ProxyService& proxy;
   WorkGate& file_gate;
