@@ -4,7 +4,7 @@
 #include <optional>
 #include <vector>
 
-#include "execd/api/activity.h"
+#include "execd/api/pause.h"
 #include "execd/api/api.h"
 #include "execd/api/commands.h"
 #include "execd/exec/formats.h"

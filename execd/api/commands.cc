@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "execd/api/activity.h"
+#include "execd/api/pause.h"
 #include "execd/http/awaiter.h"
 #include "execd/sessions/bash.h"
 #include "execd/exec/formats.h"

@@ -1,4 +1,6 @@
-// execd/api/activity: pause cooperation for a control plane.
+// execd/api/pause: pause cooperation for a control plane: is the sandbox
+// idle, then freeze it, later thaw it. (Who is active is execd/activity's,
+// the tracker these routes read.)
 //   GET  /activity   what runs and when output, input and requests last
 //                    happened, with a busy/idle verdict and its reasons
 //   POST /freeze     freezes every cgroup execd made (pty/cgroup), answering
@@ -28,7 +30,7 @@
 
 namespace execd::api {
 
-struct ActivityService {
+struct PauseService {
   const Context& ctx;
   Activity& activity;
   exec::Registry& executions;
@@ -43,7 +45,7 @@ struct ActivityService {
   http::Server& server;
 };
 
-void add_activity_routes(RouteTable& routes, ActivityService& svc);
+void add_pause_routes(RouteTable& routes, PauseService& svc);
 
 // The state directory's use against its budget, refreshed now: /activity's
 // "state_dir" and the one object /metrics adds to the Go daemon's body.
