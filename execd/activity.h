@@ -4,8 +4,8 @@
 // "actor" each, by execution id), processes report output and input, the
 // route table reports requests. Two readers:
 //
-//  * GET /activity (execd/api/activity), for a busy/idle verdict;
-//  * track_changes (execd/watch, exec/changes): a change the kernel queued
+//  * GET /activity (execd/api/pause), for a busy/idle verdict;
+//  * track_changes (execd/watch, exec/track_changes): a change the kernel queued
 //    while another actor was active may be that actor's. Each inotify read
 //    asks which actors were active at any time since the previous read
 //    (`active_since`), so a run's list can mark exactly those entries.

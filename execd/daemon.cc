@@ -114,7 +114,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       ci_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
       envd_processes_(ctx_, runtime_, launches_),
       envd_fs_(ctx_, files_),
-      activity_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
+      pause_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
                     server_},
       isolated_(ctx_, runtime_, launches_, watches_) {
   reaper_.start();
@@ -179,7 +179,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
     api::add_e2b_code_routes(envd_routes_, code_, commands_);
   }
   api::add_watch_routes(routes_, watches_);
-  api::add_activity_routes(routes_, activity_api_);
+  api::add_pause_routes(routes_, pause_api_);
   routes_.set_activity(&activity_);
   for (RouteTable* t : {&routes_, &envd_routes_}) t->set_containment(&containment_);
   ptys_.set_activity(&activity_);

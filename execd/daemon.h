@@ -17,7 +17,7 @@
 
 #include <memory>
 
-#include "execd/api/activity.h"
+#include "execd/api/pause.h"
 #include "execd/api/code.h"
 #include "execd/api/commands.h"
 #include "execd/api/envd/filesystem.h"
@@ -93,7 +93,7 @@ class Daemon {
   std::unique_ptr<Entrypoint> entrypoint_;  // --init -- CMD
   api::RuntimeBinding binding_;
   sessions::SessionRegistry sessions_;
-  api::PtyRegistry ptys_;
+  sessions::PtyRegistry ptys_;
   api::FileService files_;
   api::FileIdentities file_identities_;
   metrics::MetricsService metrics_;
@@ -105,7 +105,7 @@ class Daemon {
   http::Server ci_server_;
   api::EnvdProcesses envd_processes_;
   api::EnvdFilesystem envd_fs_;
-  api::ActivityService activity_api_;
+  api::PauseService pause_api_;
   sessions::IsolatedRegistry isolated_;  // after files_: its sessions' file services share the gate and journal
   uv_signal_t sigterm_, sigint_;
   // With an entrypoint: what a container's init is sent, passed on to it.

@@ -1,6 +1,6 @@
 // execd/api/api: the route groups the daemon wires up that have no header
 // of their own. One file per API area (commands, sessions, pty, files,
-// upload, download, archive, metrics, journal, proxy, code, watch, activity); each decodes requests
+// upload, download, archive, metrics, journal, proxy, code, watch, pause); each decodes requests
 // (protocol/), calls exec/, runners/, pty/ or fs/, and encodes answers. No
 // socket or libuv stream code here: responses go through http::Exchange.
 #pragma once

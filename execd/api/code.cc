@@ -1,18 +1,17 @@
 // execd/api/code: see header.
 #include "execd/api/code.h"
 
-#include <sys/stat.h>
-
 #include <optional>
 #include <vector>
 
-#include "execd/api/activity.h"
+#include "execd/api/pause.h"
 #include "execd/api/api.h"
 #include "execd/api/commands.h"
 #include "execd/exec/formats.h"
 #include "execd/exec/reader.h"
 #include "execd/http/awaiter.h"
 #include "execd/limits.h"
+#include "execd/runners/code_launch.h"
 #include "protocol/e2b_code.h"
 #include "protocol/errors.h"
 #include "protocol/json_text.h"
@@ -38,26 +37,6 @@ void context_not_found(http::Exchange& ex, const std::string& id) {
   ex.respond_error(404, codes::kContextNotFound, "context " + id + " not found");
 }
 
-// The context's directory: created if missing, as the Go daemon does.
-bool prepare_cwd(const std::string& cwd, std::string& error) {
-  if (cwd.empty()) return true;
-  struct stat st;
-  if (stat(cwd.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return true;
-    error = "cwd is not a directory: " + cwd;
-    return false;
-  }
-  for (size_t pos = 1; pos <= cwd.size(); ++pos) {
-    if (pos != cwd.size() && cwd[pos] != '/') continue;
-    std::string part = cwd.substr(0, pos);
-    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-      error = "cannot create cwd " + cwd + ": " + strerror(errno);
-      return false;
-    }
-  }
-  return true;
-}
-
 void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
   auto decoded = jp::decode_create_context(ex.request().body);
   if (auto* err = std::get_if<jp::RequestError>(&decoded))
@@ -73,95 +52,13 @@ void handle_create(CodeRegistryImpl& reg, http::Exchange& ex) {
                                 "' (installed: " + reg.installed() + ")");
   if (!reg.admit_context(ex)) return;
   std::string error;
-  if (!prepare_cwd(req.cwd, error))
+  if (!runners::prepare_cwd(req.cwd, error))
     return ex.respond_error(400, codes::kInvalidRequestBody, "error creating code context. " + error);
   CodeContext& c = reg.create(req.language, *spec, req.cwd);
   c.wait_ready(ex);
   c.ensure_started();
 }
 
-// The default context of a language (made on first use), or null with
-// `error` set.
-CodeContext* default_context(CodeRegistryImpl& reg, const std::string& language, int& status, std::string& error) {
-  const pty::KernelSpec* spec = reg.spec_for(language);
-  if (!spec) {
-    status = 400;
-    error = "no kernelspec for language '" + language + "' (installed: " + reg.installed() + ")";
-    return nullptr;
-  }
-  auto d = reg.defaults.find(spec->name);
-  CodeContext* c = d == reg.defaults.end() ? nullptr : reg.find(d->second);
-  if (c) return c;
-  if (auto r = reg.context_refusal()) {
-    status = r->status;
-    error = r->message;
-    return nullptr;
-  }
-  c = &reg.create(language, *spec, "");
-  reg.defaults[spec->name] = c->id();
-  return c;
-}
-
-void e2b_text(http::Exchange& ex, int status, const std::string& text);
-
-// What a code run brings to a launch (exec/launch): its context, there and
-// idle when asked and again when it starts, and its stream (`format`; null:
-// the OpenSandbox envelope in the client's framing). E2B's /execute words
-// its refusals as text.
-class CodeRunStart final : public exec::RunStart {
- public:
-  CodeRunStart(CodeRegistryImpl& reg, std::string context, std::string code, std::unique_ptr<exec::StreamFormat> format,
-               std::optional<jp::EnvScript> env, bool e2b)
-      : reg_(reg), context_(std::move(context)), code_(std::move(code)), format_(std::move(format)),
-        env_(std::move(env)), e2b_(e2b) {}
-  std::optional<protocol::ApiError> admission() override { return refusal(); }
-  std::optional<protocol::ApiError> recheck() override { return refusal(); }
-  std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange& client) override {
-    return format_ ? std::move(format_) : exec::envelope_format(framing_for(reg_.ctx, client), false);
-  }
-  std::unique_ptr<exec::Runner> start(exec::Execution& e, std::string&) override {
-    auto run = std::make_unique<CodeRun>(e, std::move(code_));
-    run->env = std::move(env_);
-    reg_.find(context_)->begin_run(*run);
-    return run;
-  }
-  void refuse(http::Exchange& client, const protocol::ApiError& why) override {
-    if (e2b_) return e2b_text(client, why.status, why.message);
-    exec::RunStart::refuse(client, why);
-  }
-
- private:
-  std::optional<protocol::ApiError> refusal() {
-    CodeContext* c = reg_.find(context_);
-    if (!c) return protocol::ApiError{404, std::string(codes::kContextNotFound), "context " + context_ + " not found"};
-    if (c->busy()) return protocol::ApiError{409, "CONTEXT_BUSY", "context " + c->id() + " is already running code"};
-    return std::nullopt;
-  }
-
-  CodeRegistryImpl& reg_;
-  std::string context_, code_;
-  std::unique_ptr<exec::StreamFormat> format_;
-  std::optional<jp::EnvScript> env_;
-  bool e2b_;
-};
-
-// Starts a run of `code` in context `c` (see CodeRunStart).
-void start_code_run(CodeRegistryImpl& reg, http::Exchange& ex, CodeContext& c, std::string code,
-                    std::vector<std::string> track, std::unique_ptr<exec::StreamFormat> format = nullptr,
-                    std::optional<jp::EnvScript> env = std::nullopt) {
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::code_run;
-  spec.content = code;
-  spec.owner = c.id();
-  spec.language = c.language();
-  spec.fingerprint = "code-run";
-  spec.cwd = c.cwd();
-  spec.track_changes = std::move(track);
-  bool e2b = format != nullptr;
-  reg.launches.launch(&ex, std::move(spec),
-                      std::make_unique<CodeRunStart>(reg, c.id(), std::move(code), std::move(format), std::move(env), e2b),
-                      false, static_cast<uint64_t>(reg.ctx.config.code_spill_limit_bytes));
-}
 
 void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange& ex) {
   auto decoded = jp::decode_run_code(ex.request().body);
@@ -178,14 +75,14 @@ void handle_run(CodeRegistryImpl& reg, CommandService& commands, http::Exchange&
     if (req.language.empty()) req.language = "python";
     int status = 0;
     std::string error;
-    c = default_context(reg, req.language, status, error);
+    c = runners::default_context(reg, req.language, status, error);
     if (!c)
       return ex.respond_error(status, status == 429   ? "LIMIT_REACHED"
                                       : status == 503 ? "OUT_OF_DESCRIPTORS"
                                                       : codes::kInvalidRequestBody,
                               error);
   }
-  start_code_run(reg, ex, *c, std::move(req.code), std::move(req.track_changes));
+  runners::start_code_run(reg, ex, *c, std::move(req.code), std::move(req.track_changes), framing_for(reg.ctx, ex));
 }
 
 // ---------------------------------------------------------------------------
@@ -215,7 +112,7 @@ void handle_e2b_execute(CodeRegistryImpl& reg, CommandService& commands, http::E
   } else {
     int status = 0;
     std::string error;
-    c = default_context(reg, e2b::normalize_language(req.language.value_or("")), status, error);
+    c = runners::default_context(reg, e2b::normalize_language(req.language.value_or("")), status, error);
     if (!c) return e2b_text(ex, status == 400 ? 500 : status, error);
   }
   if (c->busy()) return e2b_text(ex, 409, "context " + c->id() + " is already running code");
@@ -229,7 +126,10 @@ void handle_e2b_execute(CodeRegistryImpl& reg, CommandService& commands, http::E
                           ": set them in the code");
     env = jp::python_env_script(req.env_vars);
   }
-  start_code_run(reg, ex, *c, std::move(req.code), {}, exec::e2b_code_format(), std::move(env));
+  runners::start_code_run(reg, ex, *c, std::move(req.code), {}, protocol::Framing::exact, exec::e2b_code_format(),
+                          std::move(env), [](http::Exchange& client, const protocol::ApiError& why) {
+                            e2b_text(client, why.status, why.message);
+                          });
 }
 
 void handle_e2b_create(CodeRegistryImpl& reg, http::Exchange& ex) {
@@ -244,7 +144,7 @@ void handle_e2b_create(CodeRegistryImpl& reg, http::Exchange& ex) {
   if (auto r = reg.context_refusal()) return e2b_text(ex, r->status, r->message);
   std::string cwd = req.cwd && !req.cwd->empty() ? *req.cwd : home_dir(reg.ctx);
   std::string error;
-  if (!prepare_cwd(cwd, error)) return e2b_text(ex, 500, error);
+  if (!runners::prepare_cwd(cwd, error)) return e2b_text(ex, 500, error);
   CodeContext& c = reg.create(language, *spec, cwd);
   c.wait_ready(ex);
   c.ensure_started();

@@ -2,7 +2,8 @@
 // (OpenSandbox), and E2B's code-interpreter server (POST /execute,
 // /contexts...) on the E2B listeners. Thin: the contexts, their kernels and
 // runs are execd/runners/code's; a run is launched as any execution
-// (exec/launch), so it has an id, resume, a record and a journal entry.
+// (exec/launch, through runners/code_launch), so it has an id, resume, a
+// record and a journal entry.
 //
 // One execution per context at a time: a second one gets 409 CONTEXT_BUSY at
 // once (a kernel runs requests serially anyway; a hidden queue would make a

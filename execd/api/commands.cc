@@ -18,16 +18,16 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "execd/api/activity.h"
+#include "execd/api/pause.h"
 #include "execd/http/awaiter.h"
 #include "execd/sessions/bash.h"
 #include "execd/exec/formats.h"
 #include "execd/exec/launch.h"
+#include "execd/exec/logs.h"
 #include "execd/exec/reader.h"
 #include "execd/exec/stdin.h"
 #include "execd/limits.h"
-#include "execd/runners/command.h"
-#include "execd/runners/command_spawn.h"
+#include "execd/runners/command_launch.h"
 #include "protocol/errors.h"
 #include "protocol/execution_record.h"
 #include "protocol/list_cursor.h"
@@ -44,57 +44,6 @@ using exec::ExecutionReader;
 
 namespace {
 
-// What a command brings to a launch (exec/launch): its preparation (the
-// environment, the user, the working directory: blocking when
-// runners::needs_pool says so), its stream in the client's framing, and
-// the command runner.
-class CommandStart final : public exec::RunStart {
- public:
-  CommandStart(CommandService& svc, protocol::CommandRequest req, protocol::Framing framing)
-      : svc_(svc), req_(std::move(req)), framing_(framing) {}
-  bool prepare_blocks() const override { return runners::needs_pool(svc_.ctx, req_); }
-  std::optional<ApiError> prepare() override { return runners::prepare_spawn(svc_.ctx, req_, opts_); }
-  std::unique_ptr<exec::StreamFormat> stream_format(http::Exchange&) override {
-    return exec::envelope_format(framing_);
-  }
-  std::vector<std::string> stream_headers(const Execution&) override { return {}; }
-  std::unique_ptr<exec::Runner> start(Execution& e, std::string& error) override {
-    pty::CommandLimits limits;
-    limits.timeout_ms = req_.timeout_ms;
-    limits.kill_grace_ms = svc_.ctx.config.kill_grace_ms;
-    limits.resources.memory_bytes = req_.limit_memory_bytes;
-    limits.resources.pids = req_.limit_pids;
-    limits.resources.cpu_shares = req_.limit_cpu_shares;
-    auto runner = runners::CommandRunner::start(svc_.runtime, opts_, limits, req_.stdin_open, e, error);
-    if (runner)
-      spdlog::info("command {} started: pid {}{}", e.id(), runner->pgid(), req_.background ? " (background)" : "");
-    return runner;
-  }
-
- private:
-  CommandService& svc_;
-  protocol::CommandRequest req_;
-  protocol::Framing framing_;
-  pty::SpawnOptions opts_;
-};
-
-// The execution a start request reserves.
-exec::ExecutionSpec command_spec(const protocol::CommandRequest& req, std::string fingerprint) {
-  exec::ExecutionSpec spec;
-  spec.kind = exec::Kind::command;
-  spec.id = req.id;
-  spec.content = protocol::command_text(req);
-  spec.argv = req.argv;
-  spec.fingerprint = std::move(fingerprint);
-  spec.cwd = req.cwd;
-  spec.uid = req.uid;
-  spec.gid = req.gid;
-  spec.background = req.background;
-  spec.tty = req.tty;
-  spec.stdin_open = req.stdin_open;
-  spec.track_changes = req.track_changes;
-  return spec;
-}
 
 void handle_run(CommandService& svc, http::Exchange& ex) {
   auto decoded = protocol::decode_command_request(ex.request().body);
@@ -128,29 +77,14 @@ void handle_run(CommandService& svc, http::Exchange& ex) {
   }
   // A command the client named goes on if the client leaves: its retry attaches.
   bool named = !req.id.empty();
-  exec::ExecutionSpec spec = command_spec(req, std::move(fingerprint));
-  svc.launches.launch(&ex, std::move(spec), std::make_unique<CommandStart>(svc, std::move(req), framing), named);
+  exec::ExecutionSpec spec = runners::command_spec(req, std::move(fingerprint));
+  svc.launches.launch(&ex, std::move(spec), runners::command_start(svc.ctx, svc.runtime, std::move(req), framing), named);
 }
 
 }  // namespace
 
 bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, std::string& error) {
-  if (!svc.executions.accepting()) {
-    error = "execd is shutting down";
-    return false;
-  }
-  if (!req.id.empty() && svc.executions.contains(req.id)) {
-    error = "id " + req.id + " is in use";
-    return false;
-  }
-  req.background = true;
-  exec::ExecutionSpec spec = command_spec(req, protocol::request_fingerprint(req));
-  if (auto refused = svc.launches.launch(nullptr, std::move(spec),
-                                         std::make_unique<CommandStart>(svc, std::move(req), protocol::Framing::exact))) {
-    error = refused->message;
-    return false;
-  }
-  return true;
+  return runners::start_trusted_command(svc.ctx, svc.runtime, svc.launches, std::move(req), error);
 }
 
 namespace {
@@ -207,23 +141,10 @@ void handle_list(CommandService& svc, http::Exchange& ex) {
                                                          (running ? *running : std::string("(any)")));
   }
   using Brief = exec::Registry::Brief;
-  std::vector<Brief> page;
-  svc.executions.each_brief([&](const Brief& e) {
-    if (e.starting) return;  // reserved, not started: nothing to show yet
-    if (running && (*running == "true") == e.done) return;
-    if (after && !after->before(e.started_ns, e.id)) return;
-    page.push_back(e);
-  });
-  auto order = [](const Brief& a, const Brief& b) {
-    return a.started_ns != b.started_ns ? a.started_ns < b.started_ns : a.id < b.id;
-  };
-  bool more = page.size() > limit;
-  if (more) {
-    std::partial_sort(page.begin(), page.begin() + static_cast<long>(limit), page.end(), order);
-    page.resize(limit);
-  } else {
-    std::sort(page.begin(), page.end(), order);
-  }
+  bool more = false;
+  std::optional<bool> only_running;
+  if (running) only_running = *running == "true";
+  std::vector<Brief> page = svc.executions.page(only_running, after, limit, more);
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const Brief& e : page)
     if (auto summary = svc.executions.summary_json(std::string(e.id), with_content)) list.push_back(std::move(*summary));
@@ -264,32 +185,22 @@ void respond_logs(http::Exchange& ex, exec::Execution& execution, size_t max_byt
   std::optional<uint64_t> offset =
       protocol::logs_cursor_offset(raw ? std::optional<std::string_view>(*raw) : std::nullopt);
   if (!offset) return ex.respond_error(400, codes::kInvalidRequestBody, "error seek file: negative cursor " + *raw);
-  exec::OutputLog* log = e->log();
-  // The log keeps the newest bytes: a cursor before them reads from the first.
-  uint64_t cursor = std::max(*offset, log->first());
-  bool truncated = log->first() > 0 || e->produced(0) + e->produced(1) + e->produced(2) > log->end();
+  exec::LogsStart start = exec::logs_start(*e, *offset);
   auto* waiting = new LogRead;
   http::await(ex, *waiting);
-  log->read(cursor, max_bytes, [waiting, cursor, truncated, e, cursor_header = std::string(cursor_header),
-                                truncated_header = std::string(truncated_header)](int err, std::string data) {
-    std::unique_ptr<LogRead> done(waiting);
-    http::Exchange* ex = done->exchange();
-    if (!ex) return;
-    if (err) return ex->respond_error(500, codes::kRuntimeError, std::string("error reading output: ") + uv_strerror(err));
-    uint64_t next = cursor + data.size();
-    // A log with a read out pins its execution (Execution::in_use): `e` is
-    // still there.
-    const auto& idx = e->log()->index();
-    std::string text;
-    bool events = idx.stored(exec::kEvents) > 0;
-    if (events) {
-      for (const auto& piece : idx.pieces(cursor, next))
-        if (piece.stream != exec::kEvents) text.append(data, piece.at - cursor, piece.len);
-    }
-    std::vector<std::string> headers = {cursor_header + ": " + std::to_string(next)};
-    if (truncated) headers.emplace_back(truncated_header + ": true");
-    ex->respond(200, "text/plain; charset=utf-8", events ? text : data, headers);
-  });
+  exec::read_logs(*e, start.cursor, max_bytes,
+                  [waiting, truncated = start.truncated, cursor_header = std::string(cursor_header),
+                   truncated_header = std::string(truncated_header)](int err, std::string text, uint64_t next) {
+                    std::unique_ptr<LogRead> done(waiting);
+                    http::Exchange* ex = done->exchange();
+                    if (!ex) return;
+                    if (err)
+                      return ex->respond_error(500, codes::kRuntimeError,
+                                               std::string("error reading output: ") + uv_strerror(err));
+                    std::vector<std::string> headers = {cursor_header + ": " + std::to_string(next)};
+                    if (truncated) headers.emplace_back(truncated_header + ": true");
+                    ex->respond(200, "text/plain; charset=utf-8", text, headers);
+                  });
 }
 
 namespace {
@@ -363,13 +274,6 @@ void stdin_head(CommandService& svc, http::Exchange& ex) {
 }
 
 }  // namespace
-
-exec::TrackLimits track_limits(const Context& ctx) {
-  exec::TrackLimits l;
-  l.max_entries = static_cast<size_t>(ctx.config.track_max_entries);
-  l.hash_max_bytes = static_cast<uint64_t>(ctx.config.track_hash_max_bytes);
-  return l;
-}
 
 protocol::Framing framing_for(const Context& ctx, const http::Exchange& ex) {
   const std::string* accept = ex.header("accept");

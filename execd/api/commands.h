@@ -1,11 +1,11 @@
 // execd/api/commands: the /command routes (see commands.cc for the list).
 // Thin: requests are decoded by protocol/requests, commands prepared by
-// runners/command_spawn and run by runners/command, and everything about an
+// runners/command_spawn, launched by runners/command_launch and run by
+// runners/command, and everything about an
 // execution (output, readers, stdin, status, records) is execd/exec's.
 #pragma once
 
 #include "execd/context.h"
-#include "execd/exec/changes.h"
 #include "execd/exec/launch.h"
 #include "execd/exec/registry.h"
 #include "execd/http/exchange.h"
@@ -30,18 +30,13 @@ struct CommandService {
   exec::LaunchPath& launches;
 };
 
-// The limits of a run's change list (--track-max-entries, --track-hash-max-bytes).
-exec::TrackLimits track_limits(const Context& ctx);
-
 void add_command_routes(RouteTable& routes, CommandService& svc, sessions::SessionRegistry& sessions);
 // DELETE /command's handler; DELETE /code?id= falls back to it for ids that
 // are not code contexts, as the Go daemon's shared Interrupt does.
 void interrupt_command(CommandService& svc, sessions::SessionRegistry& sessions, http::Exchange& ex);
 
-// Starts a command no client asked for (a lifecycle hook), in the
-// background, recorded and journaled like any; `req.id` names it. False
-// with `error` when it cannot even be created (execd is stopping, the id is
-// taken); a start that fails later is the execution's own result.
+// Starts a command no client asked for (a lifecycle hook): see
+// runners::start_trusted_command.
 bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, std::string& error);
 
 // The retained stdout and stderr of `e` from the request's ?cursor= (a

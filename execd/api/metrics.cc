@@ -5,7 +5,7 @@
 // they do not know.
 #include <nlohmann/json.hpp>
 
-#include "execd/api/activity.h"
+#include "execd/api/pause.h"
 #include "execd/api/api.h"
 #include "execd/metrics/service.h"
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <variant>
 
-#include "execd/api/activity.h"
+#include "execd/api/pause.h"
 #include "execd/http/awaiter.h"
 #include "execd/api/commands.h"
 #include "execd/api/file_jobs.h"

@@ -43,7 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "execd/exec/changes.h"
+#include "execd/exec/track_changes.h"
 #include "execd/exec/output_log.h"
 #include "execd/link.h"
 #include "protocol/execution_record.h"

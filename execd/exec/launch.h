@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "execd/exec/changes.h"
+#include "execd/exec/track_changes.h"
 #include "execd/exec/execution.h"
 #include "execd/exec/reader.h"
 #include "execd/http/exchange.h"

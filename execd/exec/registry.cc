@@ -137,6 +137,29 @@ Execution* Registry::warm(const std::string& id) {
   return raw;
 }
 
+std::vector<Registry::Brief> Registry::page(std::optional<bool> running,
+                                            const std::optional<protocol::ListPosition>& after, size_t limit,
+                                            bool& more) const {
+  std::vector<Brief> page;
+  each_brief([&](const Brief& e) {
+    if (e.starting) return;  // reserved, not started: nothing to show yet
+    if (running && *running == e.done) return;
+    if (after && !after->before(e.started_ns, e.id)) return;
+    page.push_back(e);
+  });
+  auto order = [](const Brief& a, const Brief& b) {
+    return a.started_ns != b.started_ns ? a.started_ns < b.started_ns : a.id < b.id;
+  };
+  more = page.size() > limit;
+  if (more) {
+    std::partial_sort(page.begin(), page.begin() + static_cast<long>(limit), page.end(), order);
+    page.resize(limit);
+  } else {
+    std::sort(page.begin(), page.end(), order);
+  }
+  return page;
+}
+
 std::optional<nlohmann::ordered_json> Registry::summary_json(const std::string& id, bool with_content) {
   if (auto it = executions_.find(id); it != executions_.end()) return it->second->summary_json(with_content);
   std::optional<ColdRecords::Entry> c = cold_.find(id);

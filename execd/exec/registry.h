@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "execd/activity.h"
 #include "execd/exec/cold_records.h"
@@ -34,6 +35,7 @@
 #include "execd/exec/record_store.h"
 #include "execd/exec/state_budget.h"
 #include "nlohmann/json.hpp"
+#include "protocol/list_cursor.h"
 #include "protocol/packed_record.h"
 
 namespace execd::journal {
@@ -80,6 +82,12 @@ class Registry {
     for (const auto& [id, e] : executions_) fn(Brief{id, e->started_ns(), e->starting(), e->done()});
     cold_.each([&](const ColdRecords::Entry& c) { fn(Brief{c.id, c.started_ns, false, true}); });
   }
+  // A page of the inventory (GET /command): started executions (a reserved
+  // one has nothing to show yet), only running or only finished ones when
+  // `running` says, those after `after`, in start order, at most `limit`;
+  // `more` when more follow.
+  std::vector<Brief> page(std::optional<bool> running, const std::optional<protocol::ListPosition>& after,
+                          size_t limit, bool& more) const;
   // Execution::summary_json of any execution (a cold one is not warmed).
   std::optional<nlohmann::ordered_json> summary_json(const std::string& id, bool with_content);
   // Finished executions at least `min_age_ms` old that nothing uses go

@@ -1,5 +1,5 @@
-// execd/api/activity: see header.
-#include "execd/api/activity.h"
+// execd/api/pause: see header.
+#include "execd/api/pause.h"
 
 #include <nlohmann/json.hpp>
 
@@ -40,7 +40,7 @@ std::string plural(size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-void handle_activity(ActivityService& s, http::Exchange& ex) {
+void handle_activity(PauseService& s, http::Exchange& ex) {
   int64_t now = unix_ms();
   size_t commands = s.executions.running_of(exec::Kind::command);
   size_t session_runs = s.executions.running_of(exec::Kind::session_run);
@@ -118,7 +118,7 @@ ojson outcome_json(const pty::FreezeOutcome& o, bool frozen) {
 
 struct FreezeWait : http::Awaitable {};
 
-void handle_freeze(ActivityService& s, http::Exchange& ex) {
+void handle_freeze(PauseService& s, http::Exchange& ex) {
   uint64_t timeout = static_cast<uint64_t>(s.ctx.config.freeze_timeout_ms);
   if (const std::string* raw = protocol::query_value(ex.query, "timeout"); raw && !raw->empty()) {
     auto v = protocol::parse_offset(*raw);
@@ -142,7 +142,7 @@ void handle_freeze(ActivityService& s, http::Exchange& ex) {
   });
 }
 
-void handle_thaw(ActivityService& s, http::Exchange& ex) {
+void handle_thaw(PauseService& s, http::Exchange& ex) {
   pty::FreezeOutcome o = s.containment.thaw();
   if (!o.ok) {
     ojson j = outcome_json(o, s.containment.frozen());
@@ -157,7 +157,7 @@ void handle_thaw(ActivityService& s, http::Exchange& ex) {
 
 }  // namespace
 
-void add_activity_routes(RouteTable& routes, ActivityService& svc) {
+void add_pause_routes(RouteTable& routes, PauseService& svc) {
   routes.add("GET", "/activity", [&svc](http::Exchange& ex) { handle_activity(svc, ex); });
   routes.add("POST", "/freeze", [&svc](http::Exchange& ex) { handle_freeze(svc, ex); });
   routes.add("POST", "/thaw", [&svc](http::Exchange& ex) { handle_thaw(svc, ex); });

@@ -1,4 +1,4 @@
-// execd/exec/changes: track_changes, a feature of every execution (command,
+// execd/exec/track_changes: track_changes, a feature of every execution (command,
 // session run, code run): what changed under the given roots while the run
 // ran. A ChangeTracker taps a recursive watch per root (execd/watch, shared
 // with feeds), folds their events into a protocol::ChangeSet while the run

@@ -1,5 +1,5 @@
-// execd/exec/changes: see header.
-#include "execd/exec/changes.h"
+// execd/exec/track_changes: see header.
+#include "execd/exec/track_changes.h"
 
 #include "fs/pool_job.h"
 #include "fs/watch_scan.h"

@@ -1,4 +1,6 @@
-// execd/api/activity: pause cooperation for a control plane.
+// execd/api/pause: pause cooperation for a control plane: is the sandbox
+// idle, then freeze it, later thaw it. (Who is active is execd/activity's,
+// the tracker these routes read.)
 //   GET  /activity   what runs and when output, input and requests last
 //                    happened, with a busy/idle verdict and its reasons
 //   POST /freeze     freezes every cgroup execd made (pty/cgroup), answering
@@ -16,7 +18,7 @@
 #include "execd/api/code.h"
 #include "execd/journal/journal.h"
 #include "execd/proxy/proxy.h"
-#include "execd/api/pty.h"
+#include "execd/sessions/pty.h"
 #include "execd/sessions/bash.h"
 #include "execd/work_gate.h"
 #include "execd/context.h"
@@ -28,13 +30,13 @@
 
 namespace execd::api {
 
-struct ActivityService {
+struct PauseService {
   const Context& ctx;
   Activity& activity;
   exec::Registry& executions;
   journal::Journal& journal;
   sessions::SessionRegistry& sessions;
-  PtyRegistry& ptys;
+  sessions::PtyRegistry& ptys;
   runners::CodeRegistry& code;
   proxy::ProxyService& proxy;
   WorkGate& file_gate;
@@ -43,7 +45,7 @@ struct ActivityService {
   http::Server& server;
 };
 
-void add_activity_routes(RouteTable& routes, ActivityService& svc);
+void add_pause_routes(RouteTable& routes, PauseService& svc);
 
 // The state directory's use against its budget, refreshed now: /activity's
 // "state_dir" and the one object /metrics adds to the Go daemon's body.
