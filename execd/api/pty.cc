@@ -12,7 +12,7 @@
 
 #include "execd/journal/entries.h"
 #include "execd/api/api.h"
-#include "execd/api/file_jobs.h"
+#include "execd/files/file_jobs.h"
 #include "execd/clock.h"
 #include "execd/ids.h"
 #include "execd/limits.h"
