@@ -3,15 +3,11 @@
 // /files/replace, /directories/list, POST /directories, DELETE /directories
 // here; /files/upload and /files/download stream (upload.cc, download.cc).
 // Handlers are thin: validate the query or body, run the fs/ operation on the
-// threadpool (run_file_job) and map its result to a response.
+// threadpool (run_file_job) and map its result to a response; a search
+// streams through execd/files/search_stream.
 #include "execd/api/api.h"
-#include "execd/http/awaiter.h"
 #include "execd/files/file_jobs.h"
 #include "execd/files/search_stream.h"
-#include "execd/work_gate.h"
-#include "execd/http/connection.h"
-#include "execd/link.h"
-#include "execd/journal/journal.h"
 #include "fs/ops.h"
 #include "protocol/errors.h"
 #include "protocol/file_requests.h"

@@ -2,7 +2,6 @@
 #include "execd/files/archive_upload.h"
 
 #include <fcntl.h>
-#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
