@@ -22,8 +22,8 @@
 #include "execd/api/commands.h"
 #include "execd/api/envd/filesystem.h"
 #include "execd/api/envd/process.h"
-#include "execd/api/file_identities.h"
-#include "execd/api/file_jobs.h"
+#include "execd/files/file_identities.h"
+#include "execd/files/file_jobs.h"
 #include "execd/api/isolated.h"
 #include "execd/api/journal.h"
 #include "execd/metrics/service.h"
@@ -94,8 +94,8 @@ class Daemon {
   api::RuntimeBinding binding_;
   sessions::SessionRegistry sessions_;
   sessions::PtyRegistry ptys_;
-  api::FileService files_;
-  api::FileIdentities file_identities_;
+  files::FileService files_;
+  files::FileIdentities file_identities_;
   metrics::MetricsService metrics_;
   proxy::ProxyService proxy_;
   runners::CodeRegistry code_;

@@ -6,7 +6,7 @@
 // diff and commit are api/isolated_layers'.
 #pragma once
 
-#include "execd/api/file_jobs.h"
+#include "execd/api/api.h"  // FileService, run_file_job (execd/files) as api:: names
 #include "execd/http/exchange.h"
 #include "execd/routes.h"
 #include "execd/sessions/isolated.h"

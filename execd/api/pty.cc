@@ -7,7 +7,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "execd/api/file_jobs.h"
+#include "execd/api/api.h"
+#include "execd/files/file_jobs.h"
 #include "execd/limits.h"
 #include "execd/http/websocket.h"
 #include "protocol/errors.h"

@@ -18,7 +18,7 @@
 #include "execd/api/pause.h"
 #include "execd/http/awaiter.h"
 #include "execd/api/commands.h"
-#include "execd/api/file_jobs.h"
+#include "execd/api/api.h"  // FileService, run_file_job (execd/files) as api:: names
 #include "execd/ids.h"
 #include "execd/limits.h"
 #include "execd/exec/formats.h"

@@ -853,10 +853,10 @@ TEST_CASE("AtomicFile") {
   }
 }
 
-#include "execd/api/file_jobs.h"
+#include "execd/files/file_jobs.h"
 
 TEST_CASE("file system errors map to HTTP statuses and envelope codes") {
-  using execd::api::file_error_status;
+  using execd::files::file_error_status;
   CHECK(file_error_status(ErrorKind::not_found).status == 404);
   CHECK(file_error_status(ErrorKind::not_found).code == "FILE_NOT_FOUND");
   CHECK(file_error_status(ErrorKind::bad_request).status == 400);

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "execd/api/file_jobs.h"
+#include "execd/api/api.h"  // FileService, run_file_job (execd/files) as api:: names
 #include "execd/metrics/service.h"
 #include "execd/routes.h"
 

@@ -27,7 +27,7 @@
 #include <memory>
 #include <string>
 
-#include "execd/api/file_jobs.h"
+#include "execd/api/api.h"  // FileService, run_file_job (execd/files) as api:: names
 #include "execd/context.h"
 #include "execd/routes.h"
 #include "execd/watch/dir_watcher.h"

@@ -1,4 +1,4 @@
-// execd/api/file_identities: the FileService of each user that the
+// execd/files/file_identities: the FileService of each user that the
 // /v1/filesystem/{uid}/{gid} routes act as (the OpenSandbox 1.1 SDK's
 // files_with_identity). One per (uid, gid), made on first use and kept
 // (streams hold a reference to theirs), at most kMaxIdentities of them.
@@ -8,10 +8,10 @@
 #include <memory>
 #include <utility>
 
-#include "execd/api/file_jobs.h"
+#include "execd/files/file_jobs.h"
 #include "fs/identity.h"
 
-namespace execd::api {
+namespace execd::files {
 
 class FileIdentities {
  public:
@@ -32,4 +32,4 @@ class FileIdentities {
   std::map<std::pair<uid_t, gid_t>, Entry> entries_;
 };
 
-}  // namespace execd::api
+}  // namespace execd::files

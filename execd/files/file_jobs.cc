@@ -1,5 +1,5 @@
-// execd/api/file_jobs: see header.
-#include "execd/api/file_jobs.h"
+// execd/files/file_jobs: see header.
+#include "execd/files/file_jobs.h"
 
 #include "execd/http/awaiter.h"
 #include "execd/journal/journal.h"
@@ -14,7 +14,7 @@
 #include "protocol/errors.h"
 #include "fs/pool_job.h"
 
-namespace execd::api {
+namespace execd::files {
 
 FileReply FileReply::json(const nlohmann::json& value) {
   FileReply r;
@@ -149,4 +149,4 @@ fs::PermissionSpec to_permission_spec(const protocol::FilePermissions& p) {
   return spec;
 }
 
-}  // namespace execd::api
+}  // namespace execd::files

@@ -1,7 +1,8 @@
-// execd/api/file_jobs: running one blocking filesystem job on the libuv
-// threadpool and answering the exchange with its result (if the client is
-// still there: the job is an Awaitable). Shared by the /files and
-// /directories handlers; owns the fs::Error -> HTTP response mapping.
+// execd/files/file_jobs: running one blocking filesystem job on the libuv
+// threadpool (through a FileService) and answering the exchange with its
+// result (if the client is still there: the job is an Awaitable). Shared by
+// the /files and /directories handlers and the E2B filesystem service; owns
+// the fs::Error -> HTTP response mapping.
 #pragma once
 
 #include <uv.h>
@@ -14,47 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "execd/work_gate.h"
-#include "execd/context.h"
-#include "pty/namespaces.h"
+#include "execd/files/file_service.h"
 #include "execd/http/exchange.h"
 #include "fs/error.h"
 #include "fs/permissions.h"
 #include "protocol/file_requests.h"
 
-namespace execd::exec {
-class StateBudget;
-}
-
-namespace execd::journal {
-class Journal;
-}
-
-namespace execd::api {
-
-// What the /files, /directories, upload and download routes share: the
-// settings, the gate that caps their pool threads, and the journal their
-// changes go to.
-struct FileService {
-  const Context& ctx;
-  WorkGate& gate;
-  journal::Journal& journal;
-  // The /v1/filesystem/{uid}/{gid} services: the user their jobs run as.
-  const fs::Identity* identity = nullptr;
-  // An isolated session's files (execd/api/isolated): every piece of work
-  // runs inside the session's mount namespace, so paths, symlinks and
-  // permissions are the session's; the journal names the session.
-  std::shared_ptr<const pty::MountNamespace> mount = nullptr;
-  std::string session;
-  // What archive spools in the state directory count against (null: none).
-  exec::StateBudget* state_budget = nullptr;
-  // gate.queue, as this service's user and inside `mount` when there is one.
-  int queue(WorkGate::Ticket& t, uv_work_cb work, uv_after_work_cb after) const {
-    t.identity = identity;
-    t.mount = mount;
-    return gate.queue(ctx.loop, t, work, after);
-  }
-};
+namespace execd::files {
 
 // The HTTP status and envelope code of a file system error kind.
 struct FileStatus {
@@ -108,4 +75,4 @@ std::string dump_json(const nlohmann::json& value);
 // The permissions a request asked for, as fs/ applies them.
 fs::PermissionSpec to_permission_spec(const protocol::FilePermissions& p);
 
-}  // namespace execd::api
+}  // namespace execd::files

@@ -1,12 +1,12 @@
-// execd/api/file_identities: see header.
-#include "execd/api/file_identities.h"
+// execd/files/file_identities: see header.
+#include "execd/files/file_identities.h"
 
 #include <optional>
 #include <string>
 
 #include "protocol/errors.h"
 
-namespace execd::api {
+namespace execd::files {
 namespace {
 
 // As the SDK checks them: a decimal integer 0..4294967294 (-1 is "no id").
@@ -53,4 +53,4 @@ FileService* FileIdentities::service_for(http::Exchange& ex) {
   return e.service.get();
 }
 
-}  // namespace execd::api
+}  // namespace execd::files
