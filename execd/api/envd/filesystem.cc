@@ -4,8 +4,6 @@
 //   POST /filesystem.Filesystem/CreateWatcher | GetWatcherEvents | RemoveWatcher
 #include "execd/api/envd/filesystem.h"
 
-#include <spdlog/spdlog.h>
-
 #include "execd/api/envd/connect_rpc.h"
 #include "execd/api/envd/files.h"
 #include "execd/context.h"

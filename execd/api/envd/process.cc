@@ -10,7 +10,6 @@
 #include "execd/api/envd/process.h"
 
 #include <signal.h>
-#include <spdlog/spdlog.h>
 
 #include <memory>
 #include <tuple>
