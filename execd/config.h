@@ -55,7 +55,7 @@ struct Config {
   // --runtime-init: a warm-pool execd, unbound until POST /init.
   bool runtime_init = false;
   // --lifecycle-startup-status-file: bootstrap.sh's watchdog channel
-  // (execd/lifecycle_status); empty: none.
+  // (execd/lifecycle/status_file); empty: none.
   std::string lifecycle_status_file;
   bool state_dir_given = false;           // --state-dir on the command line
   bool journal = true;                    // --no-journal turns it off

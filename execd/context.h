@@ -33,7 +33,7 @@ struct Context {
   std::vector<std::string> base_env;
   // What POST /init bound (--runtime-init), laid over base_env for every
   // process execd starts: the one thing here that changes, once, and only
-  // through execd/api/runtime_binding (shared, so copies see it).
+  // through execd/lifecycle/runtime_binding (shared, so copies see it).
   std::shared_ptr<Binding> binding = std::make_shared<Binding>();
   // What every metric is stamped with before any binding (OpenSandbox's
   // static attributes): sandbox_id from OPENSANDBOX_ID, then

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "execd/api/api.h"
-#include "execd/lifecycle_status.h"
+#include "execd/lifecycle/status_file.h"
 #include "execd/api/journal.h"
 #include "execd/api/proxy.h"
 #include "execd/api/envd/connect_rpc.h"
@@ -101,7 +101,11 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
                       ? nullptr
                       : std::make_unique<Entrypoint>(runtime_, ctx_.config.entrypoint,
                                                      [this](int status) { entrypoint_exited(status); })),
-      binding_(ctx_, access_, commands_, entrypoint_.get()),
+      binding_(ctx_, access_, executions_,
+               [this](protocol::CommandRequest req, std::string& error) {
+                 return api::start_trusted_command(commands_, std::move(req), error);
+               },
+               entrypoint_.get()),
       sessions_(ctx_, runtime_, launches_),
       ptys_(ctx_, runtime_, journal_),
       files_{ctx_, file_gate_, journal_, nullptr, nullptr, {}, &executions_.budget()},
@@ -113,7 +117,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       envd_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
       ci_server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { envd_routes_.route(ex); }),
       envd_processes_(ctx_, runtime_, launches_),
-      envd_fs_(ctx_, files_),
+      envd_fs_(ctx_),
       pause_api_{ctx_, activity_, executions_, journal_, sessions_, ptys_, code_, proxy_, file_gate_, watches_, containment_,
                     server_},
       isolated_(ctx_, runtime_, launches_, watches_) {
@@ -174,7 +178,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_runtime_routes(routes_, binding_);
   if (ctx_.config.envd_port >= 0 || ctx_.config.code_interpreter_port >= 0) {
     api::add_envd_process_routes(envd_routes_, envd_processes_);
-    api::add_envd_filesystem_routes(envd_routes_, envd_fs_);
+    api::add_envd_filesystem_routes(envd_routes_, envd_fs_, files_);
     api::add_envd_file_routes(envd_routes_, access_, files_, metrics_);
     api::add_e2b_code_routes(envd_routes_, code_, commands_);
   }
@@ -246,7 +250,7 @@ void Daemon::run() {
   if (!cfg.runtime_init) {
     // Classic startup has no hooks of its own (they come with a binding):
     // ready at once. A lifecycle configuration is not read: say so.
-    std::string lifecycle = lifecycle_config_path(ctx_.base_env);
+    std::string lifecycle = lifecycle::lifecycle_config_path(ctx_.base_env);
     struct stat st;
     if (!lifecycle.empty() && stat(lifecycle.c_str(), &st) == 0)
       spdlog::warn("lifecycle configuration {} is not read: execd runs hooks only from POST /internal/init",
@@ -255,7 +259,7 @@ void Daemon::run() {
       spdlog::warn("OPENSANDBOX_LIFECYCLE is not read: execd runs hooks only from POST /internal/init");
     if (!cfg.lifecycle_status_file.empty()) {
       // Upstream's classic startup fails closed when bootstrap's channel is gone.
-      if (std::string err = append_lifecycle_status(cfg.lifecycle_status_file, "done 0"); !err.empty()) {
+      if (std::string err = lifecycle::append_lifecycle_status(cfg.lifecycle_status_file, "done 0"); !err.empty()) {
         spdlog::error("lifecycle startup status: {}", err);
         exit_status_ = 1;
         shutdown(SIGTERM);

@@ -91,7 +91,7 @@ class Daemon {
   exec::LaunchPath launches_;  // the one way every kind of run starts
   api::CommandService commands_;
   std::unique_ptr<Entrypoint> entrypoint_;  // --init -- CMD
-  api::RuntimeBinding binding_;
+  lifecycle::RuntimeBinding binding_;
   sessions::SessionRegistry sessions_;
   sessions::PtyRegistry ptys_;
   files::FileService files_;
@@ -103,8 +103,8 @@ class Daemon {
   RouteTable envd_routes_;
   http::Server envd_server_;
   http::Server ci_server_;
-  api::EnvdProcesses envd_processes_;
-  api::EnvdFilesystem envd_fs_;
+  envd::EnvdProcesses envd_processes_;
+  envd::EnvdFilesystem envd_fs_;
   api::PauseService pause_api_;
   sessions::IsolatedRegistry isolated_;  // after files_: its sessions' file services share the gate and journal
   uv_signal_t sigterm_, sigint_;

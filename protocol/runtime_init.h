@@ -1,7 +1,7 @@
 // protocol/runtime_init: POST /internal/init (and /init), the one-shot runtime binding of a
 // warm-pool execd (OpenSandbox PR 1871): decoding and validating its body
 // into a plain struct, and the JSON of its answer and of GET /ready. No
-// process or file logic: what binding does is execd/api/runtime_binding's.
+// process or file logic: what binding does is execd/lifecycle/runtime_binding's.
 #pragma once
 
 #include <cstdint>

@@ -1,207 +1,60 @@
 // execd/api/runtime_binding: see header.
 #include "execd/api/runtime_binding.h"
 
-#include <spdlog/spdlog.h>
-
 #include <nlohmann/json.hpp>
 
-#include "execd/exec/execution.h"
-#include "execd/lifecycle_status.h"
 #include "protocol/errors.h"
 
 namespace execd::api {
 
-namespace {
-constexpr uint64_t kBindingTickMs = 50;
-// What a preStart hook without a timeout counts as for the watchdog
-// (upstream's default preStart timeout).
-constexpr int64_t kDefaultHookSeconds = 60;
-}  // namespace
+namespace runtime_binding_impl {
 
-void RuntimeBinding::status_line(const std::string& line) {
-  const std::string& path = ctx_.config.lifecycle_status_file;
-  if (path.empty()) return;
-  // As upstream during an apply: logged, never fatal.
-  if (std::string err = append_lifecycle_status(path, line); !err.empty())
-    spdlog::warn("runtime init: append lifecycle startup status '{}': {}", line, err);
-}
-
-RuntimeBinding::RuntimeBinding(const Context& ctx, Access& access, CommandService& commands, Entrypoint* entrypoint)
-    : ctx_(ctx), access_(access), commands_(commands), entrypoint_(entrypoint) {
-  uv_timer_init(ctx_.loop, &timer_);
-  timer_.data = this;
-  uv_unref(reinterpret_cast<uv_handle_t*>(&timer_));
-  // (Access holds every listener until bind() when runtime_init is set.)
-  if (!ctx_.config.runtime_init) ready_ = true;  // nothing to wait for
-}
-
-RuntimeBinding::~RuntimeBinding() { close(); }
-
-void RuntimeBinding::close() {
-  if (closed_) return;
-  closed_ = true;
-  uv_timer_stop(&timer_);
-  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
-}
-
-void RuntimeBinding::handle_init(http::Exchange& ex) {
+void handle_init(lifecycle::RuntimeBinding& binding, http::Exchange& ex) {
   namespace codes = protocol::codes;
   auto decoded = protocol::decode_init_request(ex.request().body);
   if (auto* msg = std::get_if<std::string>(&decoded)) return ex.respond_error(400, codes::kInvalidRequestBody, *msg);
-  if (initialized_)
-    return ex.respond_error(409, "ALREADY_INITIALIZED",
-                            "execd is already bound to sandbox " + bound_.sandbox_id + " generation " +
-                                std::to_string(bound_.generation));
-  protocol::InitRequest r = std::move(std::get<protocol::InitRequest>(decoded));
-  if (r.token_sha256.empty() && !access_.has_execd_token() && !ctx_.config.insecure_no_auth)
-    return ex.respond_error(400, codes::kInvalidRequestBody,
-                            "accessTokenHash is required: execd has no token of its own");
-  if (closed_ || !commands_.executions.accepting())
-    return ex.respond_error(503, codes::kRuntimeError, "execd is shutting down");
-  std::vector<std::string> warnings = std::move(r.warnings);
-  if (r.restart_entrypoint && !entrypoint_)
-    warnings.push_back("entrypointPolicy restart: execd runs no entrypoint (started without --init -- CMD)");
-  initialized_ = true;
-  // Without --runtime-init too (upstream: "accepted any time and becomes
-  // authoritative on apply"): not ready again until the preStart hooks ran.
-  ready_ = false;
-  bound_ = std::move(r);
-  // What the warm-up left dies before anything of the binding runs.
-  if (reset_) reset_();
-  Binding& b = *ctx_.binding;
-  b.envs = bound_.envs;
-  b.sandbox_id = bound_.sandbox_id;
-  b.generation = bound_.generation;
-  b.telemetry_attributes = bound_.telemetry_attributes;
-  access_.bind(bound_.token_sha256);
-  spdlog::info("bound to sandbox {} generation {} ({} envs, {} preStart and {} periodic hooks)", bound_.sandbox_id,
-               bound_.generation, bound_.envs.size(), bound_.pre_start.size(), bound_.periodic.size());
-  uint64_t now = uv_now(ctx_.loop);
-  for (const auto& h : bound_.periodic) {
-    Periodic p;
-    p.hook = h;
-    p.next_ms = now + static_cast<uint64_t>(h.interval_ms);
-    periodic_.push_back(std::move(p));
-  }
-  if (!bound_.pre_start.empty()) {
-    int64_t seconds = 0;
-    for (const auto& h : bound_.pre_start)
-      seconds += h.timeout_ms > 0 ? (h.timeout_ms + 999) / 1000 : kDefaultHookSeconds;
-    status_line("running " + std::to_string(seconds));
-  }
-  uv_timer_start(&timer_, [](uv_timer_t* t) { static_cast<RuntimeBinding*>(t->data)->on_tick(); }, 0, kBindingTickMs);
-  ex.respond(200, "application/json; charset=utf-8", protocol::init_response_json(bound_, warnings));
+  auto bound = binding.bind(std::move(std::get<protocol::InitRequest>(decoded)));
+  if (auto* refused = std::get_if<protocol::ApiError>(&bound))
+    return ex.respond_error(refused->status, refused->code, refused->message);
+  ex.respond(200, "application/json; charset=utf-8",
+             protocol::init_response_json(binding.bound(), std::get<std::vector<std::string>>(bound)));
 }
 
-bool RuntimeBinding::start_hook(const protocol::LifecycleHook& hook, const std::string& id, std::string& error) {
-  protocol::CommandRequest req;
-  req.id = id;
-  req.command = hook.command;
-  req.argv = hook.argv;
-  req.timeout_ms = hook.timeout_ms;
-  return start_trusted_command(commands_, std::move(req), error);
-}
-
-bool RuntimeBinding::done(const std::string& id) const {
-  const exec::Execution* e = commands_.executions.find(id);
-  return !e || e->done();  // gone: discarded before it started
-}
-
-void RuntimeBinding::advance_pre_start() {
-  if (!pre_start_running_.empty()) {
-    const exec::Execution* e = commands_.executions.find(pre_start_running_);
-    protocol::ExecutionResult res;
-    if (e) res = e->result();
-    bool ok = e && res.start_error.empty() && res.exit_code && *res.exit_code == 0;
-    if (!ok) {
-      pre_start_error_ = "preStart hook " + bound_.pre_start[pre_start_next_ - 1].name + " failed (" +
-                         (!e ? std::string("not started")
-                             : !res.start_error.empty() ? res.start_error
-                             : res.exit_code ? "exit code " + std::to_string(*res.exit_code)
-                                             : "signal " + res.signal) +
-                         "): see /command/status/" + pre_start_running_;
-      spdlog::warn("{}", pre_start_error_);
-      status_line("done 1");
-      pre_start_running_.clear();
-      return;  // not ready, ever: the sandbox is not what was asked for
-    }
-    pre_start_running_.clear();
-  }
-  if (pre_start_next_ < bound_.pre_start.size()) {
-    const auto& hook = bound_.pre_start[pre_start_next_++];
-    std::string id = "lifecycle-prestart-" + hook.name + "-" + std::to_string(bound_.generation), error;
-    if (!start_hook(hook, id, error)) {
-      pre_start_error_ = "preStart hook " + hook.name + " could not start: " + error;
-      status_line("done 1");
-      return;
-    }
-    pre_start_running_ = id;
-    return;
-  }
-  all_started();
-}
-
-void RuntimeBinding::all_started() {
-  if (ready_) return;
-  status_line("done 0");
-  if (entrypoint_ && bound_.restart_entrypoint) entrypoint_->restart(ctx_.child_env());
-  ready_ = true;
-  spdlog::info("sandbox {} generation {} ready", bound_.sandbox_id, bound_.generation);
-}
-
-void RuntimeBinding::on_tick() {
-  if (closed_) return;
-  if (!ready_ && pre_start_error_.empty() && (pre_start_running_.empty() || done(pre_start_running_)))
-    advance_pre_start();
-  if (!ready_ && !pre_start_error_.empty()) {
-    uv_timer_stop(&timer_);  // never ready: nothing more to do
-    return;
-  }
-  if (!ready_ || !commands_.executions.accepting()) return;
-  uint64_t now = uv_now(ctx_.loop);
-  for (Periodic& p : periodic_) {
-    if (now < p.next_ms) continue;
-    p.next_ms = now + static_cast<uint64_t>(p.hook.interval_ms);
-    if (!p.last_id.empty() && !done(p.last_id)) continue;  // still running: this turn is skipped
-    std::string id = "lifecycle-periodic-" + p.hook.name + "-" + std::to_string(bound_.generation) + "-" +
-                     std::to_string(++p.runs),
-                error;
-    if (start_hook(p.hook, id, error)) p.last_id = id;
-    else spdlog::warn("periodic hook {} not started: {}", p.hook.name, error);
-  }
-  if (periodic_.empty()) uv_timer_stop(&timer_);
-}
-
-void RuntimeBinding::handle_ready(http::Exchange& ex) {
+void handle_ready(const lifecycle::RuntimeBinding& binding, http::Exchange& ex) {
+  const Context& ctx = binding.ctx();
+  const protocol::InitRequest& bound = binding.bound();
   nlohmann::ordered_json j;
-  j["initialized"] = initialized_ || !ctx_.config.runtime_init;
-  j["ready"] = ready_;
-  j["sandboxId"] = initialized_ ? nlohmann::ordered_json(bound_.sandbox_id) : nlohmann::ordered_json();
-  j["generation"] = initialized_ ? nlohmann::ordered_json(bound_.generation) : nlohmann::ordered_json();
-  if (!pre_start_error_.empty()) j["error"] = pre_start_error_;
+  j["initialized"] = binding.initialized() || !ctx.config.runtime_init;
+  j["ready"] = binding.ready();
+  j["sandboxId"] = binding.initialized() ? nlohmann::ordered_json(bound.sandbox_id) : nlohmann::ordered_json();
+  j["generation"] = binding.initialized() ? nlohmann::ordered_json(bound.generation) : nlohmann::ordered_json();
+  if (!binding.pre_start_error().empty()) j["error"] = binding.pre_start_error();
   if (ex.authorized) {  // not for anonymous probes
-    if (initialized_ && !bound_.telemetry_attributes.empty()) {
+    if (binding.initialized() && !bound.telemetry_attributes.empty()) {
       nlohmann::ordered_json attrs = nlohmann::ordered_json::object();
-      for (const auto& [k, v] : bound_.telemetry_attributes) attrs[k] = v;
+      for (const auto& [k, v] : bound.telemetry_attributes) attrs[k] = v;
       j["telemetry"]["attributes"] = std::move(attrs);
     }
     // What upstream stamps on every metric data point (execd exports no
     // OTLP, and /metrics keeps the Go daemon's keys): a list, as a key may
     // repeat in OPENSANDBOX_EXECD_METRICS_EXTRA_ATTRS.
     nlohmann::ordered_json stamped = nlohmann::ordered_json::array();
-    for (const auto& [k, v] : ctx_.metric_attributes()) stamped.push_back({k, v});
+    for (const auto& [k, v] : ctx.metric_attributes()) stamped.push_back({k, v});
     if (!stamped.empty()) j["metricAttributes"] = std::move(stamped);
   }
-  ex.respond(ready_ ? 200 : 503, "application/json; charset=utf-8",
+  ex.respond(binding.ready() ? 200 : 503, "application/json; charset=utf-8",
              j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace), {"Cache-Control: no-store"});
 }
 
-void add_runtime_routes(RouteTable& routes, RuntimeBinding& binding) {
+}  // namespace runtime_binding_impl
+
+void add_runtime_routes(RouteTable& routes, lifecycle::RuntimeBinding& binding) {
+  namespace impl = runtime_binding_impl;
   // Both answer while held (with the token, if execd has one): upstream
   // renamed /init to /internal/init after 1.1.1; one handler, one bind.
   for (const char* path : {"/internal/init", "/init"})
-    routes.add("POST", path, [&binding](http::Exchange& ex) { binding.handle_init(ex); }, {true, true, false});
-  routes.add("GET", "/ready", [&binding](http::Exchange& ex) { binding.handle_ready(ex); }, kProbe);
+    routes.add("POST", path, [&binding](http::Exchange& ex) { impl::handle_init(binding, ex); }, {true, true, false});
+  routes.add("GET", "/ready", [&binding](http::Exchange& ex) { impl::handle_ready(binding, ex); }, kProbe);
 }
 
 }  // namespace execd::api

@@ -59,7 +59,7 @@ class StdinBody;
 class Registry;
 
 // The kinds of run, as the journal and the records name them. A process is
-// one started through E2B's envd API (api/envd/process): a command given as
+// one started through E2B's envd API (api/envd/process, envd/process_start): a command given as
 // argv rather than a shell line, perhaps on a PTY.
 enum class Kind : uint8_t { command, session_run, code_run, process, isolated_run };
 // How many kinds there are (arrays indexed by kind are this long).

@@ -19,7 +19,7 @@
 // What the bytes look like is the reader's StreamFormat: the OpenSandbox
 // event envelope (protocol/envelope, compat or exact framing) for the
 // OpenSandbox API, E2B's process events in Connect envelopes
-// (api/envd/process) and E2B's code-interpreter lines (api/code) for the E2B
+// (envd/process_start, api/envd/process) and E2B's code-interpreter lines (api/code) for the E2B
 // SDKs. Pacing, resume and backpressure are the same for all of them.
 #pragma once
 

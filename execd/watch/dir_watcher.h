@@ -1,5 +1,5 @@
 // execd/watch/dir_watcher: changes under one directory, from inotify, for
-// E2B's WatchDir and polling watchers (api/envd/filesystem). Small on
+// E2B's WatchDir and polling watchers (envd/filesystem, envd/watch_stream). Small on
 // purpose: a stand-in until execd has a file-change feed of its own.
 //
 //  * One inotify instance per watcher, read on the loop through a uv_poll_t.

@@ -2,9 +2,10 @@
 // http::Exchange: the route of each method (POST /<package>.<Service>/<Method>),
 // the request checks every call shares (Content-Type, Connect-Timeout-Ms,
 // the user of an HTTP Basic Authorization header, Keepalive-Ping-Interval),
-// unary answers and errors, and the head, messages and end of a server
-// stream. The envd services (api/envd/process, api/envd/filesystem) are
-// written against this and never see HTTP details.
+// and, from execd/http/connect_answers, unary answers and errors and the
+// head, messages and end of a server stream. The envd handlers
+// (api/envd/process, api/envd/filesystem) are written against this and
+// never see HTTP details.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "execd/http/connect_answers.h"
 #include "execd/http/exchange.h"
 #include "execd/routes.h"
 #include "protocol/connect.h"
@@ -42,22 +44,12 @@ void add_client_stream(RouteTable& routes, const std::string& path,
                        std::function<void(http::Exchange&, const CallInfo&)> head,
                        std::function<void(http::Exchange&)> complete, RouteRules rules = {});
 
-// Unary answers.
-void respond(http::Exchange& ex, std::string_view json);
-void respond_error(http::Exchange& ex, const cn::Error& e);
-
-// Streams: the 200 head (Content-Type application/connect+json), messages,
-// and the end-of-stream message.
-void begin_stream(http::Exchange& ex);
-// A whole streaming response that is only an error (before anything was sent).
-void stream_error(http::Exchange& ex, const cn::Error& e);
-// Appends one message envelope around what `write` appends.
-template <class Fn>
-void append_message(std::string& out, Fn write) {
-  size_t at = cn::begin_envelope(out, 0);
-  write(out);
-  cn::finish_envelope(out, at);
-}
+// Unary answers and streams (execd/http/connect_answers).
+using http::rpc::append_message;
+using http::rpc::begin_stream;
+using http::rpc::respond;
+using http::rpc::respond_error;
+using http::rpc::stream_error;
 
 // The user named by an `Authorization: Basic` header (base64 of "user:" or
 // "user:password"; the password is ignored, as envd ignores it). Empty if

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "execd/api/api.h"  // FileService, run_file_job (execd/files) as api:: names
+#include "execd/envd/entries.h"
 #include "execd/metrics/service.h"
 #include "execd/routes.h"
 
@@ -38,8 +39,8 @@ void envd_upload_head(FileService& svc, http::Exchange& ex, std::optional<std::s
 // [{"name":"x.txt","type":"file","path":"/home/user/x.txt"[,"metadata":{...}]}, ...]
 std::string envd_upload_reply(const std::vector<std::string>& paths,
                               const std::map<std::string, std::string>& metadata);
-// The xattr namespace of E2B's file metadata.
-inline constexpr std::string_view kE2BMetadataPrefix = "user.e2b.";
+// The xattr namespace of E2B's file metadata (execd/envd/entries).
+using ::execd::envd::kE2BMetadataPrefix;
 
 // "v1_..." for `path`, `operation`, `user` under `token`, expiring at
 // `expiration` (Unix seconds) if given. Exposed for tests.

@@ -7,7 +7,8 @@
 // home of the call's user (Authorization: Basic; default: execd's own user);
 // what MakeDir and Move create belongs to that user. The blocking work (user
 // lookups, stat, walks) runs on the threadpool behind the file gate
-// (fs/entries); watches come from execd/watch.
+// (fs/entries); the watchers are execd/envd's (envd/filesystem,
+// envd/watch_stream), their events from execd/watch.
 //
 // Limits: --envd-max-watchers watchers at once, streams and polling ones
 // together (resource_exhausted before anything is set up); a polling
@@ -21,51 +22,13 @@
 // batches); for an entry gone by then, none, as envd does.
 #pragma once
 
-#include <cstdint>
-#include <deque>
-#include <map>
-#include <memory>
-#include <string>
-
 #include "execd/api/api.h"  // FileService, run_file_job (execd/files) as api:: names
-#include "execd/context.h"
+#include "execd/envd/filesystem.h"
 #include "execd/routes.h"
-#include "execd/watch/dir_watcher.h"
-#include "protocol/envd.h"
 
 namespace execd::api {
 
-struct ReadyWait;
-
-class EnvdFilesystem {
- public:
-  EnvdFilesystem(const Context& ctx, FileService& files) : ctx(ctx), files(files) {}
-  ~EnvdFilesystem();
-
-  struct PollingWatcher {
-    std::string id;
-    std::unique_ptr<watch::DirWatcher> watcher;
-    std::deque<protocol::envd::FsEvent> events;
-    uint64_t dropped = 0;   // events beyond --envd-watcher-queue since the last read
-    std::string error;      // the watch ended (its directory went, the kernel dropped events)
-    std::string dir;        // the watched directory, resolved
-    bool include_entry = false;
-    bool dead = false;      // to be let go of (outside the watcher's callbacks)
-    ReadyWait* waiting = nullptr;  // the CreateWatcher call waiting for it to be live
-  };
-
-  size_t watchers() const { return polling.size() + streams; }
-  // Lets go of polling watchers marked dead.
-  void prune();
-  // Daemon exit.
-  void close();
-
-  const Context& ctx;
-  FileService& files;
-  std::map<std::string, std::unique_ptr<PollingWatcher>> polling;
-  size_t streams = 0;  // live WatchDir streams
-};
-
-void add_envd_filesystem_routes(RouteTable& routes, EnvdFilesystem& fs);
+// `files`: the file jobs (api/file_jobs) the unary calls run on.
+void add_envd_filesystem_routes(RouteTable& routes, ::execd::envd::EnvdFilesystem& fs, FileService& files);
 
 }  // namespace execd::api

@@ -1,5 +1,5 @@
-// execd/lifecycle_status: see header.
-#include "execd/lifecycle_status.h"
+// execd/lifecycle/status_file: see header.
+#include "execd/lifecycle/status_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "execd/context.h"
 
-namespace execd {
+namespace execd::lifecycle {
 
 std::string append_lifecycle_status(const std::string& path, const std::string& line) {
   int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -32,4 +32,4 @@ std::string lifecycle_config_path(const std::vector<std::string>& env) {
   return std::string(home) + "/.execd/lifecycle.toml";
 }
 
-}  // namespace execd
+}  // namespace execd::lifecycle

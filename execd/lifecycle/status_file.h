@@ -1,4 +1,4 @@
-// execd/lifecycle_status: the startup status file bootstrap.sh watches
+// execd/lifecycle/status_file: the startup status file bootstrap.sh watches
 // (--lifecycle-startup-status-file; OpenSandbox main.go @714cac6b,
 // appendLifecycleStartupStatus). One line per step, appended to a file
 // bootstrap made: "running <seconds>" before preStart hooks (the watchdog
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace execd {
+namespace execd::lifecycle {
 
 // Appends `line` + "\n" to `path` (O_WRONLY|O_APPEND, no O_CREAT);
 // "" or why not. Blocking, but one small write to a local file.
@@ -21,4 +21,4 @@ std::string append_lifecycle_status(const std::string& path, const std::string& 
 // ("" without either), looked up in `env` ("K=V" strings).
 std::string lifecycle_config_path(const std::vector<std::string>& env);
 
-}  // namespace execd
+}  // namespace execd::lifecycle
