@@ -12,6 +12,7 @@
 #include "execd/link.h"
 #include "execd/work_gate.h"
 #include "fs/expand.h"
+#include "fs/paths.h"
 #include "fs/line_range.h"
 #include "protocol/errors.h"
 
