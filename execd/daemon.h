@@ -26,6 +26,7 @@
 #include "execd/api/file_jobs.h"
 #include "execd/api/isolated.h"
 #include "execd/api/journal.h"
+#include "execd/api/operations.h"
 #include "execd/metrics/service.h"
 #include "execd/proxy/proxy.h"
 #include "execd/api/pty.h"
@@ -94,6 +95,8 @@ class Daemon {
   api::RuntimeBinding binding_;
   sessions::SessionRegistry sessions_;
   api::PtyRegistry ptys_;
+  exec::OperationStore operations_;        // caller-bound creation records (execd/api/operations)
+  api::OperationService operations_api_;
   api::FileService files_;
   api::FileIdentities file_identities_;
   metrics::MetricsService metrics_;

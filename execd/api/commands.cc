@@ -153,6 +153,14 @@ bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, st
   return true;
 }
 
+exec::ExecutionSpec keyed_command_spec(const protocol::CommandRequest& req) {
+  return command_spec(req, protocol::request_fingerprint(req));
+}
+
+std::unique_ptr<exec::RunStart> keyed_command_start(CommandService& svc, protocol::CommandRequest req) {
+  return std::make_unique<CommandStart>(svc, std::move(req), protocol::Framing::exact);
+}
+
 namespace {
 
 void respond_unknown(http::Exchange& ex, const std::string& id) {

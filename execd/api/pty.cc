@@ -273,6 +273,14 @@ PtyEntry* PtyRegistry::create() {
   return raw;
 }
 
+PtyEntry* PtyRegistry::create_with_id(const std::string& id) {
+  if (entries_.count(id)) return nullptr;
+  auto e = std::make_unique<PtyEntry>(*this, id);
+  PtyEntry* raw = e.get();
+  entries_[id] = std::move(e);
+  return raw;
+}
+
 PtyEntry* PtyRegistry::find(const std::string& id) {
   auto it = entries_.find(id);
   return it == entries_.end() ? nullptr : it->second.get();
@@ -497,6 +505,19 @@ void handle_attach(PtyRegistry& reg, Exchange& ex) {
 }
 
 }  // namespace
+
+bool create_pty_session(PtyRegistry& ptys, const std::string& id, const std::string& cwd, const std::string& command) {
+  PtyEntry* e = ptys.create_with_id(id);
+  if (!e) return false;
+  e->cwd = cwd;
+  e->command = command;
+  return true;
+}
+
+bool pty_session_running(PtyRegistry& ptys, const std::string& id) {
+  PtyEntry* e = ptys.find(id);
+  return e && e->session->running();
+}
 
 void add_pty_routes(RouteTable& routes, PtyRegistry& ptys) {
   routes.add("POST", "/pty", [&ptys](Exchange& ex) { handle_create(ptys, ex); }, kStartsProcesses);

@@ -32,6 +32,9 @@ class PtyRegistry {
   journal::Journal& journal() { return journal_; }
 
   PtyEntry* create();
+  // A session under an id execd reserved elsewhere (POST /pty/operations);
+  // nullptr when the id is taken.
+  PtyEntry* create_with_id(const std::string& id);
   PtyEntry* find(const std::string& id);
   // Sessions held, removed ones whose process still runs included.
   size_t count() const { return entries_.size() + dying_.size(); }
@@ -63,5 +66,13 @@ class PtyRegistry {
 };
 
 void add_pty_routes(RouteTable& routes, PtyRegistry& ptys);
+
+// POST /pty/operations (execd/api/operations): a dormant session under `id`
+// in `cwd` (made already), started by its first WebSocket attach, as POST
+// /pty's. False when the id is taken.
+bool create_pty_session(PtyRegistry& ptys, const std::string& id, const std::string& cwd, const std::string& command);
+// The session `id` has a process running (false: no such session, not
+// started yet, or exited).
+bool pty_session_running(PtyRegistry& ptys, const std::string& id);
 
 }  // namespace execd::api

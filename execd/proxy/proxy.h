@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "execd/context.h"
+#include "execd/http/exchange.h"
 #include "execd/http/upstream.h"
 #include "protocol/proxy.h"
 
