@@ -80,6 +80,10 @@ def test_instance_document(execd_factory):
     other = execd_factory("--operation-capacity", "7")
     assert instance(other)["capacity"] == 7
     assert instance(other)["instance_id"] != inst["instance_id"]
+    env = dict(os.environ, EXECD_OPERATION_CAPACITY="5")
+    env.pop("EXECD_ACCESS_TOKEN", None)
+    assert instance(execd_factory(env=env))["capacity"] == 5
+    assert instance(execd_factory("--operation-capacity", "9", env=env))["capacity"] == 9  # the flag wins
 
 
 # ---- commands ------------------------------------------------------------------------------------
