@@ -49,6 +49,15 @@ bool Access::authorized(Listener l, const http::Exchange& ex) const {
   return false;
 }
 
+std::string Access::execd_principal(const http::Exchange& ex) const {
+  if (open(Listener::execd)) return "";
+  for (const auto& name : token_headers(Listener::execd)) {
+    const std::string* given = ex.header(name);
+    if (given && execd_token_matches(*given)) return protocol::lower_hex(protocol::sha256(*given));
+  }
+  return "";
+}
+
 std::vector<std::string_view> Access::signing_tokens() const {
   std::vector<std::string_view> out;
   if (!envd_token_.empty()) out.emplace_back(envd_token_);

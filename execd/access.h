@@ -42,6 +42,10 @@ class Access {
   // `signature`): the envd token, and execd's own unless a binding replaced
   // it by its hash.
   std::vector<std::string_view> signing_tokens() const;
+  // Who an authorized request on execd's listener is, for records that
+  // belong to a caller (execd/api/operations): the SHA-256 (hex) of the
+  // token it brought, or "" when the listener is open (one anonymous caller).
+  std::string execd_principal(const http::Exchange& ex) const;
 
   // --runtime-init and not bound yet: every table holds.
   bool held() const { return held_; }

@@ -102,6 +102,7 @@ struct Config {
   size_t max_sessions = 64;               // bash sessions
   size_t max_ptys = 64;                   // PTY sessions
   size_t max_pty_viewers = 16;            // read-only viewers per PTY session
+  size_t operation_capacity = 4096;       // caller-bound creation records (/command/operations, /pty/operations)
   size_t max_running = 4096;              // executions running (commands, session and code runs)
   size_t max_readers = 1024;              // resume readers and retried starts attached
   size_t max_journal_followers = 64;      // GET /journal?follow=true

@@ -446,6 +446,11 @@ std::vector<FlagGroup> build_table() {
             .help = "PTY sessions"},
            {.name = "max-pty-viewers", .value_name = "N", .reader = count(&Config::max_pty_viewers, 1, kCountCap),
             .help = "read-only viewers per PTY session"},
+           {.name = "operation-capacity", .value_name = "N",
+            .reader = count(&Config::operation_capacity, 1, kCountCap),
+            .help = "caller-bound creation records kept (POST /command/operations and /pty/operations; 503 "
+                    "operation_capacity_exceeded past it, once expired ones are dropped)",
+            .env = "EXECD_OPERATION_CAPACITY"},
            {.name = "pty-replay-bytes", .value_name = "BYTES",
             .reader = bytes(&Config::pty_replay_bytes, 1, int64_t(1) << 40), .help = "replay buffer per PTY session"},
            {.name = "max-running", .value_name = "N", .reader = count(&Config::max_running, 1, kCountCap),

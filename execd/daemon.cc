@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "execd/api/api.h"
+#include "protocol/errors.h"
 #include "execd/lifecycle/status_file.h"
 #include "execd/api/journal.h"
 #include "execd/api/proxy.h"
@@ -89,7 +90,12 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
       reaper_(loop),
       runtime_{loop, reaper_, containment_, children},
       access_(ctx_.config),
-      routes_(access_, Listener::execd),
+      routes_(access_, Listener::execd,
+              [](http::Exchange& ex) {
+                // The operation routes answer in their own words (OpenSandbox PR 1771).
+                if (!api::respond_operations_unauthorized(ex))
+                  ex.respond_error(401, protocol::codes::kUnauthorized, "invalid or missing header X-EXECD-ACCESS-TOKEN");
+              }),
       server_(loop, connection_limits(ctx_.config), [this](http::Exchange& ex) { routes_.route(ex); }),
       file_gate_(kPoolThreads / 2),
       journal_(ctx_, file_gate_),
@@ -108,6 +114,8 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
                entrypoint_.get()),
       sessions_(ctx_, runtime_, launches_),
       ptys_(ctx_, runtime_, journal_),
+      operations_(ctx_.config.operation_capacity),
+      operations_api_{ctx_, access_, operations_, commands_, ptys_},
       files_{ctx_, file_gate_, journal_, nullptr, nullptr, {}, &executions_.budget()},
       file_identities_(files_),
       metrics_(ctx_),
@@ -145,6 +153,7 @@ Daemon::Daemon(uv_loop_t* loop, Context ctx, const pty::ChildSetup& children)
   api::add_command_routes(routes_, commands_, sessions_);
   api::add_session_routes(routes_, sessions_);
   api::add_pty_routes(routes_, ptys_);
+  api::add_operation_routes(routes_, operations_api_);
   // The file routes as execd, and as any user under /v1/filesystem/{uid}/{gid}.
   api::FileServiceFor as_execd = [this](http::Exchange&) { return &files_; };
   api::FileServiceFor as_user = [this](http::Exchange& ex) { return file_identities_.service_for(ex); };

@@ -26,6 +26,7 @@
 #include "execd/files/file_jobs.h"
 #include "execd/api/isolated.h"
 #include "execd/api/journal.h"
+#include "execd/api/operations.h"
 #include "execd/metrics/service.h"
 #include "execd/proxy/proxy.h"
 #include "execd/api/pty.h"
@@ -94,6 +95,8 @@ class Daemon {
   lifecycle::RuntimeBinding binding_;
   sessions::SessionRegistry sessions_;
   sessions::PtyRegistry ptys_;
+  exec::OperationStore operations_;        // caller-bound creation records (execd/api/operations)
+  api::OperationService operations_api_;
   files::FileService files_;
   files::FileIdentities file_identities_;
   metrics::MetricsService metrics_;

@@ -87,6 +87,14 @@ bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, st
   return runners::start_trusted_command(svc.ctx, svc.runtime, svc.launches, std::move(req), error);
 }
 
+exec::ExecutionSpec keyed_command_spec(const protocol::CommandRequest& req) {
+  return runners::command_spec(req, protocol::request_fingerprint(req));
+}
+
+std::unique_ptr<exec::RunStart> keyed_command_start(CommandService& svc, protocol::CommandRequest req) {
+  return runners::command_start(svc.ctx, svc.runtime, std::move(req), protocol::Framing::exact);
+}
+
 namespace {
 
 void respond_unknown(http::Exchange& ex, const std::string& id) {

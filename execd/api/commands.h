@@ -39,6 +39,12 @@ void interrupt_command(CommandService& svc, sessions::SessionRegistry& sessions,
 // runners::start_trusted_command.
 bool start_trusted_command(CommandService& svc, protocol::CommandRequest req, std::string& error);
 
+// What POST /command/operations (execd/api/operations) launches a keyed
+// command with, nobody waiting for its stream: the execution `req` (whose
+// id is the operation's handle) reserves, and the command's start.
+exec::ExecutionSpec keyed_command_spec(const protocol::CommandRequest& req);
+std::unique_ptr<exec::RunStart> keyed_command_start(CommandService& svc, protocol::CommandRequest req);
+
 // The retained stdout and stderr of `e` from the request's ?cursor= (a
 // combined byte offset, read as the Go daemon reads it), at most `max_bytes`,
 // the next cursor in `cursor_header`; `truncated_header: true` when older

@@ -168,6 +168,19 @@ void handle_attach(PtyRegistry& reg, Exchange& ex) {
 
 }  // namespace
 
+bool create_pty_session(PtyRegistry& ptys, const std::string& id, const std::string& cwd, const std::string& command) {
+  PtyEntry* e = ptys.create_with_id(id);
+  if (!e) return false;
+  e->cwd = cwd;
+  e->command = command;
+  return true;
+}
+
+bool pty_session_running(PtyRegistry& ptys, const std::string& id) {
+  PtyEntry* e = ptys.find(id);
+  return e && e->session->running();
+}
+
 void add_pty_routes(RouteTable& routes, PtyRegistry& ptys) {
   routes.add("POST", "/pty", [&ptys](Exchange& ex) { handle_create(ptys, ex); }, kStartsProcesses);
   routes.add("GET", "/pty/:id", [&ptys](Exchange& ex) {

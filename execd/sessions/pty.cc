@@ -111,6 +111,14 @@ PtyEntry* PtyRegistry::create() {
   return raw;
 }
 
+PtyEntry* PtyRegistry::create_with_id(const std::string& id) {
+  if (entries_.count(id)) return nullptr;
+  auto e = std::make_unique<PtyEntry>(*this, id);
+  PtyEntry* raw = e.get();
+  entries_[id] = std::move(e);
+  return raw;
+}
+
 PtyEntry* PtyRegistry::find(const std::string& id) {
   auto it = entries_.find(id);
   return it == entries_.end() ? nullptr : it->second.get();

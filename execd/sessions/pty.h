@@ -44,6 +44,9 @@ class PtyRegistry {
   journal::Journal& journal() { return journal_; }
 
   PtyEntry* create();
+  // A session under an id execd reserved elsewhere (POST /pty/operations);
+  // nullptr when the id is taken.
+  PtyEntry* create_with_id(const std::string& id);
   PtyEntry* find(const std::string& id);
   // Sessions held, removed ones whose process still runs included.
   size_t count() const { return entries_.size() + dying_.size(); }
