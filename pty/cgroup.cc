@@ -143,11 +143,34 @@ void remove_stale(const std::string& parent_dir, time_t min_age) {
   closedir(d);
 }
 
+// How long an execd-<pid> directory of a pid this execd cannot see must
+// have been unchanged before it is taken for a dead execd's.
+constexpr time_t kStaleCgroupAge = 60;
+
+// True when this process's pid namespace is below another one that this
+// /proc shows (NSpid lists one pid per level).
+bool in_nested_pid_namespace() {
+  std::string text;
+  if (!read_text("/proc/self/status", text)) return true;
+  size_t at = text.find("\nNSpid:");
+  if (at == std::string::npos) return false;
+  size_t end = text.find('\n', at + 1);
+  std::string line = text.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+  size_t fields = 0;
+  bool in_field = false;
+  for (char c : line) {
+    bool digit = c >= '0' && c <= '9';
+    if (digit && !in_field) ++fields;
+    in_field = digit;
+  }
+  return fields > 1;
+}
+
 bool make_base(const std::string& parent_dir, std::string& base) {
   // --cgroup-parent may name one that does not exist yet (one level is made;
   // it is left in place at exit, for the next execd).
   mkdir(parent_dir.c_str(), 0755);
-  remove_stale(parent_dir, 60);
+  remove_stale(parent_dir, kStaleCgroupAge);
   base = parent_dir + "/execd-" + std::to_string(getpid());
   if (mkdir(base.c_str(), 0755) != 0 && errno != EEXIST) return false;
   // A cgroup directory has cgroup.procs; anything else is not one.
@@ -978,10 +1001,15 @@ void Containment::shutdown() {
   lingering_.clear();
   ready_.clear();
   all_.clear();
+  // What an execd killed before us (a restart after SIGKILL) left empty,
+  // at once; but not from inside a nested pid namespace, where every execd
+  // outside it looks dead (kill() says ESRCH): an execd under `unshare
+  // --pid` removed the live execds' empty cgroups, and their next commands
+  // started outside any cgroup.
+  time_t stale_after = in_nested_pid_namespace() ? kStaleCgroupAge : 0;
   for (const auto& h : hierarchies_) {
     rmdir(h.base.c_str());
-    // What an execd killed before us (a restart after SIGKILL) left empty.
-    remove_stale(h.base.substr(0, h.base.rfind('/')), 0);
+    remove_stale(h.base.substr(0, h.base.rfind('/')), stale_after);
   }
   for (const auto& h : hierarchies_) bases_after_shutdown_.push_back(h.base);
   hierarchies_.clear();

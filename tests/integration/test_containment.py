@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from execd_client import MACHINE, PYTHON, SLOW, pids_with_cmdline, process_alive, vm_rss_kib, wait_until
+from execd_client import MACHINE, PYTHON, SLOW, children_of, pids_with_cmdline, process_alive, vm_rss_kib, wait_until
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -474,6 +474,40 @@ def test_cgroups_made_ahead_and_removed_from_outside_are_not_used(cg_execd):
         r = ex.run("cat /proc/self/cgroup", exact=True)
         assert r.terminal["exit_code"] == 0, r.terminal
         assert f"/execd-{ex.pid}/cmd-".encode() in r.stdout, r.stdout  # in a cgroup of its own
+
+
+def test_an_execd_in_a_nested_pid_namespace_leaves_the_other_execds_cgroups_alone(execd_factory, cg_execd):
+    # At shutdown an execd removes the empty cgroups of execds that died
+    # before it (their pid gone). From inside a nested pid namespace every
+    # execd outside looks dead: one under `unshare --pid` removed a live
+    # execd's cgroups made ahead, and that execd's next commands ran outside
+    # any cgroup (seen in make test: 279 of 301 commands "uncontained").
+    import shutil
+    import subprocess
+    unshare = shutil.which("unshare")
+    if MACHINE.remote or not unshare or os.geteuid() != 0:
+        pytest.skip("needs root and util-linux unshare on this machine")
+    if subprocess.run([unshare, "--pid", "--fork", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot create a PID namespace here")
+    a = cg_execd("--cgroup-spares", "0")
+    if mode(a) != "cgroup-v1":
+        pytest.skip("cgroups are made ahead on v1 only")
+    assert a.run("echo one", exact=True).stdout == b"one\n"
+
+    def made_ahead() -> set[str]:
+        return {os.path.join(b, n) for b in execd_cgroup_dirs(a.pid) for n in listdir(b) if n.startswith("cmd-")}
+
+    wait_until(lambda: len(made_ahead()) >= 2, 5 * SLOW, what="cgroups made ahead")
+    before = made_ahead()
+    nested = execd_factory("--init", wrapper=(unshare, "--pid", "--fork", "--kill-child"), check_exit=False)
+    inner = wait_until(lambda: children_of(nested.pid), 10 * SLOW, what="execd under unshare")
+    assert nested.run("echo two", exact=True).stdout == b"two\n"
+    os.kill(inner[0][0], signal.SIGTERM)
+    assert nested.proc.wait(10 * SLOW) == 0
+    assert before <= made_ahead(), f"gone: {sorted(before - made_ahead())}"
+    for _ in range(3):
+        r = a.run("cat /proc/self/cgroup", exact=True)
+        assert f"/execd-{a.pid}/cmd-".encode() in r.stdout, r.stdout
 
 
 def test_cgroups_of_a_sigkilled_execd_go_with_the_next_ones_shutdown(execd_factory, cg_execd):
