@@ -766,7 +766,9 @@ ESCAPES = {
 }
 
 
-@pytest.mark.parametrize("timeout", [None, 1000], ids=["no-timeout", "timeout"])
+# The timeout must outlast the test finding the escaped process and reading
+# its status: 1 s did not while make test ran three suites at once.
+@pytest.mark.parametrize("timeout", [None, 3000], ids=["no-timeout", "timeout"])
 @pytest.mark.parametrize("how", list(ESCAPES))
 def test_what_escapes_the_shell_is_counted_and_ends_with_the_run(tier_execd, how, timeout):
     ex = tier_execd()
