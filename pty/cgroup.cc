@@ -576,7 +576,7 @@ std::string Containment::without_cgroups(const std::string& why) {
     return "containment: process-group (" + why + "; no keepers: /proc/self/exe cannot be opened)";
   mode_ = ContainmentMode::subreaper;
   return "containment: subreaper (" + why + "): each run under a keeper of its own (" +
-         (std::string(keeper_kind()) == "embedded" ? "the embedded static keeper" : "execd's own binary") + ")";
+         (keeper_is_embedded() ? "the embedded static keeper" : "execd's own binary") + ")";
 }
 
 std::shared_ptr<CommandCgroup> Containment::new_cgroup() {

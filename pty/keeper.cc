@@ -32,7 +32,7 @@ namespace {
 #define MFD_EXEC 0x0010U  // Linux 6.3; older kernels refuse the flag (EINVAL)
 #endif
 
-const char* opened_kind = "none";
+bool opened_embedded = false;
 
 // Whether the kernel lets this pid namespace exec a memfd at all.
 bool memfd_exec_allowed() {
@@ -98,12 +98,10 @@ int embedded_keeper() {
 int open_keeper() {
   int fd = embedded_keeper();
   if (fd >= 0) {
-    opened_kind = "embedded";
+    opened_embedded = true;
     return fd;
   }
-  fd = open("/proc/self/exe", O_PATH | O_CLOEXEC);
-  if (fd >= 0) opened_kind = "execd";
-  return fd;
+  return open("/proc/self/exe", O_PATH | O_CLOEXEC);
 }
 
 }  // namespace
@@ -113,9 +111,9 @@ int keeper_executable() {
   return fd;
 }
 
-const char* keeper_kind() {
+bool keeper_is_embedded() {
   keeper_executable();
-  return opened_kind;
+  return opened_embedded;
 }
 
 int count_descendants(pid_t root) {

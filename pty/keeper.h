@@ -38,8 +38,8 @@ class Reaper;
 // from a memfd under vm.memfd_noexec=2); -1 if neither can be had (then
 // there are no keepers: process-group containment).
 int keeper_executable();
-// Which of the two keeper_executable() opened: "embedded", "execd" or "none".
-const char* keeper_kind();
+// Whether keeper_executable() is the embedded static keeper.
+bool keeper_is_embedded();
 
 // Counts the live (not zombie) descendants of `root`, found through
 // /proc/PID/task/TID/children; -1 if `root`'s own list cannot be read.
